@@ -1,0 +1,31 @@
+# The README's two commands: `make run` and `make test`. Each sets up .venv on its own.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WORKLOAD ?= workloads/digits_cnn.yaml
+# The torch build tested here; another platform can pass its own constraints file.
+TORCH_CONSTRAINTS ?= constraints.txt
+PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
+
+.PHONY: run test clean-venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
+	$(PIP) -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)
+	$(BIN)/model-explorer evaluate $(WORKLOAD) --dataset baseline --dataset reevaluate
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest
+
+clean-venv:
+	rm -rf $(VENV)
