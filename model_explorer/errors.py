@@ -1,0 +1,22 @@
+"""Errors a user can cause, reported by the CLI as one line and exit status 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class UserError(Exception):
+    """A problem with the user's input: one sentence naming what, where, and what to do."""
+
+    exit_status = 2
+
+
+class WorkloadError(UserError):
+    """The workload file is missing, unreadable, or does not match the schema."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """Return ' (did you mean 'x'?)' for the closest known name, or '' when none is close."""
+    matches = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{matches[0]}'?)" if matches else ""
