@@ -1,0 +1,34 @@
+"""`torchvision:<name>` builds any torchvision classification model, randomly initialised.
+
+Pretrained torchvision weights would download; this project loads weights only from the
+checkpoint file named by `model.weights`, so `weights=None` is always passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from model_explorer.errors import UserError, did_you_mean
+from model_explorer.models.registry import MODELS
+
+
+def classification_models() -> list[str]:
+    """Names of torchvision's classification models (not detection, segmentation, video...)."""
+    import torchvision.models
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+@MODELS.register_namespace("torchvision")
+def torchvision_model(name: str, **kwargs: Any) -> nn.Module:
+    import torchvision.models
+
+    known = classification_models()
+    if name not in known:
+        raise UserError(
+            f"model.type: torchvision has no classification model '{name}'"
+            f"{did_you_mean(name, known)}; see torchvision.models.list_models()"
+        )
+    return torchvision.models.get_model(name, weights=None, **kwargs)
