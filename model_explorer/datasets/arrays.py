@@ -1,0 +1,75 @@
+"""Samples from arrays on disk: a .npz or HDF5 file of inputs and labels, or two .npy files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from model_explorer.datasets.base import register_dataset
+from model_explorer.errors import UserError
+from model_explorer.workload import DatasetSpec, Spec, resolve_path
+
+SUFFIXES = (".npz", ".npy", ".h5", ".hdf5")
+
+
+class ArraysOptions(Spec):
+    requires_path: ClassVar[bool] = True
+    inputs_key: str = "inputs"
+    labels_key: str = "labels"
+    labels_path: str | None = None
+
+
+def _from_mapping(file: Path, keys: list[str], options: ArraysOptions, where: str, read) -> tuple:
+    arrays = []
+    for role, key in (("inputs_key", options.inputs_key), ("labels_key", options.labels_key)):
+        if key not in keys:
+            raise UserError(
+                f"{where}.{role}: '{file}' has no array named '{key}'; it holds {sorted(keys)}"
+            )
+        arrays.append(read(key))
+    return tuple(arrays)
+
+
+def read_arrays(path: str, options: ArraysOptions, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The (inputs, labels) arrays a spec names."""
+    file = resolve_path(path)
+    suffix = file.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserError(f"{where}.path: '{file}' is not one of {', '.join(SUFFIXES)}")
+    if suffix == ".npz":
+        with np.load(file) as archive:
+            return _from_mapping(file, list(archive.files), options, where, lambda k: archive[k])
+    if suffix in (".h5", ".hdf5"):
+        import h5py
+
+        with h5py.File(file, "r") as archive:
+            return _from_mapping(
+                file, list(archive.keys()), options, where, lambda k: archive[k][()]
+            )
+    if options.labels_path is None:
+        raise UserError(
+            f"{where}.labels_path: '{file}' is a single .npy array; name the .npy file of labels"
+        )
+    labels_file = resolve_path(options.labels_path)
+    if not labels_file.is_file():
+        raise UserError(f"{where}.labels_path: '{labels_file}' does not exist")
+    return np.load(file), np.load(labels_file)
+
+
+@register_dataset("arrays", options=ArraysOptions)
+def arrays(spec: DatasetSpec, where: str) -> Dataset:
+    """Inputs as float32 in the stored layout (e.g. N, C, H, W); integer labels as int64."""
+    inputs, labels = read_arrays(spec.path or "", spec.options, where)
+    if len(inputs) != len(labels):
+        raise UserError(
+            f"{where}.path: {len(inputs)} inputs but {len(labels)} labels; both arrays need "
+            "one entry per sample"
+        )
+    x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
+    integer = np.issubdtype(labels.dtype, np.integer)
+    y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64 if integer else np.float32))
+    return TensorDataset(x, y)
