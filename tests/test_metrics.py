@@ -1,0 +1,93 @@
+"""Accuracy functions against scikit-learn's implementations and hand-worked examples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, jaccard_score, top_k_accuracy_score
+from torch import nn
+
+from model_explorer.datasets import TensorCache
+from model_explorer.errors import UserError
+from model_explorer.metrics import METRICS, create_metric, evaluate
+from model_explorer.workload import MetricSpec
+
+
+def test_hand_worked_top_k() -> None:
+    scores = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    labels = torch.tensor([1, 1, 0, 2])
+    top1, top2 = create_metric("top1"), create_metric(MetricSpec(type="topk", k=2))
+    for metric in (top1, top2):
+        metric.update(scores, labels)
+    assert top1.compute() == 1 / 4  # only the first is right
+    assert top2.compute() == 2 / 4  # the second's label is its runner-up
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_top_k_matches_scikit_learn(k: int) -> None:
+    generator = torch.Generator().manual_seed(k)
+    scores = torch.randn(500, 10, generator=generator)
+    labels = torch.randint(0, 10, (500,), generator=generator)
+    metric = create_metric(MetricSpec(type="topk", k=k))
+    for start in range(0, 500, 64):  # accumulated over uneven batches
+        metric.update(scores[start : start + 64], labels[start : start + 64])
+    expected = top_k_accuracy_score(labels.numpy(), scores.numpy(), k=k, labels=list(range(10)))
+    assert metric.compute() == pytest.approx(expected)
+
+
+def test_segmentation_metrics_match_scikit_learn() -> None:
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 4, 5, 7, generator=generator)
+    target = torch.randint(0, 4, (6, 5, 7), generator=generator)
+    target[0, 0, :3] = 255  # ignored pixels
+    prediction = scores.argmax(1)
+    keep = target != 255
+    y_true, y_pred = target[keep].numpy(), prediction[keep].numpy()
+    pixel, iou = create_metric("pixel_accuracy"), create_metric("mean_iou")
+    for metric in (pixel, iou):
+        for start in range(0, 6, 4):
+            metric.update(scores[start : start + 4], target[start : start + 4])
+    assert pixel.compute() == pytest.approx(accuracy_score(y_true, y_pred))
+    assert iou.compute() == pytest.approx(jaccard_score(y_true, y_pred, average="macro"))
+
+
+def test_mean_iou_skips_classes_absent_from_labels_and_predictions() -> None:
+    # 2x2 image, classes 0 and 1 only, of 3: IoU(0) = 1/2, IoU(1) = 2/3.
+    target = torch.tensor([[[0, 0], [1, 1]]])
+    prediction = torch.tensor([[[0, 1], [1, 1]]])
+    scores = nn.functional.one_hot(prediction, 3).permute(0, 3, 1, 2).float()
+    metric = create_metric(MetricSpec(type="mean_iou", num_classes=3))
+    metric.update(scores, target)
+    assert metric.compute() == pytest.approx((1 / 2 + 2 / 3) / 2)
+
+
+class TwoHeads(nn.Module):
+    """An early-exit style model: the second head is the first one's scores rolled by one class."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, x.roll(1, dims=1)
+
+
+def test_evaluate_is_batch_invariant_and_handles_several_outputs() -> None:
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randn(100, 5, generator=generator)
+    labels = scores.argmax(1)
+    labels[:30] = (labels[:30] + 1) % 5  # 70 of 100 right for the first head
+    results = [
+        evaluate(TwoHeads(), TensorCache(scores, labels, batch_size), "top1")
+        for batch_size in (7, 100)
+    ]
+    assert results[0] == results[1]
+    first, second = results[0]
+    assert first == pytest.approx(0.70)
+    assert second == pytest.approx(
+        0.30
+    )  # the rolled head is right exactly where the first is off by one
+    paired = evaluate(TwoHeads(), TensorCache(scores, (labels, labels), 10), "top1")
+    assert paired == results[0]
+
+
+def test_metric_registry_rejects_unknown_names() -> None:
+    assert set(METRICS.names()) >= {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"}
+    with pytest.raises(UserError, match="unknown metric 'top_1' \\(did you mean 'top1'"):
+        METRICS.get("top_1")
