@@ -1,0 +1,75 @@
+"""WorkloadContext: what every command builds from a workload, built once: device, model, data."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from model_explorer.datasets import TensorCache, build_loader
+from model_explorer.devices import workload_device
+from model_explorer.errors import UserError
+from model_explorer.metrics import evaluate
+from model_explorer.models import build_model
+from model_explorer.workload import DATASET_ROLES, DatasetSpec, Workload, dataset_spec
+
+log = logging.getLogger(__name__)
+
+
+class WorkloadContext:
+    """Builds the workload's model and data on its device; evaluation subsets are decoded once
+    and kept as a TensorCache per dataset role."""
+
+    def __init__(self, workload: Workload, device: torch.device | str | None = None) -> None:
+        self.workload = workload
+        self.device = torch.device(device) if device is not None else workload_device(workload)
+        self._caches: dict[str, TensorCache] = {}
+
+    def dataset(self, role: str) -> tuple[DatasetSpec, str]:
+        """The spec of a dataset role ('exploration', 'train', ...) and its key path."""
+        found = dataset_spec(self.workload, role)
+        if found is None:
+            section, key = DATASET_ROLES[role]
+            raise UserError(
+                f"workload.{section}.datasets.{key}: this command needs that dataset; add it to "
+                f"{self.workload.source or 'the workload'}"
+            )
+        return found
+
+    def has_dataset(self, role: str) -> bool:
+        return dataset_spec(self.workload, role) is not None
+
+    def build_model(self, load_weights: bool = True) -> nn.Module:
+        """A fresh copy of the workload's model on the device, in eval mode. Random
+        initialisation (for training from scratch) is seeded by the workload's seed."""
+        torch.manual_seed(self.workload.seed)
+        return build_model(self.workload.model, load_weights=load_weights).to(self.device)
+
+    def batches(self, role: str) -> TensorCache:
+        """The role's evaluation subset as tensors on the device, decoded on first use."""
+        if role not in self._caches:
+            spec, where = self.dataset(role)
+            log.debug("caching %s (%s)", where, spec.type)
+            self._caches[role] = TensorCache.from_spec(spec, self.workload.seed, self.device, where)
+        return self._caches[role]
+
+    def loader(self, role: str, shuffle: bool = False) -> DataLoader:
+        """A DataLoader over the role's subset (for training, which needs fresh augmentation)."""
+        spec, where = self.dataset(role)
+        return build_loader(spec, self.workload.seed, where, shuffle=shuffle)
+
+    def evaluate(self, model: nn.Module, role: str) -> float | list[float]:
+        """The workload's accuracy metric of `model` on a dataset role."""
+        return evaluate(model, self.batches(role), self.workload.metric, self.device)
+
+    def describe(self, role: str) -> dict[str, Any]:
+        spec, where = self.dataset(role)
+        return {
+            "role": role,
+            "where": where,
+            "type": spec.type,
+            "samples": self.batches(role).num_samples,
+        }

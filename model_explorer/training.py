@@ -1,0 +1,174 @@
+"""Training loop for the float baseline: optimizer and schedule from the workload, validation
+every epoch, the best epoch's weights kept, deterministic for a seed."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from model_explorer.errors import UserError
+from model_explorer.metrics import evaluate, output_list, to_device
+from model_explorer.models import save_checkpoint
+from model_explorer.workload import MetricSpec, RetrainingSpec, resolve_path
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpochRecord:
+    epoch: int
+    train_loss: float
+    validation_accuracy: float | list[float]
+    seconds: float
+
+
+@dataclass
+class TrainingResult:
+    """What a run of `train` did; the model holds the best epoch's weights afterwards."""
+
+    best_epoch: int
+    best_accuracy: float | list[float]
+    history: list[EpochRecord] = field(default_factory=list)
+
+
+def make_optimizer(model: nn.Module, config: RetrainingSpec) -> torch.optim.Optimizer:
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(
+            parameters,
+            lr=config.learning_rate,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+        )
+    optimizer = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    return optimizer(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+
+def loss_of(output: Any, target: Any) -> Tensor:
+    """Cross entropy, summed over the outputs of a multi-output model."""
+    outputs = output_list(output)
+    targets = target if isinstance(target, (list, tuple)) else [target] * len(outputs)
+    return sum(
+        F.cross_entropy(o, t, ignore_index=255) for o, t in zip(outputs, targets, strict=True)
+    )
+
+
+def _score(accuracy: float | list[float]) -> float:
+    return sum(accuracy) / len(accuracy) if isinstance(accuracy, list) else accuracy
+
+
+def train(
+    model: nn.Module,
+    train_loader: DataLoader,
+    validation_batches: Iterable[tuple[Any, Any]] | None,
+    config: RetrainingSpec,
+    metric: MetricSpec | str = "top1",
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    epochs: int | None = None,
+    progress: bool = True,
+) -> TrainingResult:
+    """Train `model` in place and leave it holding the weights of its best validation epoch.
+
+    Without validation data the last epoch counts as best and is scored on the training data.
+    """
+    torch.manual_seed(seed)
+    device = torch.device(device)
+    model.to(device)
+    epochs = epochs or config.epochs
+    optimizer = make_optimizer(model, config)
+    scheduler = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+        if config.scheduler == "cosine"
+        else None
+    )
+    history: list[EpochRecord] = []
+    best_state: dict[str, Tensor] | None = None
+    best: tuple[float, int, float | list[float]] | None = None
+    bar = tqdm(range(1, epochs + 1), desc="training", unit="epoch", disable=not progress)
+    for epoch in bar:
+        started = time.perf_counter()
+        model.train()
+        total_loss, total_samples = 0.0, 0
+        for inputs, targets in train_loader:
+            inputs, targets = to_device(inputs, device), to_device(targets, device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_of(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            samples = len(inputs)
+            total_loss += float(loss.detach()) * samples
+            total_samples += samples
+        if scheduler is not None:
+            scheduler.step()
+        accuracy = evaluate(model, validation_batches or train_loader, metric, device)
+        record = EpochRecord(
+            epoch, total_loss / max(total_samples, 1), accuracy, time.perf_counter() - started
+        )
+        history.append(record)
+        log.info("epoch %d: loss %.4f, validation accuracy %s", epoch, record.train_loss, accuracy)
+        bar.set_postfix(loss=f"{record.train_loss:.4f}", accuracy=f"{_score(accuracy):.4f}")
+        if validation_batches is None or best is None or _score(accuracy) > best[0]:
+            best = (_score(accuracy), epoch, accuracy)
+            best_state = copy.deepcopy(model.state_dict())
+    assert best is not None and best_state is not None  # epochs >= 1
+    model.load_state_dict(best_state)
+    model.eval()
+    return TrainingResult(best_epoch=best[1], best_accuracy=best[2], history=history)
+
+
+def train_baseline(
+    context: WorkloadContext,
+    from_scratch: bool = False,
+    epochs: int | None = None,
+    progress: bool = True,
+) -> tuple[TrainingResult, Path]:
+    """Train the workload's float model on `retraining.datasets.train` (from the checkpoint
+    `model.weights` when it exists, else from scratch), validate on
+    `retraining.datasets.validation` each epoch, and save the best epoch to `model.weights`."""
+    workload = context.workload
+    config: RetrainingSpec = workload.require("retraining")
+    if workload.model.weights is None:
+        raise UserError(
+            "workload.model.weights: name the checkpoint file that baseline training should write"
+        )
+    path = resolve_path(workload.model.weights)
+    resume = path.is_file() and not from_scratch
+    log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
+    model = context.build_model(load_weights=resume)
+    validation = context.batches("validation") if context.has_dataset("validation") else None
+    result = train(
+        model,
+        context.loader("train", shuffle=True),
+        validation,
+        config,
+        workload.metric,
+        context.device,
+        workload.seed,
+        epochs,
+        progress,
+    )
+    save_checkpoint(
+        model,
+        path,
+        model_spec=workload.model.model_dump(mode="json"),
+        best_epoch=result.best_epoch,
+        validation_accuracy=result.best_accuracy,
+        epochs=len(result.history),
+        workload=workload.name,
+    )
+    return result, path
