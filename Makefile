@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 WORKLOAD ?= workloads/digits_cnn.yaml
 # The torch build tested here; another platform can pass its own constraints file.
 TORCH_CONSTRAINTS ?= constraints.txt
+# The test suite also compares against NVIDIA modelopt; `make test TEST_EXTRAS=dev` skips those.
+TEST_EXTRAS ?= dev,modelopt
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
 .PHONY: run test clean-venv
@@ -16,15 +18,16 @@ $(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
 	$(PIP) -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
-	$(PIP) -e '.[dev]'
+$(VENV)/.installed-$(TEST_EXTRAS): pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
+	$(PIP) -e '.[$(TEST_EXTRAS)]'
 	touch $@ $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)
-	$(BIN)/model-explorer evaluate $(WORKLOAD) --dataset baseline --dataset reevaluate
+	$(BIN)/model-explorer calibrate --if-missing $(WORKLOAD)
+	$(BIN)/model-explorer evaluate $(WORKLOAD) --dataset baseline --dataset reevaluate --bits 8 4
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/python -m pytest
 
 clean-venv:

@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from model_explorer import __version__
 from model_explorer.errors import UserError
@@ -31,6 +32,20 @@ def command(
     return decorator
 
 
+def _bits(text: str) -> int:
+    value = int(text)
+    if not 2 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"bit widths are 2 to 16, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def _load(args: argparse.Namespace):  # noqa: ANN202
     from model_explorer.workload import Workload
 
@@ -38,6 +53,9 @@ def _load(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars: forced on by -p, off by --no-progress, else on when stderr is a terminal."""
+    if args.progress:
+        return True
     return not args.no_progress and sys.stderr.isatty()
 
 
@@ -70,19 +88,52 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     workload = _load(args)
     context = WorkloadContext(workload)
-    model = context.build_model()
-    roles = args.dataset or ["baseline"]
-    results = {}
-    for role in roles:
-        accuracy = context.evaluate(model, role)
+    models = [("float", context.build_model())]
+    if args.bits:
+        from model_explorer.quantization.pipeline import build_quantized_model
+
+        quantized = build_quantized_model(context)
+        for bits in args.bits:
+            models.append((f"{bits} bit", quantized))
+    results = []
+    for role in args.dataset or ["baseline"]:
         info = context.describe(role)
-        results[role] = {**info, "metric": workload.metric.type, "accuracy": accuracy}
-        print(
-            f"{workload.model.type} on {info['where']} ({info['samples']} samples, "
-            f"{context.device}): {workload.metric.type} = {_format_accuracy(accuracy)}"
-        )
+        for label, model in models:
+            if label != "float":
+                model.bit_widths = [int(label.split()[0])] * len(model.bit_widths)
+            accuracy = context.evaluate(model, role)
+            results.append(
+                {**info, "model": label, "metric": workload.metric.type, "accuracy": accuracy}
+            )
+            print(
+                f"{workload.model.type} ({label}) on {info['where']} ({info['samples']} samples, "
+                f"{context.device}): {workload.metric.type} = {_format_accuracy(accuracy)}"
+            )
     if args.json:
         print(json.dumps(results, indent=2))
+    return 0
+
+
+@command("calibrate")
+def calibrate_command(args: argparse.Namespace) -> int:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.quantization.pipeline import calibrate_workload
+
+    workload = _load(args)
+    context = WorkloadContext(workload)
+    model, path, calibrated = calibrate_workload(
+        context, force=args.force, if_missing=args.if_missing
+    )
+    if not calibrated:
+        print(f"{path} exists and matches the weights; not calibrating (drop --if-missing to redo)")
+        return 0
+    spec = workload.calibration
+    samples = len(context.loader("calibrate").dataset)
+    method = spec.method + (f" {spec.percentile}" if spec.method == "percentile" else "")
+    print(
+        f"calibrated {len(model.layers)} input quantizers of {workload.model.type} on {samples} "
+        f"samples ({method}); wrote {path}"
+    )
     return 0
 
 
@@ -136,15 +187,25 @@ def list_command(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """Reports a usage mistake in one line, like every other user error, with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="model-explorer",
         description="Layer-wise quantization and sparsity exploration of PyTorch models.",
     )
     parser.add_argument("--version", action="version", version=f"model-explorer {__version__}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)"
+    )
+    common.add_argument(
+        "-p", "--progress", action="store_true", help="progress bars even when not on a terminal"
     )
     common.add_argument("--no-progress", action="store_true", help="no progress bars")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -167,7 +228,25 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
         help="dataset role to evaluate on (repeatable; default: baseline)",
     )
+    evaluate.add_argument(
+        "--bits",
+        type=_bits,
+        nargs="+",
+        metavar="N",
+        help="also evaluate the calibrated quantized model with every quantizer at N bits",
+    )
     evaluate.add_argument("--json", action="store_true", help="also print the results as JSON")
+
+    calibrate = commands.add_parser(
+        "calibrate", parents=[common], help="calibrate the quantizers and write calibration.file"
+    )
+    calibrate.add_argument("workload", help="workload YAML file")
+    calibrate.add_argument("--force", action="store_true", help="overwrite an existing file")
+    calibrate.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="keep an existing file made for the current weights",
+    )
 
     retrain = commands.add_parser(
         "retrain", parents=[common], help="train the workload's float baseline (--baseline)"
@@ -177,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline", action="store_true", help="train the float model and save it to model.weights"
     )
     retrain.add_argument("--from-scratch", action="store_true", help="ignore existing weights")
-    retrain.add_argument("--epochs", type=int, help="override retraining.epochs")
+    retrain.add_argument("--epochs", type=_positive, help="override retraining.epochs")
     retrain.add_argument(
         "--if-missing", action="store_true", help="do nothing when model.weights already exists"
     )

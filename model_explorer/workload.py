@@ -50,6 +50,18 @@ def _fraction(value: float) -> float:
     return value
 
 
+def _bits(value: int) -> int:
+    if not 2 <= value <= 16:
+        raise PydanticCustomError("bits_range", "must be between 2 and 16 bits")
+    return value
+
+
+def _percentile(value: float) -> float:
+    if not 0 < value <= 100:
+        raise PydanticCustomError("percentile", "must be a percentage above 0 and at most 100")
+    return value
+
+
 PositiveInt = Annotated[int, AfterValidator(_positive)]
 PositiveFloat = Annotated[float, AfterValidator(_positive)]
 NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
@@ -250,8 +262,47 @@ class CalibrationDatasets(Spec):
 
 
 class CalibrationSpec(Spec):
+    """How input quantizers get their amax; weights always use the max of |w| (per channel)."""
+
     file: str | None = None
+    method: Literal["max", "percentile", "mse", "entropy"] = "percentile"
+    percentile: Annotated[float, AfterValidator(_percentile)] = 99.99
+    num_bins: PositiveInt = 2048
     datasets: CalibrationDatasets | None = None
+
+
+class QuantizerSpec(Spec):
+    """One quantizer's settings: `axis` null is per tensor; `unsigned: auto` makes a quantizer
+    unsigned when calibration saw no negative value (e.g. after a ReLU)."""
+
+    num_bits: Annotated[int, AfterValidator(_bits)] = 8
+    axis: int | None = None
+    unsigned: bool | Literal["auto"] = False
+    narrow_range: bool = False
+
+
+QUANTIZABLE_LAYERS = (
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Linear",
+)
+
+
+class QuantizationSpec(Spec):
+    """Which layers are swapped for fake-quantized ones and how their quantizers start out."""
+
+    layer_types: list[Literal[QUANTIZABLE_LAYERS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(QUANTIZABLE_LAYERS)
+    )
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    exclude: list[str] = Field(default_factory=list)
+    input: QuantizerSpec = Field(default_factory=QuantizerSpec)
+    weight: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(axis=0))
+    weight_cache: NonNegativeInt | None = None
 
 
 class NSGASpec(Spec):
@@ -265,8 +316,8 @@ class NSGASpec(Spec):
 
 
 class ExtraArgs(Spec):
-    num_bits_lower_limit: PositiveInt = 4
-    num_bits_upper_limit: PositiveInt = 14
+    num_bits_lower_limit: Annotated[int, AfterValidator(_bits)] = 4
+    num_bits_upper_limit: Annotated[int, AfterValidator(_bits)] = 14
     bit_weighting_function: Literal["bits_weighted_linear", "bits_weighted_per_layer"] = (
         "bits_weighted_linear"
     )
@@ -274,13 +325,6 @@ class ExtraArgs(Spec):
     discrete_threshold_method: Literal["linear", "log"] = "linear"
     threshold_limit: PositiveFloat = 1.0
     block_size: tuple[PositiveInt, PositiveInt] = (8, 8)
-
-    @field_validator("num_bits_lower_limit", "num_bits_upper_limit")
-    @classmethod
-    def _bits_range(cls, value: int) -> int:
-        if not 2 <= value <= 16:
-            raise PydanticCustomError("bits_range", "must be between 2 and 16 bits")
-        return value
 
     @model_validator(mode="after")
     def _ordered_limits(self) -> ExtraArgs:
@@ -345,6 +389,7 @@ class Workload(Spec):
     metric: MetricSpec = Field(default_factory=lambda: MetricSpec(type="top1"))
     problem: ProblemSpec = Field(default_factory=ProblemSpec)
     model: ModelSpec
+    quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     calibration: CalibrationSpec | None = None
     exploration: ExplorationSpec | None = None
     retraining: RetrainingSpec | None = None

@@ -219,6 +219,21 @@ INVALID = {
         "must be a mapping",
     ),
     "negative seed": (_set("seed", -1), "workload.seed", "must not be negative"),
+    "calibration method": (
+        _set("calibration.method", "histogram"),
+        "workload.calibration.method",
+        "'max', 'percentile', 'mse' or 'entropy'",
+    ),
+    "quantized layer type": (
+        _set("quantization", {"layer_types": ["Conv2d", "LSTM"]}),
+        "workload.quantization.layer_types.1",
+        "got 'LSTM'",
+    ),
+    "quantizer bits": (
+        _set("quantization", {"weight": {"num_bits": 32}}),
+        "workload.quantization.weight.num_bits",
+        "between 2 and 16 bits, got 32",
+    ),
 }
 
 

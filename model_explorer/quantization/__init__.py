@@ -1,0 +1,29 @@
+"""Fake quantization with NVIDIA TensorQuantizer semantics on torch's ATen kernels."""
+
+from __future__ import annotations
+
+from model_explorer.quantization.calibrators import (
+    CALIBRATION_METHODS,
+    HistogramCalibrator,
+    MaxCalibrator,
+    make_calibrator,
+)
+from model_explorer.quantization.model import QuantizedModel
+from model_explorer.quantization.quantizer import (
+    TensorQuantizer,
+    WeightQuantizer,
+    fake_quantize,
+    integer_bounds,
+)
+
+__all__ = [
+    "CALIBRATION_METHODS",
+    "HistogramCalibrator",
+    "MaxCalibrator",
+    "QuantizedModel",
+    "TensorQuantizer",
+    "WeightQuantizer",
+    "fake_quantize",
+    "integer_bounds",
+    "make_calibrator",
+]

@@ -1,0 +1,135 @@
+"""Fake-quantized counterparts of convolution and linear layers: an input and a weight quantizer.
+
+A quantized layer is built from a float layer and shares its parameters (no copy); `to_float()`
+gives back a float layer over the same parameters. Names follow NVIDIA's: `input_quantizer`,
+`weight_quantizer`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+
+
+def _rebuild(module: nn.Module, cls: type[nn.Module]) -> Any:
+    """An instance of `cls` with `module`'s state: parameters shared, containers copied."""
+    rebuilt = cls.__new__(cls)
+    rebuilt.__dict__.update(
+        {
+            key: copy.copy(value) if isinstance(value, dict) else value
+            for key, value in module.__dict__.items()
+        }
+    )
+    return rebuilt
+
+
+class QuantLayer:
+    """Mixin of the quantized layers; `float_type` is the layer type it replaces."""
+
+    float_type: type[nn.Module]
+    input_quantizer: TensorQuantizer
+    weight_quantizer: WeightQuantizer
+
+    @classmethod
+    def from_float(
+        cls, module: nn.Module, input_quantizer: TensorQuantizer, weight_quantizer: WeightQuantizer
+    ) -> QuantLayer:
+        layer = _rebuild(module, cls)
+        device = module.weight.device
+        layer.input_quantizer = input_quantizer.to(device)
+        layer.weight_quantizer = weight_quantizer.to(device)
+        return layer
+
+    def to_float(self) -> nn.Module:
+        """The float layer over the same parameters."""
+        layer = _rebuild(self, self.float_type)  # type: ignore[arg-type]
+        del layer._modules["input_quantizer"], layer._modules["weight_quantizer"]
+        return layer
+
+    def quantized_weight(self) -> Tensor:
+        return self.weight_quantizer.quantize_weight(self.weight)  # type: ignore[attr-defined]
+
+
+class QuantConv1d(QuantLayer, nn.Conv1d):
+    float_type = nn.Conv1d
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+
+
+class QuantConv2d(QuantLayer, nn.Conv2d):
+    float_type = nn.Conv2d
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+
+
+class QuantConv3d(QuantLayer, nn.Conv3d):
+    float_type = nn.Conv3d
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+
+
+class _QuantConvTranspose(QuantLayer):
+    dims: int
+    function: Any
+
+    def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
+        output_padding = self._output_padding(  # type: ignore[attr-defined]
+            input,
+            output_size,
+            self.stride,
+            self.padding,
+            self.kernel_size,
+            self.dims,
+            self.dilation,
+        )
+        return type(self).function(
+            self.input_quantizer(input),
+            self.quantized_weight(),
+            self.bias,
+            self.stride,
+            self.padding,
+            output_padding,
+            self.groups,
+            self.dilation,
+        )
+
+
+class QuantConvTranspose1d(_QuantConvTranspose, nn.ConvTranspose1d):
+    float_type, dims, function = nn.ConvTranspose1d, 1, F.conv_transpose1d
+
+
+class QuantConvTranspose2d(_QuantConvTranspose, nn.ConvTranspose2d):
+    float_type, dims, function = nn.ConvTranspose2d, 2, F.conv_transpose2d
+
+
+class QuantConvTranspose3d(_QuantConvTranspose, nn.ConvTranspose3d):
+    float_type, dims, function = nn.ConvTranspose3d, 3, F.conv_transpose3d
+
+
+class QuantLinear(QuantLayer, nn.Linear):
+    float_type = nn.Linear
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.linear(self.input_quantizer(input), self.quantized_weight(), self.bias)
+
+
+QUANT_LAYERS: dict[str, type[QuantLayer]] = {
+    cls.float_type.__name__: cls
+    for cls in (
+        QuantConv1d,
+        QuantConv2d,
+        QuantConv3d,
+        QuantConvTranspose1d,
+        QuantConvTranspose2d,
+        QuantConvTranspose3d,
+        QuantLinear,
+    )
+}

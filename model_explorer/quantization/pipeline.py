@@ -1,0 +1,85 @@
+"""The workload-level steps around a QuantizedModel: build it, calibrate it, reuse the file."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.quantization.model import QuantizedModel
+from model_explorer.workload import CalibrationSpec, resolve_path
+
+log = logging.getLogger(__name__)
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A short hash of the model's weights, stored in calibration files to spot stale ones."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def calibration_file(context: WorkloadContext) -> Path:
+    spec: CalibrationSpec = context.workload.require("calibration")
+    if spec.file is None:
+        raise UserError(
+            "workload.calibration.file: name the file that holds the calibration "
+            "(e.g. results/<workload>_calibration.pt)"
+        )
+    return resolve_path(spec.file)
+
+
+def build_quantized_model(
+    context: WorkloadContext, load_calibration: bool = True
+) -> QuantizedModel:
+    """The workload's model with its layers swapped as `quantization:` says, on the device,
+    calibrated from `calibration.file` unless `load_calibration` is False."""
+    model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
+    if load_calibration:
+        path = calibration_file(context)
+        stored = model.load_calibration(path, where="workload.calibration.file").get("weights")
+        if stored is not None and stored != weights_fingerprint(model.model):
+            log.warning(
+                "%s was calibrated on other weights than %s; recalibrate with "
+                "`model-explorer calibrate --force`",
+                path,
+                context.workload.model.weights,
+            )
+    return model.to(context.device)
+
+
+def calibrate_workload(
+    context: WorkloadContext, force: bool = False, if_missing: bool = False
+) -> tuple[QuantizedModel, Path, bool]:
+    """Calibrate on `calibration.datasets.calibrate` and write `calibration.file`.
+
+    Returns (model, path, calibrated): with `if_missing`, an existing file made for the same
+    weights is loaded instead. An existing file is never replaced without `force`, except a
+    stale one (other weights) under `if_missing`."""
+    spec: CalibrationSpec = context.workload.require("calibration")
+    path = calibration_file(context)
+    model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
+    fingerprint = weights_fingerprint(model.model)
+    if path.exists() and not force:
+        if not if_missing:
+            raise UserError(
+                f"workload.calibration.file: '{path}' exists; pass --force to overwrite it"
+            )
+        stored = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(stored, dict) and stored.get("weights") == fingerprint:
+            model.load_calibration(path, where="workload.calibration.file")
+            return model.to(context.device), path, False
+        log.warning("%s was made for other weights; recalibrating", path)
+    model.to(context.device)
+    model.calibrate(
+        context.loader("calibrate"), spec.method, percentile=spec.percentile, num_bins=spec.num_bins
+    )
+    model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
+    return model, path, True

@@ -1,0 +1,93 @@
+"""The calibrate command and the workload-level quantized model, on the trained digits model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from model_explorer.cli import main
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.models import save_checkpoint
+from model_explorer.quantization.pipeline import build_quantized_model, calibrate_workload
+from model_explorer.workload import Workload
+
+
+@pytest.fixture
+def digits_workload(trained_digits, tmp_path: Path) -> Path:
+    workload_file, checkpoint = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_calibrate_writes_refuses_and_forces(digits_workload: Path, capsys) -> None:
+    assert main(["calibrate", str(digits_workload)]) == 0
+    assert (
+        "calibrated 5 input quantizers of digits_cnn on 512 samples (percentile 99.99)"
+        in capsys.readouterr().out
+    )
+    file = digits_workload.parent / "calibration.pt"
+    written = file.stat().st_mtime_ns
+    assert main(["calibrate", str(digits_workload)]) == 2
+    assert "exists; pass --force to overwrite it" in capsys.readouterr().err
+    assert main(["calibrate", "--if-missing", str(digits_workload)]) == 0
+    assert file.stat().st_mtime_ns == written
+    assert main(["calibrate", "--force", str(digits_workload)]) == 0
+    assert file.stat().st_mtime_ns != written
+
+
+def test_loaded_calibration_equals_fresh_calibration(digits_workload: Path) -> None:
+    context = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    calibrated, _, _ = calibrate_workload(context)
+    loaded = build_quantized_model(context)
+    batches = context.batches("exploration")
+    for bits in ([8] * 10, [3, 5, 4, 2, 6, 7, 8, 3, 4, 5]):
+        calibrated.bit_widths = loaded.bit_widths = bits
+        with torch.no_grad():
+            for x, _ in batches:
+                assert torch.equal(calibrated(x), loaded(x))
+
+
+def test_quantized_accuracy_degrades_gracefully(digits_workload: Path) -> None:
+    context = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    model, _, _ = calibrate_workload(context)
+    float_accuracy = context.evaluate(context.build_model(), "exploration")
+    accuracies = {}
+    for bits in (8, 4, 2):
+        model.bit_widths = [bits] * len(model.bit_widths)
+        accuracies[bits] = context.evaluate(model, "exploration")
+    assert accuracies[8] >= float_accuracy - 0.01
+    assert accuracies[8] >= accuracies[4] >= accuracies[2]
+    assert accuracies[2] < 0.8  # two bits everywhere breaks the model
+
+
+def test_stale_calibration_is_redone_under_if_missing(digits_workload: Path, caplog) -> None:
+    context = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    calibrate_workload(context)
+    changed = context.build_model()
+    with torch.no_grad():
+        changed[0].weight.mul_(1.5)
+    save_checkpoint(changed, context.workload.model.weights + ".changed.pt")
+    data = yaml.safe_load(digits_workload.read_text())
+    data["workload"]["model"]["weights"] += ".changed.pt"
+    digits_workload.write_text(yaml.safe_dump(data))
+    other = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    build_quantized_model(other)
+    assert "calibrated on other weights" in caplog.text
+    _, _, calibrated = calibrate_workload(other, if_missing=True)
+    assert calibrated
+
+
+def test_missing_calibration_file_is_a_clear_error(digits_workload: Path, capsys) -> None:
+    assert main(["evaluate", str(digits_workload), "--bits", "8"]) == 2
+    assert "workload.calibration.file: '" in capsys.readouterr().err
+    context = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    with pytest.raises(UserError, match="make it with `model-explorer calibrate WORKLOAD`"):
+        build_quantized_model(context)
