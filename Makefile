@@ -25,7 +25,7 @@ $(VENV)/.installed-$(TEST_EXTRAS): pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/
 run: $(VENV)/.installed
 	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)
 	$(BIN)/model-explorer calibrate --if-missing $(WORKLOAD)
-	$(BIN)/model-explorer evaluate $(WORKLOAD) --dataset baseline --dataset reevaluate --bits 8 4
+	$(BIN)/model-explorer explore $(WORKLOAD)
 
 test: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/python -m pytest

@@ -137,6 +137,65 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("explore")
+def explore_command(args: argparse.Namespace) -> int:
+    from model_explorer.exploration.run import ExploreOptions, Interrupted, explore
+    from model_explorer.reporting import pareto_table
+
+    workload = _load(args)
+    options = ExploreOptions(
+        skip_baseline=args.skip_baseline,
+        resume=args.resume,
+        output=args.output,
+        progress=_progress(args),
+    )
+    try:
+        result, path = explore(workload, options)
+    except Interrupted as interrupted:
+        print(str(interrupted).replace("WORKLOAD", args.workload), file=sys.stderr)
+        return 130
+    stats = result.stats
+    print(
+        f"{stats['evaluations']} evaluations ({stats['cache_hits']} cache hits, "
+        f"{stats['early_rejected']} rejected early), {len(result.feasible())} feasible"
+    )
+    if result.baseline is not None:
+        baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
+        print(f"baseline accuracy: {_format_accuracy(baseline)}")
+    print("Pareto front:")
+    print(pareto_table(result))
+    print(f"result: {path}")
+    return 0
+
+
+@command("evaluate-individual")
+def evaluate_individual_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from model_explorer.exploration.reevaluate import (
+        primary_cost,
+        reevaluate,
+        reevaluation_path,
+    )
+    from model_explorer.fileio import atomic_path
+    from model_explorer.results import ExplorationResult
+
+    workload = _load(args)
+    result = ExplorationResult.load(args.results)
+    table = reevaluate(workload, result, args.count)
+    output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
+    with atomic_path(output) as temporary:
+        table.to_csv(temporary, index=False)
+    print(
+        f"re-evaluated the {len(table)} feasible individuals with the lowest "
+        f"{primary_cost(result)} on the reevaluation data:"
+    )
+    columns = ["id", primary_cost(result), "accuracy", "full_accuracy"]
+    print(table[[c for c in columns if c in table.columns]].to_string(index=False))
+    print(f"wrote {output}")
+    return 0
+
+
 @command("retrain")
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
@@ -247,6 +306,34 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep an existing file made for the current weights",
     )
+
+    explore = commands.add_parser(
+        "explore", parents=[common], help="search per-layer settings with NSGA-II"
+    )
+    explore.add_argument("workload", help="workload YAML file")
+    explore.add_argument(
+        "-s", "--skip-baseline", action="store_true", help="do not measure the float baseline"
+    )
+    explore.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an unfinished result (the --output file, else the newest of this workload)",
+    )
+    explore.add_argument("--output", help="result file (default: results/expl_..._<time>.pkl)")
+
+    individual = commands.add_parser(
+        "evaluate-individual",
+        parents=[common],
+        help="re-evaluate the best individuals of a result on the reevaluation data",
+        description="Re-evaluates the N feasible individuals with the lowest primary cost "
+        "objective (the first minimised objective, e.g. weighted_bits; ascending, ties broken "
+        "by higher accuracy) on reevaluation.datasets.reevaluate, and writes a CSV of their "
+        "rows with a full_accuracy column.",
+    )
+    individual.add_argument("workload", help="workload YAML file")
+    individual.add_argument("results", help="result file of an exploration")
+    individual.add_argument("-n", "--count", type=_positive, default=5, help="how many (default 5)")
+    individual.add_argument("--output", help="CSV file (default: <results>_reevaluation.csv)")
 
     retrain = commands.add_parser(
         "retrain", parents=[common], help="train the workload's float baseline (--baseline)"

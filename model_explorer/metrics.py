@@ -8,6 +8,7 @@ gets one metric per output and `evaluate` returns a list.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +29,11 @@ class Metric:
 
     def compute(self) -> float:
         raise NotImplementedError
+
+    def upper_bound(self, remaining: int) -> float | None:
+        """The best final value still reachable with `remaining` samples to come, when the
+        metric allows an exact bound (None otherwise)."""
+        return None
 
 
 MetricBuilder = Callable[[Any], Metric]
@@ -58,6 +64,10 @@ class TopKAccuracy(Metric):
 
     def compute(self) -> float:
         return self.correct / self.total if self.total else 0.0
+
+    def upper_bound(self, remaining: int) -> float:
+        # Every remaining sample right: the exact best case.
+        return (self.correct + remaining) / (self.total + remaining)
 
 
 class TopKOptions(Spec):
@@ -148,7 +158,61 @@ def to_device(value: Any, device: torch.device) -> Any:
     return type(value)(to_device(item, device) for item in value)
 
 
+@dataclass
+class Outcome:
+    """What scoring a model over a subset found. `complete` is False when scoring stopped early
+    because some accuracy could no longer reach its minimum; then `accuracies` holds the upper
+    bounds reached. `finite` is False when an output held NaN or infinity."""
+
+    accuracies: list[float]
+    complete: bool = True
+    finite: bool = True
+    samples: int = 0
+
+
 @torch.inference_mode()
+def score(
+    model: nn.Module,
+    batches: Iterable[tuple[Any, Any]],
+    metric: MetricSpec | str = "top1",
+    device: torch.device | str | None = None,
+    minimum: list[float] | None = None,
+    check_finite: bool = False,
+) -> Outcome:
+    """Accuracy of `model` over `batches`, one value per model output.
+
+    With `minimum` (one per output) and batches that know their `num_samples` (a TensorCache),
+    scoring stops as soon as an accuracy's exact upper bound falls below its minimum.
+    With `check_finite`, a non-finite output stops scoring with accuracy 0.
+    """
+    model.eval()
+    if device is None:
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = torch.device(device)
+    total = getattr(batches, "num_samples", None) if minimum is not None else None
+    metrics: list[Metric] = []
+    seen = 0
+    for inputs, targets in batches:
+        inputs = to_device(inputs, device)
+        targets = to_device(targets, device)
+        outputs = output_list(
+            model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
+        )
+        if not metrics:
+            metrics = [create_metric(metric) for _ in outputs]
+        if check_finite and not all(bool(torch.isfinite(o).all()) for o in outputs):
+            return Outcome([0.0] * len(outputs), complete=False, finite=False, samples=seen)
+        paired = targets if isinstance(targets, (list, tuple)) else [targets] * len(outputs)
+        for metric_state, output, target in zip(metrics, outputs, paired, strict=True):
+            metric_state.update(output, target)
+        seen += len(paired[0])
+        if total is not None and seen < total:
+            bounds = [m.upper_bound(total - seen) for m in metrics]
+            if any(b is not None and b < low for b, low in zip(bounds, minimum, strict=True)):
+                return Outcome([float(b) for b in bounds], complete=False, samples=seen)
+    return Outcome([m.compute() for m in metrics], samples=seen)
+
+
 def evaluate(
     model: nn.Module,
     batches: Iterable[tuple[Any, Any]],
@@ -160,21 +224,5 @@ def evaluate(
     One float per model output; a single-output model gives a float. A single target tensor is
     scored against every output (e.g. early-exit heads); a tuple of targets pairs up with outputs.
     """
-    model.eval()
-    if device is None:
-        device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    device = torch.device(device)
-    metrics: list[Metric] = []
-    for inputs, targets in batches:
-        inputs = to_device(inputs, device)
-        targets = to_device(targets, device)
-        outputs = output_list(
-            model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
-        )
-        if not metrics:
-            metrics = [create_metric(metric) for _ in outputs]
-        paired = targets if isinstance(targets, (list, tuple)) else [targets] * len(outputs)
-        for metric_state, output, target in zip(metrics, outputs, paired, strict=True):
-            metric_state.update(output, target)
-    scores = [m.compute() for m in metrics]
-    return scores[0] if len(scores) == 1 else scores
+    accuracies = score(model, batches, metric, device).accuracies
+    return accuracies[0] if len(accuracies) == 1 else accuracies

@@ -62,6 +62,7 @@ def _percentile(value: float) -> float:
     return value
 
 
+Bits = Annotated[int, AfterValidator(_bits)]
 PositiveInt = Annotated[int, AfterValidator(_positive)]
 PositiveFloat = Annotated[float, AfterValidator(_positive)]
 NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
@@ -216,21 +217,19 @@ class ProblemSpec(Spec):
     @field_validator("problem_function")
     @classmethod
     def _known_problem(cls, value: str) -> str:
-        if value not in KNOWN_PROBLEMS:
+        from model_explorer.problems import PROBLEMS
+
+        if value not in PROBLEMS:
             raise PydanticCustomError(
                 "unknown_problem",
                 "unknown problem function '{name}'{hint}; known: {known}",
                 {
                     "name": value,
-                    "hint": did_you_mean(value, KNOWN_PROBLEMS),
-                    "known": ", ".join(KNOWN_PROBLEMS),
+                    "hint": did_you_mean(value, PROBLEMS.names()),
+                    "known": ", ".join(PROBLEMS.names()),
                 },
             )
         return value
-
-
-# The original tool's problem functions; the problems package registers their implementations.
-KNOWN_PROBLEMS = ("quantization_problem", "energy_aware_quant_problem", "sparsity_problem")
 
 
 class ModelSpec(Spec):
@@ -275,7 +274,7 @@ class QuantizerSpec(Spec):
     """One quantizer's settings: `axis` null is per tensor; `unsigned: auto` makes a quantizer
     unsigned when calibration saw no negative value (e.g. after a ReLU)."""
 
-    num_bits: Annotated[int, AfterValidator(_bits)] = 8
+    num_bits: Bits = 8
     axis: int | None = None
     unsigned: bool | Literal["auto"] = False
     narrow_range: bool = False
@@ -316,8 +315,8 @@ class NSGASpec(Spec):
 
 
 class ExtraArgs(Spec):
-    num_bits_lower_limit: Annotated[int, AfterValidator(_bits)] = 4
-    num_bits_upper_limit: Annotated[int, AfterValidator(_bits)] = 14
+    num_bits_lower_limit: Bits = 4
+    num_bits_upper_limit: Bits = 14
     bit_weighting_function: Literal["bits_weighted_linear", "bits_weighted_per_layer"] = (
         "bits_weighted_linear"
     )
@@ -349,6 +348,9 @@ class ExplorationDatasets(Spec):
 
 class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
+    objectives: list[str] = Field(default_factory=lambda: ["accuracy", "weighted_bits"])
+    early_reject: bool = True
+    layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
     minimum_accuracy: Fraction | list[Fraction] | None = None
     allowable_accuracy_drop: Fraction | None = None
     predefined_parameters: list[NonNegativeFloat] = Field(default_factory=list)

@@ -21,6 +21,7 @@ def test_default_workload_loads_with_defaults_filled_in() -> None:
     assert workload.name == "digits_cnn"
     assert workload.model.type == "digits_cnn"
     assert workload.exploration.nsga.pop_size == 16
+    assert workload.exploration.nsga.generations == 20
     assert workload.exploration.nsga.offsprings == 16
     assert workload.exploration.allowable_accuracy_drop == 0.02
     assert workload.exploration.minimum_accuracy is None
@@ -28,14 +29,14 @@ def test_default_workload_loads_with_defaults_filled_in() -> None:
     assert workload.exploration.extra_args.discrete_threshold_method == "linear"
     assert workload.exploration.extra_args.block_size == (8, 8)
     spec, where = dataset_spec(workload, "exploration")
-    assert (spec.type, spec.options.split, spec.batch_size) == ("digits", "validation", 512)
+    assert (spec.type, spec.options.split, spec.batch_size) == ("digits", "validation", 120)
     assert where == "workload.exploration.datasets.exploration"
 
 
 def test_original_template_layout_is_accepted() -> None:
     workload = Workload.load(ORIGINAL_TEMPLATE)
     exploration = workload.exploration
-    assert workload.problem.problem_function == "sparsity_problem"
+    assert workload.problem.problem_function == "quantization_problem"
     assert workload.problem.gpu_id == 0
     assert workload.problem.results_file == "results/sparsity_results.pkl"
     assert exploration.minimum_accuracy == [0.9, 0.85]

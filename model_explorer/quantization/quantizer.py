@@ -159,7 +159,10 @@ class TensorQuantizer(nn.Module):
         self.calibrator: Calibrator = calibrator if calibrator is not None else MaxCalibrator(axis)
         self.register_buffer("_amax", None, persistent=False)
         self._from_calibrator = False
-        self._params: tuple[tuple, QuantParams] | None = None
+        # Parameters per (bits, signedness, range, axis), valid until amax is set anew: with a
+        # calibrator the amax of each width is fixed, so switching widths back and forth during
+        # a search costs nothing after the first time.
+        self._params: dict[tuple, QuantParams] = {}
 
     # -- settings -------------------------------------------------------------------------
     @property
@@ -172,9 +175,8 @@ class TensorQuantizer(nn.Module):
         if value == self._num_bits:
             return
         self._num_bits = value
-        self._params = None
         if self._from_calibrator and self.calibrator.depends_on_bits:
-            self._store_amax(self.calibrator.compute_amax(value, self.unsigned))
+            self._store_amax(self.calibrator.compute_amax(value, self.unsigned), keep_params=True)
 
     @property
     def amax(self) -> Tensor | None:
@@ -185,7 +187,7 @@ class TensorQuantizer(nn.Module):
         self._store_amax(torch.as_tensor(value, dtype=torch.float32))
         self._from_calibrator = False
 
-    def _store_amax(self, value: Tensor) -> None:
+    def _store_amax(self, value: Tensor, keep_params: bool = False) -> None:
         value = value.detach().float()
         if value.dim() > 1 or (self.axis is None and value.numel() != 1):
             raise ValueError(
@@ -196,7 +198,8 @@ class TensorQuantizer(nn.Module):
             raise ValueError("amax must not be negative")
         device = self._amax.device if self._amax is not None else value.device
         self._amax = (value.reshape(()) if self.axis is None else value.reshape(-1)).to(device)
-        self._params = None
+        if not keep_params:
+            self._params = {}
 
     # -- calibration ----------------------------------------------------------------------
     def start_calibration(self, calibrator: Calibrator | None = None) -> None:
@@ -227,13 +230,14 @@ class TensorQuantizer(nn.Module):
             raise RuntimeError(
                 "this quantizer has no amax yet: calibrate the model or load a calibration file"
             )
-        key = (self._num_bits, self.unsigned, self.narrow_range, self.axis, self._amax.device)
-        if self._params is None or self._params[0] != key:
+        key = (self._num_bits, self.unsigned, self.narrow_range, self.axis)
+        params = self._params.get(key)
+        if params is None:
             params = quant_params(
                 self._amax, self._num_bits, self.unsigned, self.narrow_range, self.axis
             )
-            self._params = (key, params)
-        return self._params[1]
+            self._params[key] = params
+        return params
 
     def forward(self, x: Tensor) -> Tensor:
         if self.calibrating:
@@ -251,7 +255,7 @@ class TensorQuantizer(nn.Module):
         return f"{self._num_bits} bit, {kind}, {sign}{narrow}, {state}"
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
-        self._params = None  # device or dtype changes: rebuild the scale tensors lazily
+        self._params = {}  # device or dtype changes: rebuild the scale tensors lazily
         return super()._apply(fn, recurse)
 
 

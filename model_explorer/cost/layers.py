@@ -1,0 +1,78 @@
+"""Per-layer sizes of convolution and linear layers, measured on one example sample:
+multiply-accumulates, weight elements, input and output elements (all per sample)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+_CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    macs: int
+    weight_elements: int
+    input_elements: int
+    output_elements: int
+
+
+def layer_macs(module: nn.Module, input: Tensor, output: Tensor) -> int:
+    """Multiply-accumulates of one call for the first sample (the convention of torchinfo and
+    calflops: every product of a weight and an input counts once; bias additions do not)."""
+    if isinstance(module, _CONVOLUTIONS):
+        kernel = module.in_channels // module.groups * math.prod(module.kernel_size)
+        return output[0].numel() * kernel
+    if isinstance(module, _TRANSPOSED):
+        kernel = module.out_channels // module.groups * math.prod(module.kernel_size)
+        return input[0].numel() * kernel
+    if isinstance(module, nn.Linear):
+        return output[0].numel() * module.in_features
+    raise TypeError(f"no MAC rule for {type(module).__name__}")
+
+
+def measure_layers(
+    model: nn.Module, example: Any, layers: dict[str, nn.Module]
+) -> dict[str, LayerCost]:
+    """Run `model` once on `example` (a batch; the first sample is counted) and record each
+    named layer's cost. Layers called more than once add up."""
+    found: dict[str, LayerCost] = {}
+    hooks = []
+
+    def record(name: str):
+        def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
+            cost = LayerCost(
+                macs=layer_macs(module, args[0], output),
+                weight_elements=module.weight.numel(),
+                input_elements=args[0][0].numel(),
+                output_elements=output[0].numel(),
+            )
+            previous = found.get(name)
+            if previous is not None:
+                cost = LayerCost(
+                    previous.macs + cost.macs,
+                    cost.weight_elements,
+                    previous.input_elements + cost.input_elements,
+                    previous.output_elements + cost.output_elements,
+                )
+            found[name] = cost
+
+        return hook
+
+    try:
+        for name, module in layers.items():
+            hooks.append(module.register_forward_hook(record(name)))
+        training = model.training
+        model.eval()
+        with torch.no_grad():
+            model(example)
+        model.train(training)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return found

@@ -1,0 +1,247 @@
+"""Explorer: NSGA-II over any Problem through pymoo's ask/tell loop.
+
+Every evaluation is recorded (not only survivors); a configuration is never evaluated twice
+(the cache is keyed by the decoded configuration); the result file is rewritten atomically
+after every generation and doubles as the checkpoint.
+
+Resuming replays the search from its seed: pymoo's NSGA-II is deterministic given its seed and
+the objective values it is told, so the replay asks for exactly the genomes of the interrupted
+run, answers them from the recorded evaluations without touching the model, and carries on
+evaluating where the record ends. A resumed run therefore ends with the same result as an
+uninterrupted one, and the checkpoint holds only plain data, never pickled pymoo objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.evaluator import Evaluator
+from pymoo.core.problem import Problem as PymooProblem
+from pymoo.core.sampling import Sampling
+from pymoo.operators.crossover.sbx import SBX
+from pymoo.operators.mutation.pm import PM
+from pymoo.operators.repair.rounding import RoundingRepair
+from pymoo.operators.sampling.rnd import FloatRandomSampling, IntegerRandomSampling
+from pymoo.problems.static import StaticProblem
+from tqdm.auto import tqdm
+
+from model_explorer.exploration.runners import Runner, SerialRunner
+from model_explorer.problems.base import Evaluation, Problem
+from model_explorer.results import ExplorationResult
+from model_explorer.workload import NSGASpec
+
+log = logging.getLogger(__name__)
+
+
+class Bounds(PymooProblem):
+    """pymoo's view of a Problem: only its size and bounds; evaluation happens in the Explorer."""
+
+    def __init__(self, problem: Problem) -> None:
+        integer = all(v.integer for v in problem.variables)
+        super().__init__(
+            n_var=len(problem.variables),
+            n_obj=len(problem.objectives),
+            n_ieq_constr=len(problem.all_constraints),
+            xl=np.array([v.lower for v in problem.variables], dtype=float),
+            xu=np.array([v.upper for v in problem.variables], dtype=float),
+            vtype=int if integer else float,
+        )
+
+
+class SeededSampling(Sampling):
+    """The problem's own starting genomes first, random ones for the rest of the population."""
+
+    def __init__(self, genomes: list[list[float]], random: Sampling) -> None:
+        super().__init__()
+        self.genomes = np.array(genomes, dtype=float).reshape(len(genomes), -1)
+        self.random = random
+
+    def _do(self, problem, n_samples, **kwargs):  # noqa: ANN001, ANN202 - pymoo's signature
+        rest = max(0, n_samples - len(self.genomes))
+        sampled = self.random._do(problem, rest, **kwargs) if rest else np.empty((0, problem.n_var))
+        return np.vstack([self.genomes[:n_samples], sampled])
+
+
+def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
+    """NSGA-II with the workload's settings: SBX crossover and polynomial mutation with their
+    eta and probability, integer rounding for integer genomes, duplicate elimination."""
+    integer = all(v.integer for v in problem.variables)
+    repair = RoundingRepair() if integer else None
+    vtype = float
+    random_sampling = IntegerRandomSampling() if integer else FloatRandomSampling()
+    initial = problem.initial_genomes()
+    sampling = SeededSampling(initial, random_sampling) if initial else random_sampling
+    crossover = SBX(prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=vtype, repair=repair)
+    mutation = PM(prob=nsga.mutation_prob, eta=nsga.mutation_eta, vtype=vtype, repair=repair)
+    return NSGA2(
+        pop_size=nsga.pop_size,
+        n_offsprings=nsga.offsprings or nsga.pop_size,
+        sampling=sampling,
+        crossover=crossover,
+        mutation=mutation,
+        eliminate_duplicates=True,
+    )
+
+
+def configuration_key(configuration: list[Any]) -> str:
+    return json.dumps(configuration)
+
+
+class Explorer:
+    """Runs NSGA-II over a Problem. `result_path` receives the result after every generation."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        nsga: NSGASpec,
+        seed: int = 0,
+        result_path: str | os.PathLike[str] | None = None,
+        workload: dict[str, Any] | None = None,
+        baseline: list[float] | None = None,
+        runner: Runner | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.problem = problem
+        self.nsga = nsga
+        self.seed = seed
+        self.result_path = Path(result_path) if result_path is not None else None
+        self.runner = runner or SerialRunner()
+        self.progress = progress
+        self.result = ExplorationResult(workload or {}, problem.describe(), baseline, seed=seed)
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._restored: dict[str, dict[str, Any]] = {}
+        self.on_generation: Callable[[int, ExplorationResult], None] | None = None
+
+    def restore(self, previous: ExplorationResult) -> None:
+        """Take over the evaluations of an interrupted run (same problem, seed and settings)."""
+        if previous.problem != self.result.problem or previous.seed != self.seed:
+            raise ValueError("the checkpoint belongs to another problem or seed")
+        for record in [*previous.records, *previous.partial]:
+            data = {k: v for k, v in record.items() if k not in ("id", "generation", "index")}
+            self._restored[configuration_key(record["configuration"])] = data
+        self.result.baseline = previous.baseline
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> ExplorationResult:
+        algorithm = make_algorithm(self.problem, self.nsga)
+        bounds = Bounds(self.problem)
+        generations = self.nsga.generations
+        algorithm.setup(
+            bounds, termination=("n_gen", generations + 1), seed=self.seed, verbose=False
+        )
+        bar = tqdm(total=generations + 1, desc="generations", unit="gen", disable=not self.progress)
+        generation = 0
+        try:
+            while algorithm.has_next():
+                population = algorithm.ask()
+                genomes = population.get("X")
+                records = self._evaluate_generation(generation, genomes)
+                objectives = np.array([self.problem.objective_vector(r["values"]) for r in records])
+                constraints = np.array(
+                    [self.problem.constraint_vector(r["values"]) for r in records]
+                )
+                Evaluator().eval(StaticProblem(bounds, F=objectives, G=constraints), population)
+                algorithm.tell(infills=population)
+                self._close_generation(generation, algorithm)
+                generation += 1
+                bar.update(1)
+            self.result.complete = True
+        finally:
+            bar.close()
+            self.save()
+        return self.result
+
+    def _evaluate_generation(self, generation: int, genomes: np.ndarray) -> list[dict[str, Any]]:
+        """Records for the genomes asked, evaluating only configurations never seen before.
+
+        New records join the result in the order pymoo asked for them, whatever order the
+        runner finishes them in, so serial, parallel and resumed runs record alike."""
+        configurations = [self.problem.decode(genome) for genome in genomes]
+        keys = [configuration_key(c) for c in configurations]
+        fresh: dict[str, dict[str, Any]] = {}  # key -> evaluation data new in this generation
+        pending: list[int] = []
+        pending_keys: set[str] = set()
+        for index, key in enumerate(keys):
+            if key in self._cache or key in fresh or key in pending_keys:
+                continue  # seen before, or twice in this generation
+            if key in self._restored:
+                fresh[key] = self._restored.pop(key)
+            else:
+                pending.append(index)
+                pending_keys.add(key)
+        if pending:
+            bar = tqdm(
+                total=len(pending),
+                desc=f"generation {generation}",
+                unit="eval",
+                leave=False,
+                disable=not self.progress,
+            )
+
+            def done(position: int, configuration: list[Any], evaluation: Evaluation) -> None:
+                index = pending[position]
+                fresh[keys[index]] = self._evaluation_data(
+                    genomes[index], configuration, evaluation
+                )
+                self.result.partial.append(fresh[keys[index]])
+                bar.update(1)
+
+            try:
+                self.runner.evaluate(self.problem, [genomes[i] for i in pending], done)
+            finally:
+                bar.close()
+        self.result.partial = []
+        records = []
+        for index, key in enumerate(keys):
+            if key in fresh:
+                self._append(generation, index, key, fresh.pop(key))
+            else:
+                self.result.stats["cache_hits"] += 1
+            records.append(self._cache[key])
+        return records
+
+    def _append(self, generation: int, index: int, key: str, data: dict[str, Any]) -> None:
+        record = {"id": len(self.result.records), "generation": generation, "index": index, **data}
+        self._cache[key] = record
+        self.result.records.append(record)
+        self.result.stats["evaluations"] += 1
+        if not record["complete"] and record["extra"].get("finite", True):
+            self.result.stats["early_rejected"] += 1
+
+    def _evaluation_data(
+        self, genome: np.ndarray, configuration: list[Any], evaluation: Evaluation
+    ) -> dict[str, Any]:
+        return {
+            "genome": [float(g) for g in genome],
+            "configuration": configuration,
+            "values": {k: float(v) for k, v in evaluation.values.items()},
+            "accuracies": [float(a) for a in evaluation.accuracies],
+            "feasible": self.problem.feasible(evaluation.values),
+            "complete": evaluation.complete,
+            "seconds": evaluation.seconds,
+            "extra": {**evaluation.extra, "finite": evaluation.finite},
+        }
+
+    def _close_generation(self, generation: int, algorithm: NSGA2) -> None:
+        survivors = {configuration_key(self.problem.decode(x)) for x in algorithm.pop.get("X")}
+        self.result.generations.append(
+            {
+                "generation": generation,
+                "population": sorted(self._cache[key]["id"] for key in survivors),
+                "evaluations": self.result.stats["evaluations"],
+            }
+        )
+        self.save()
+        if self.on_generation is not None:
+            self.on_generation(generation, self.result)
+
+    def save(self) -> None:
+        if self.result_path is not None:
+            self.result.save(self.result_path)

@@ -1,0 +1,72 @@
+"""Re-evaluating chosen individuals of a result on the full `reevaluation` data."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.problems import PROBLEMS
+from model_explorer.results import ExplorationResult, Individual
+from model_explorer.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+def primary_cost(result: ExplorationResult) -> str:
+    """The first objective that is minimised (e.g. weighted_bits)."""
+    for name, maximize in result.objectives:
+        if not maximize:
+            return name
+    raise UserError("the result has no cost objective to rank individuals by")
+
+
+def best_feasible(result: ExplorationResult, count: int) -> list[Individual]:
+    """The `count` feasible individuals with the lowest primary cost (ties: higher accuracy)."""
+    cost = primary_cost(result)
+    ranked = sorted(result.feasible(), key=lambda i: (i.values[cost], -i.values.get("accuracy", 0)))
+    return ranked[:count]
+
+
+def reevaluate(
+    workload: Workload,
+    result: ExplorationResult,
+    count: int,
+    context: WorkloadContext | None = None,
+) -> pd.DataFrame:
+    """Each chosen individual's row of `result.to_dataframe()` plus `full_accuracy` on
+    `reevaluation.datasets.reevaluate` (one column per output for multi-output models)."""
+    if result.workload.get("workload", {}).get("model") != workload.to_dict()["workload"]["model"]:
+        raise UserError("RESULTS: the result was made for another model than this workload's")
+    chosen = best_feasible(result, count)
+    if not chosen:
+        raise UserError("RESULTS: the result holds no feasible individual to re-evaluate")
+    context = context or WorkloadContext(workload)
+    context.dataset("reevaluate")  # fail early when the workload has no reevaluation data
+    problem = PROBLEMS.get(result.problem["name"]).builder(context, None)
+    if [v.name for v in problem.variables] != result.variable_names:
+        raise UserError("RESULTS: its variables do not match this workload's model")
+    frame = result.to_dataframe().set_index("id")
+    rows = []
+    for individual in chosen:
+        problem.apply(individual.configuration)
+        accuracy = context.evaluate(problem.model, "reevaluate")
+        row = frame.loc[individual.id].to_dict()
+        row["id"] = individual.id
+        if isinstance(accuracy, list):
+            row.update({f"full_accuracy_{i}": a for i, a in enumerate(accuracy)})
+            row["full_accuracy"] = sum(accuracy) / len(accuracy)
+        else:
+            row["full_accuracy"] = accuracy
+        rows.append(row)
+        log.info("individual %d: full accuracy %s", individual.id, accuracy)
+    columns = ["id", "full_accuracy"]
+    table = pd.DataFrame(rows)
+    return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def reevaluation_path(results: Path) -> Path:
+    return results.with_name(f"{results.stem}_reevaluation.csv")

@@ -1,0 +1,171 @@
+"""`explore`: from a workload to a result file (baseline, problem, search, resume)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.runners import Runner
+from model_explorer.problems import PROBLEMS
+from model_explorer.results import ExplorationResult
+from model_explorer.workload import ExplorationSpec, Workload, dataset_spec, resolve_path
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIRECTORY = Path("results")
+
+
+@dataclass
+class ExploreOptions:
+    skip_baseline: bool = False
+    resume: bool = False
+    output: str | None = None
+    progress: bool = False
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
+def default_result_stem(workload: Workload) -> str:
+    """`expl_<problem>_<model>_<dataset>`: the prefix of the result files of a workload."""
+    spec, _ = dataset_spec(workload, "exploration")
+    return "_".join(
+        ["expl", workload.problem.problem_function, _slug(workload.model.type), _slug(spec.type)]
+    )
+
+
+def result_path(workload: Workload, output: str | None) -> Path:
+    if output is not None:
+        return resolve_path(output)
+    if workload.problem.results_file is not None:
+        return resolve_path(workload.problem.results_file)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return RESULTS_DIRECTORY / f"{default_result_stem(workload)}_{stamp}.pkl"
+
+
+def find_checkpoint(workload: Workload, output: str | None) -> Path:
+    """The file to resume: the named one, or the newest unfinished result of this workload."""
+    if output is not None or workload.problem.results_file is not None:
+        path = result_path(workload, output)
+        if not path.is_file():
+            raise UserError(f"--resume: '{path}' does not exist; there is nothing to resume")
+        return path
+    stem = default_result_stem(workload)
+    candidates = sorted(RESULTS_DIRECTORY.glob(f"{stem}_*.pkl"), key=lambda p: p.stat().st_mtime)
+    for path in reversed(candidates):
+        try:
+            result = ExplorationResult.load(path)
+        except UserError:
+            continue
+        if not result.complete and result.workload == workload.to_dict():
+            return path
+    raise UserError(
+        f"--resume: no unfinished result of this workload in {RESULTS_DIRECTORY}/ ({stem}_*.pkl); "
+        "name one with --output"
+    )
+
+
+def minimum_accuracy(spec: ExplorationSpec, baseline: list[float] | None) -> list[float] | None:
+    """The accuracy each output must keep: `allowable_accuracy_drop` (a fraction of the
+    baseline; it wins when both are given) or `minimum_accuracy`, else no constraint."""
+    if spec.allowable_accuracy_drop is not None:
+        if baseline is None:
+            raise UserError(
+                "exploration.allowable_accuracy_drop needs the baseline accuracy; do not pass "
+                "--skip-baseline, or set exploration.minimum_accuracy instead"
+            )
+        return [a * (1.0 - spec.allowable_accuracy_drop) for a in baseline]
+    if spec.minimum_accuracy is None:
+        return None
+    if isinstance(spec.minimum_accuracy, list):
+        return list(spec.minimum_accuracy)
+    return [spec.minimum_accuracy]
+
+
+def measure_baseline(context: WorkloadContext) -> list[float]:
+    accuracy = context.evaluate(context.build_model(), "baseline")
+    return accuracy if isinstance(accuracy, list) else [accuracy]
+
+
+def explore(
+    workload: Workload,
+    options: ExploreOptions | None = None,
+    runner: Runner | None = None,
+    context: WorkloadContext | None = None,
+) -> tuple[ExplorationResult, Path]:
+    """Run the workload's exploration and write its result file (also after every generation)."""
+    options = options or ExploreOptions()
+    spec: ExplorationSpec = workload.require("exploration")
+    context = context or WorkloadContext(workload)
+    previous = None
+    if options.resume:
+        path = find_checkpoint(workload, options.output)
+        previous = ExplorationResult.load(path)
+        if previous.workload != workload.to_dict():
+            raise UserError(
+                f"--resume: '{path}' was written for a different workload; resume with the same "
+                "workload file, or start afresh without --resume"
+            )
+        if previous.complete:
+            raise UserError(f"--resume: '{path}' is already complete")
+        log.info("resuming %s: %d evaluations recorded", path, _saved(previous))
+    else:
+        path = result_path(workload, options.output)
+        if path.exists():
+            raise UserError(f"--output: '{path}' exists; choose another path or pass --resume")
+    if previous is not None:
+        baseline = previous.baseline
+    elif options.skip_baseline:
+        baseline = None
+    else:
+        baseline = measure_baseline(context)
+        log.info("baseline accuracy on %s: %s", dataset_spec(workload, "baseline")[1], baseline)
+    problem = PROBLEMS.get(workload.problem.problem_function, "workload.problem.problem_function")
+    built = problem.builder(context, minimum_accuracy(spec, baseline))
+    explorer = Explorer(
+        built,
+        spec.nsga,
+        seed=workload.seed,
+        result_path=path,
+        workload=workload.to_dict(),
+        baseline=baseline,
+        runner=runner,
+        progress=options.progress,
+    )
+    if previous is not None:
+        explorer.restore(previous)
+    try:
+        return explorer.run(), path
+    except KeyboardInterrupt:
+        raise Interrupted(path, explorer.result) from None
+    except Exception:
+        log.error(
+            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
+            "resume with `model-explorer explore WORKLOAD --resume --output %s`",
+            _saved(explorer.result),
+            path,
+            path,
+        )
+        raise
+
+
+def _saved(result: ExplorationResult) -> int:
+    return len(result) + len(result.partial)
+
+
+class Interrupted(Exception):
+    """The search was interrupted (Ctrl-C); what was evaluated is saved at `path`."""
+
+    def __init__(self, path: Path, result: ExplorationResult) -> None:
+        super().__init__(
+            f"interrupted; {_saved(result)} evaluations are saved in {path}; resume with "
+            f"`model-explorer explore WORKLOAD --resume --output {path}`"
+        )
+        self.path = path

@@ -1,0 +1,24 @@
+"""Problems by name (`problem.problem_function`); each builds itself from a WorkloadContext."""
+
+from __future__ import annotations
+
+# Explicit imports register the built-in problems; nothing else runs at import.
+from model_explorer.problems import quantization_builder as _quantization  # noqa: E402,F401
+from model_explorer.problems.base import (
+    Constraint,
+    Evaluation,
+    Objective,
+    Problem,
+    Variable,
+)
+from model_explorer.problems.registry import PROBLEMS, register_problem
+
+__all__ = [
+    "PROBLEMS",
+    "Constraint",
+    "Evaluation",
+    "Objective",
+    "Problem",
+    "Variable",
+    "register_problem",
+]

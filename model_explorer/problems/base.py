@@ -1,0 +1,131 @@
+"""The Problem contract: genome -> decoded configuration -> Evaluation.
+
+A problem author writes natural quantities (accuracy to maximise, bits to minimise, accuracy at
+least some minimum); this base class turns them into pymoo's form (every objective minimised,
+every constraint G <= 0). A Problem knows nothing about generations, files or processes.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+FINITE = "outputs_finite"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One gene: an integer (bits) or a float (a threshold) between bounds, both included."""
+
+    name: str
+    lower: float
+    upper: float
+    integer: bool = True
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    maximize: bool = False
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """`name` is a measured quantity that must stay within [minimum, maximum]."""
+
+    name: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def violation(self, value: float) -> float:
+        """pymoo's G: positive when violated, <= 0 when met."""
+        parts = []
+        if self.minimum is not None:
+            parts.append(self.minimum - value)
+        if self.maximum is not None:
+            parts.append(value - self.maximum)
+        return max(parts) if parts else 0.0
+
+
+@dataclass
+class Evaluation:
+    """What one configuration measured: `values` holds every quantity by name (objectives,
+    constrained quantities and anything else worth keeping, e.g. bops and model size)."""
+
+    values: dict[str, float]
+    accuracies: list[float]
+    complete: bool = True
+    finite: bool = True
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Problem(ABC):
+    """Subclasses set `name`, `variables`, `objectives` and `constraints`, and implement
+    `decode` (genome -> configuration, a list aligned with `variables`) and `measure`."""
+
+    name: str = "problem"
+    model: Any = None
+    variables: list[Variable]
+    objectives: list[Objective]
+    constraints: list[Constraint]
+
+    @property
+    def all_constraints(self) -> list[Constraint]:
+        """The problem's constraints plus one every problem has: outputs must be finite."""
+        return [*self.constraints, Constraint(FINITE, minimum=1.0)]
+
+    def decode(self, genome: Sequence[float]) -> list[Any]:
+        """The configuration that actually runs for a genome (default: the genome itself,
+        integers rounded)."""
+        return [
+            int(round(value)) if variable.integer else float(value)
+            for variable, value in zip(self.variables, genome, strict=True)
+        ]
+
+    @abstractmethod
+    def apply(self, configuration: list[Any]) -> None:
+        """Put a configuration into effect on the problem's model (`self.model`)."""
+
+    @abstractmethod
+    def measure(self, configuration: list[Any]) -> Evaluation:
+        """Apply a configuration and measure it."""
+
+    def evaluate(self, genome: Sequence[float]) -> tuple[list[Any], Evaluation]:
+        configuration = self.decode(genome)
+        started = time.perf_counter()
+        evaluation = self.measure(configuration)
+        evaluation.seconds = time.perf_counter() - started
+        evaluation.values[FINITE] = 1.0 if evaluation.finite else 0.0
+        return configuration, evaluation
+
+    def initial_genomes(self) -> list[list[float]]:
+        """Genomes to place in the first generation before random ones (none by default)."""
+        return []
+
+    # -- pymoo's view ---------------------------------------------------------------------
+    def objective_vector(self, values: dict[str, float]) -> np.ndarray:
+        return np.array(
+            [-values[o.name] if o.maximize else values[o.name] for o in self.objectives],
+            dtype=float,
+        )
+
+    def constraint_vector(self, values: dict[str, float]) -> np.ndarray:
+        return np.array([c.violation(values[c.name]) for c in self.all_constraints], dtype=float)
+
+    def feasible(self, values: dict[str, float]) -> bool:
+        return bool(np.all(self.constraint_vector(values) <= 0))
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data describing the problem, stored with its results."""
+        return {
+            "name": self.name,
+            "variables": [asdict(v) for v in self.variables],
+            "objectives": [asdict(o) for o in self.objectives],
+            "constraints": [asdict(c) for c in self.all_constraints],
+        }

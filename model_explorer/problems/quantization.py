@@ -1,0 +1,167 @@
+"""Layer-wise quantization: one bit width per quantizer, accuracy against bits, size or BOPs."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from model_explorer.cost import LayerCost, measure_layers
+from model_explorer.errors import UserError
+from model_explorer.metrics import output_list, score
+from model_explorer.problems.base import Constraint, Evaluation, Objective, Problem, Variable
+from model_explorer.quantization import QuantizedModel
+from model_explorer.workload import MetricSpec
+
+# Every quantity the problem measures, and whether more is better when it is an objective.
+QUANTITIES = {
+    "accuracy": True,
+    "weighted_bits": False,
+    "model_size": False,
+    "bops": False,
+}
+
+
+def weighted_bits(names: Sequence[str], bits: Sequence[int], function: str) -> float:
+    """The original tool's cost: `bits_weighted_linear` sums the bits; `bits_weighted_per_layer`
+    weighs weight quantizers' bits by 0.5 and input quantizers' bits by 5.0."""
+    if function == "bits_weighted_linear":
+        return float(sum(bits))
+    if function == "bits_weighted_per_layer":
+        return float(
+            sum(
+                (0.5 if name.endswith("weight_quantizer") else 5.0) * b
+                for name, b in zip(names, bits, strict=True)
+            )
+        )
+    raise ValueError(f"unknown bit weighting function {function!r}")
+
+
+def per_output_minimum(minimum: float | Sequence[float] | None, outputs: int) -> list[float] | None:
+    """One minimum accuracy per model output: a single value applies to every output."""
+    if minimum is None:
+        return None
+    values = [float(minimum)] if isinstance(minimum, (int, float)) else [float(m) for m in minimum]
+    if len(values) == 1:
+        return values * outputs
+    if len(values) != outputs:
+        raise UserError(
+            f"exploration.minimum_accuracy: {len(values)} values for a model with {outputs} "
+            "outputs; give one value, or one per output"
+        )
+    return values
+
+
+def accuracy_constraints(minimum: Sequence[float] | None) -> list[Constraint]:
+    if not minimum:
+        return []
+    if len(minimum) == 1:
+        return [Constraint("accuracy", minimum=minimum[0])]
+    return [Constraint(f"accuracy_{i}", minimum=value) for i, value in enumerate(minimum)]
+
+
+def accuracy_values(accuracies: Sequence[float]) -> dict[str, float]:
+    """'accuracy' is the mean over a model's outputs; each output also has 'accuracy_<i>'."""
+    values = {"accuracy": sum(accuracies) / len(accuracies)}
+    if len(accuracies) > 1:
+        values.update({f"accuracy_{i}": a for i, a in enumerate(accuracies)})
+    return values
+
+
+class LayerwiseQuantizationProblem(Problem):
+    """Genome: one integer bit width per quantizer of a calibrated QuantizedModel, in its
+    `explorable_modules` order (per layer: input, then weight)."""
+
+    name = "quantization_problem"
+
+    def __init__(
+        self,
+        model: QuantizedModel,
+        batches: Iterable[Any],
+        metric: MetricSpec | str = "top1",
+        objectives: Sequence[str] = ("accuracy", "weighted_bits"),
+        minimum_accuracy: float | Sequence[float] | None = None,
+        bits: tuple[int, int] = (4, 14),
+        layer_bounds: dict[str, tuple[int, int]] | None = None,
+        weighting: str = "bits_weighted_linear",
+        early_reject: bool = True,
+        layer_costs: dict[str, LayerCost] | None = None,
+    ) -> None:
+        unknown = [name for name in objectives if name not in QUANTITIES]
+        if unknown:
+            raise UserError(
+                f"exploration.objectives: {unknown} cannot be used with this problem; choose from "
+                f"{', '.join(QUANTITIES)}"
+            )
+        self.model = model
+        self.batches = batches
+        self.metric = metric
+        self.weighting = weighting
+        self.early_reject = early_reject
+        self.names = model.explorable_modules
+        self.variables = [
+            Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in self.names
+        ]
+        self.objectives = [Objective(name, QUANTITIES[name]) for name in objectives]
+        example = next(iter(batches))[0][:1]
+        with torch.no_grad():
+            outputs = len(output_list(model(example)))
+        self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
+        self.constraints = accuracy_constraints(self.minimum_accuracy)
+        if layer_costs is None:
+            layer_costs = measure_layers(model, example, model.layers)
+        missing = [name for name in model.layers if name not in layer_costs]
+        if missing:
+            raise UserError(
+                f"quantization: layers {missing[:3]} never run in the model's forward pass; "
+                "exclude them with quantization.exclude"
+            )
+        self.layer_costs = [layer_costs[name] for name in model.layers]
+
+    @staticmethod
+    def _bounds(
+        name: str, bits: tuple[int, int], layer_bounds: dict[str, tuple[int, int]]
+    ) -> tuple[int, int]:
+        low, high = bits
+        for pattern, bounds in layer_bounds.items():  # later patterns win
+            if fnmatch.fnmatchcase(name, pattern):
+                low, high = bounds
+        return low, high
+
+    def cost_values(self, bits: Sequence[int]) -> dict[str, float]:
+        """Analytic costs of a bit configuration: weighted bits, model size in bits (weight
+        bits x weight elements) and BOPs (MACs x input bits x weight bits, per sample)."""
+        size = 0
+        bops = 0
+        for index, cost in enumerate(self.layer_costs):
+            input_bits, weight_bits = bits[2 * index], bits[2 * index + 1]
+            size += weight_bits * cost.weight_elements
+            bops += cost.macs * input_bits * weight_bits
+        return {
+            "weighted_bits": weighted_bits(self.names, bits, self.weighting),
+            "model_size": float(size),
+            "bops": float(bops),
+        }
+
+    def apply(self, configuration: list[Any]) -> None:
+        self.model.bit_widths = configuration
+
+    def measure(self, configuration: list[Any]) -> Evaluation:
+        self.apply(configuration)
+        outcome = score(
+            self.model,
+            self.batches,
+            self.metric,
+            minimum=self.minimum_accuracy if self.early_reject else None,
+            check_finite=True,
+        )
+        values = {**accuracy_values(outcome.accuracies), **self.cost_values(configuration)}
+        return Evaluation(
+            values,
+            outcome.accuracies,
+            complete=outcome.complete,
+            finite=outcome.finite,
+            extra={"samples": outcome.samples},
+        )

@@ -1,0 +1,251 @@
+"""ExplorationResult: every evaluated individual of a search, as plain data.
+
+A result file is a pickle of builtin types only (dicts, lists, strings, numbers): it loads
+without torch, the model or this project's classes, in a notebook years later, and loading it
+refuses anything else, so a result file never runs code. Its size grows with the number of
+individuals and genes, never with the model's weights.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_explorer.errors import UserError
+from model_explorer.fileio import atomic_path
+
+FORMAT = "model_explorer.result"
+VERSION = 1
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Refuses every class and function: only builtin containers and scalars load."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(
+            f"refusing to load {module}.{name}: result files hold plain data only"
+        )
+
+
+def load_plain(path: str | os.PathLike[str]) -> Any:
+    with open(path, "rb") as file:
+        return _PlainUnpickler(io.BytesIO(file.read())).load()
+
+
+def save_plain(data: Any, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        temporary.write_bytes(pickle.dumps(data, protocol=4))
+    return path
+
+
+@dataclass
+class Individual:
+    """One evaluated configuration. `configuration` is what ran (e.g. discretized thresholds),
+    aligned with the result's variable names; `values` holds objectives, accuracies and costs."""
+
+    id: int
+    generation: int
+    index: int
+    genome: list[float]
+    configuration: list[Any]
+    values: dict[str, float]
+    accuracies: list[float]
+    feasible: bool
+    complete: bool = True
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ExplorationResult:
+    """Plain data of a search: the workload, the problem's description, the baseline, every
+    individual in evaluation order, and per-generation records."""
+
+    def __init__(
+        self,
+        workload: dict[str, Any],
+        problem: dict[str, Any],
+        baseline: list[float] | None = None,
+        individuals: list[dict[str, Any]] | None = None,
+        generations: list[dict[str, Any]] | None = None,
+        stats: dict[str, Any] | None = None,
+        complete: bool = False,
+        seed: int = 0,
+        partial: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.problem = problem
+        self.baseline = baseline
+        self.records = individuals or []
+        self.generations = generations or []
+        self.stats = stats or {"evaluations": 0, "cache_hits": 0, "early_rejected": 0}
+        self.complete = complete
+        self.seed = seed
+        # Evaluations of an interrupted generation, kept so that resuming need not redo them.
+        self.partial = partial or []
+
+    # -- access ---------------------------------------------------------------------------
+    @property
+    def variable_names(self) -> list[str]:
+        return [v["name"] for v in self.problem["variables"]]
+
+    @property
+    def objectives(self) -> list[tuple[str, bool]]:
+        """(name, maximize) of each objective, in the problem's order."""
+        return [(o["name"], o["maximize"]) for o in self.problem["objectives"]]
+
+    @property
+    def individuals(self) -> list[Individual]:
+        return [Individual(**record) for record in self.records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def feasible(self) -> list[Individual]:
+        return [i for i in self.individuals if i.feasible]
+
+    def _senses(self, objectives: list[str] | None) -> list[tuple[str, bool]]:
+        known = dict(self.objectives)
+        names = objectives or list(known)
+        senses = []
+        for name in names:
+            if name in known:
+                senses.append((name, known[name]))
+            elif self.records and name in self.records[0]["values"]:
+                senses.append((name, name.startswith("accuracy")))
+            else:
+                raise UserError(
+                    f"result has no objective or value named '{name}'; it has {list(known)}"
+                )
+        return senses
+
+    def objective_matrix(
+        self, individuals: list[Individual], objectives: list[str] | None = None
+    ) -> np.ndarray:
+        """Objective values in minimisation form (maximised ones negated), one row each."""
+        senses = self._senses(objectives)
+        return np.array(
+            [
+                [-i.values[n] if maximize else i.values[n] for n, maximize in senses]
+                for i in individuals
+            ],
+            dtype=float,
+        ).reshape(len(individuals), len(senses))
+
+    def pareto_front(
+        self, objectives: list[str] | None = None, feasible_only: bool = True
+    ) -> list[Individual]:
+        """The non-dominated individuals for the chosen objectives (default: the problem's),
+        among the feasible ones (when there are any and `feasible_only`)."""
+        candidates = self.feasible() if feasible_only else self.individuals
+        if feasible_only and not candidates:
+            candidates = self.individuals
+        if not candidates:
+            return []
+        matrix = self.objective_matrix(candidates, objectives)
+        keep = non_dominated(matrix)
+        return [candidate for candidate, kept in zip(candidates, keep, strict=True) if kept]
+
+    def hypervolume(
+        self, reference: dict[str, float] | list[float], objectives: list[str] | None = None
+    ) -> float:
+        """Hypervolume of the feasible front against a reference point in natural units
+        (e.g. {'accuracy': 0.9, 'weighted_bits': 100}); uses pymoo's HV indicator."""
+        from pymoo.indicators.hv import HV
+
+        senses = self._senses(
+            objectives or (list(reference) if isinstance(reference, dict) else None)
+        )
+        names = [n for n, _ in senses]
+        point = [reference[n] for n in names] if isinstance(reference, dict) else list(reference)
+        point = np.array(
+            [-p if maximize else p for p, (_, maximize) in zip(point, senses, strict=True)]
+        )
+        front = self.pareto_front(names)
+        if not front or not any(i.feasible for i in front):
+            return 0.0
+        return float(HV(ref_point=point)(self.objective_matrix(front, names)))
+
+    def to_dataframe(self):  # noqa: ANN201 - pandas is imported here, not at module import
+        """One row per individual: id, generation, feasibility, every value (objectives,
+        accuracies, costs) and one column per variable with the configuration that ran."""
+        import pandas as pd
+
+        rows = []
+        names = self.variable_names
+        for record in self.records:
+            row = {
+                "id": record["id"],
+                "generation": record["generation"],
+                "feasible": record["feasible"],
+                "complete": record["complete"],
+                "seconds": record["seconds"],
+                **record["values"],
+                **dict(zip(names, record["configuration"], strict=True)),
+            }
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    # -- files ----------------------------------------------------------------------------
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "workload": self.workload,
+            "problem": self.problem,
+            "baseline": self.baseline,
+            "individuals": self.records,
+            "generations": self.generations,
+            "stats": self.stats,
+            "complete": self.complete,
+            "seed": self.seed,
+            "partial": self.partial,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write atomically: a reader sees the previous file or the new one, never half."""
+        return save_plain(self.to_data(), path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ExplorationResult:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: result file does not exist")
+        try:
+            data = load_plain(path)
+        except (pickle.UnpicklingError, EOFError, ValueError) as error:
+            raise UserError(f"{path}: not a model_explorer result file ({error})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise UserError(f"{path}: not a model_explorer result file")
+        if data["version"] > VERSION:
+            raise UserError(f"{path}: written by a newer model_explorer (format {data['version']})")
+        return cls(
+            data["workload"],
+            data["problem"],
+            data["baseline"],
+            data["individuals"],
+            data["generations"],
+            data["stats"],
+            data["complete"],
+            data["seed"],
+            data.get("partial"),
+        )
+
+
+def non_dominated(matrix: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows no other row dominates (all objectives minimised). Duplicate
+    rows do not dominate each other, so both stay."""
+    rows = len(matrix)
+    keep = np.ones(rows, dtype=bool)
+    for i in range(rows):
+        no_worse = np.all(matrix <= matrix[i], axis=1)
+        better = np.any(matrix < matrix[i], axis=1)
+        if np.any(no_worse & better):
+            keep[i] = False
+    return keep

@@ -1,0 +1,97 @@
+"""`model-explorer explore` and `evaluate-individual` end to end on the trained digits model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from model_explorer.cli import main
+from model_explorer.results import ExplorationResult
+
+
+@pytest.fixture
+def small_workload(trained_digits, tmp_path: Path) -> Path:
+    workload_file, checkpoint = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(tmp_path / "c.pt")
+    data["workload"]["exploration"]["nsga"].update(pop_size=8, offsprings=6, generations=3)
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["calibrate", str(path)]) == 0
+    return path
+
+
+def test_explore_writes_a_result_and_prints_the_front(small_workload: Path, capsys) -> None:
+    output = small_workload.parent / "result.pkl"
+    assert main(["explore", str(small_workload), "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    result = ExplorationResult.load(output)
+    assert result.complete
+    assert f"{result.stats['evaluations']} evaluations" in printed
+    assert "Pareto front:" in printed and f"result: {output}" in printed
+    assert len(result) + result.stats["cache_hits"] == 8 + 3 * 6
+    assert result.workload["workload"]["model"]["type"] == "digits_cnn"
+    assert len(result.baseline) == 1 and result.baseline[0] > 0.95
+    minimum = result.problem["constraints"][0]
+    assert minimum["name"] == "accuracy" and minimum["minimum"] == pytest.approx(
+        0.98 * result.baseline[0]
+    )
+    # Existing results are never overwritten; a complete one is not resumed.
+    assert main(["explore", str(small_workload), "--output", str(output)]) == 2
+    assert main(["explore", str(small_workload), "--output", str(output), "--resume"]) == 2
+    assert "already complete" in capsys.readouterr().err
+
+    csv = small_workload.parent / "best.csv"
+    assert (
+        main(
+            [
+                "evaluate-individual",
+                str(small_workload),
+                str(output),
+                "-n",
+                "3",
+                "--output",
+                str(csv),
+            ]
+        )
+        == 0
+    )
+    table = pd.read_csv(csv)
+    assert len(table) == 3 and table["full_accuracy"].between(0, 1).all()
+    assert table["weighted_bits"].is_monotonic_increasing
+    assert set(table["id"]) <= {i.id for i in result.feasible()}
+
+
+def test_skip_baseline_needs_a_minimum_accuracy(small_workload: Path, capsys) -> None:
+    status = main(
+        [
+            "explore",
+            str(small_workload),
+            "--skip-baseline",
+            "--output",
+            str(small_workload.parent / "r.pkl"),
+        ]
+    )
+    assert status == 2
+    assert "allowable_accuracy_drop needs the baseline accuracy" in capsys.readouterr().err
+
+
+def test_single_objective_form_of_the_original(small_workload: Path) -> None:
+    data = yaml.safe_load(small_workload.read_text())
+    exploration = data["workload"]["exploration"]
+    exploration["objectives"] = ["weighted_bits"]
+    exploration.pop("allowable_accuracy_drop")
+    exploration["minimum_accuracy"] = 0.9
+    exploration["extra_args"]["bit_weighting_function"] = "bits_weighted_per_layer"
+    small_workload.write_text(yaml.safe_dump(data))
+    output = small_workload.parent / "single.pkl"
+    assert main(["explore", str(small_workload), "--skip-baseline", "--output", str(output)]) == 0
+    result = ExplorationResult.load(output)
+    front = result.pareto_front()
+    best = min(i.values["weighted_bits"] for i in result.feasible())
+    assert {i.values["weighted_bits"] for i in front} == {best}
+    assert all(i.values["accuracy"] >= 0.9 for i in result.feasible())
