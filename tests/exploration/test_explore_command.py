@@ -95,3 +95,38 @@ def test_single_objective_form_of_the_original(small_workload: Path) -> None:
     best = min(i.values["weighted_bits"] for i in result.feasible())
     assert {i.values["weighted_bits"] for i in front} == {best}
     assert all(i.values["accuracy"] >= 0.9 for i in result.feasible())
+
+
+def test_interrupted_digits_search_resumes_to_the_same_result(
+    small_workload: Path, monkeypatch, capsys
+) -> None:
+    from model_explorer.exploration.explorer import Explorer
+
+    def without_times(result: ExplorationResult) -> dict:
+        data = result.to_data()
+        data["individuals"] = [
+            {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
+        ]
+        return data
+
+    whole = small_workload.parent / "whole.pkl"
+    assert main(["explore", str(small_workload), "--output", str(whole)]) == 0
+    original = Explorer._close_generation
+
+    def interrupt_after_two(self, generation, algorithm):
+        original(self, generation, algorithm)
+        if generation == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Explorer, "_close_generation", interrupt_after_two)
+    cut = small_workload.parent / "cut.pkl"
+    assert main(["explore", str(small_workload), "--output", str(cut)]) == 130
+    assert (
+        f"resume with `model-explorer explore {small_workload} --resume --output {cut}`"
+        in capsys.readouterr().err
+    )
+    monkeypatch.setattr(Explorer, "_close_generation", original)
+    assert main(["explore", str(small_workload), "--output", str(cut), "--resume"]) == 0
+    assert without_times(ExplorationResult.load(cut)) == without_times(
+        ExplorationResult.load(whole)
+    )
