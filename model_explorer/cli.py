@@ -196,6 +196,31 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("blocks")
+def blocks_command(args: argparse.Namespace) -> int:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.fileio import atomic_path
+    from model_explorer.sparsity.report import present_blocks, total_blocks
+
+    workload = _load(args)
+    context = WorkloadContext(workload)
+    if args.present:
+        table = present_blocks(context, args.dataset)
+        title = f"zero blocks already present per sample ({args.dataset} data, thresholds 0)"
+    else:
+        table = total_blocks(context, args.input_shape)
+        shape = " x ".join(map(str, args.input_shape)) if args.input_shape else "one sample"
+        title = f"blocks per sample for input {shape}"
+    block = workload.exploration.extra_args.block_size if workload.exploration else (8, 8)
+    print(f"{workload.model.type}, block size {list(block)} (width x height): {title}")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    if args.output:
+        with atomic_path(args.output) as temporary:
+            table.to_csv(temporary, index=False)
+        print(f"wrote {args.output}")
+    return 0
+
+
 @command("retrain")
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
@@ -334,6 +359,19 @@ def build_parser() -> argparse.ArgumentParser:
     individual.add_argument("results", help="result file of an exploration")
     individual.add_argument("-n", "--count", type=_positive, default=5, help="how many (default 5)")
     individual.add_argument("--output", help="CSV file (default: <results>_reevaluation.csv)")
+
+    blocks = commands.add_parser(
+        "blocks", parents=[common], help="block counts of the sparsified layers' inputs"
+    )
+    blocks.add_argument("workload", help="workload YAML file")
+    blocks.add_argument(
+        "--present", action="store_true", help="count zero blocks already present in the data"
+    )
+    blocks.add_argument("--dataset", default="exploration", help="dataset role for --present")
+    blocks.add_argument(
+        "--input-shape", type=_positive, nargs="+", metavar="N", help="input shape, e.g. 1 3 32 32"
+    )
+    blocks.add_argument("--output", help="also write the table as CSV")
 
     retrain = commands.add_parser(
         "retrain", parents=[common], help="train the workload's float baseline (--baseline)"

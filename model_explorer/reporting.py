@@ -26,9 +26,12 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
             {name: individual.values.get(name) for name in columns if name in individual.values}
         )
         rows.append(row)
+    # Sorted along the front: by the first cost objective, else by the last objective.
     cost = next((name for name, maximize in result.objectives if not maximize), None)
     if cost is not None:
         rows.sort(key=lambda row: row[cost])
+    else:
+        rows.sort(key=lambda row: row[names[-1]])
     widths = {c: max(len(c), *(len(_cell(r[c])) for r in rows)) for c in columns}
     lines = ["  ".join(c.rjust(widths[c]) for c in columns)]
     lines += ["  ".join(_cell(r[c]).rjust(widths[c]) for c in columns) for r in rows]

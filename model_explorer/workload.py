@@ -256,6 +256,17 @@ class ModelSpec(Spec):
         )
 
 
+class SparsitySpec(Spec):
+    """Which layers sparsify their input blocks (the block size is `extra_args.block_size`)."""
+
+    layer_types: list[Literal["Conv1d", "Conv2d", "Linear"]] = Field(
+        default_factory=lambda: ["Conv1d", "Conv2d", "Linear"]
+    )
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    exclude: list[str] = Field(default_factory=list)
+    chunk_mib: PositiveInt = 64
+
+
 class CalibrationDatasets(Spec):
     calibrate: DatasetSpec
 
@@ -348,7 +359,7 @@ class ExplorationDatasets(Spec):
 
 class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
-    objectives: list[str] = Field(default_factory=lambda: ["accuracy", "weighted_bits"])
+    objectives: list[str] | None = None  # None: the problem's default
     early_reject: bool = True
     layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
     minimum_accuracy: Fraction | list[Fraction] | None = None
@@ -392,6 +403,7 @@ class Workload(Spec):
     problem: ProblemSpec = Field(default_factory=ProblemSpec)
     model: ModelSpec
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
+    sparsity: SparsitySpec = Field(default_factory=SparsitySpec)
     calibration: CalibrationSpec | None = None
     exploration: ExplorationSpec | None = None
     retraining: RetrainingSpec | None = None

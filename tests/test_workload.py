@@ -36,7 +36,7 @@ def test_default_workload_loads_with_defaults_filled_in() -> None:
 def test_original_template_layout_is_accepted() -> None:
     workload = Workload.load(ORIGINAL_TEMPLATE)
     exploration = workload.exploration
-    assert workload.problem.problem_function == "quantization_problem"
+    assert workload.problem.problem_function == "sparsity_problem"
     assert workload.problem.gpu_id == 0
     assert workload.problem.results_file == "results/sparsity_results.pkl"
     assert exploration.minimum_accuracy == [0.9, 0.85]
@@ -72,19 +72,27 @@ def test_placeholder_workloads_validate_once_their_data_exists(tmp_path: Path, m
     monkeypatch.setenv("CIFAR10_DIR", str(tmp_path / "cifar"))
     monkeypatch.setenv("IMAGENET_DIR", str(tmp_path / "imagenet"))
     cifar = Workload.load(REPOSITORY / "workloads" / "resnet18_cifar10.yaml")
+    sparse = Workload.load(REPOSITORY / "workloads" / "resnet18_cifar10_sparsity.yaml")
+    assert sparse.sparsity.exclude == ["conv1"]
+    for name in ("digits_cnn_sparsity", "digits_cnn_joint"):
+        assert Workload.load(
+            REPOSITORY / "workloads" / f"{name}.yaml"
+        ).exploration.extra_args.block_size == (4, 4)
     imagenet = Workload.load(REPOSITORY / "workloads" / "resnet50_imagenet.yaml")
     assert cifar.model.type == "torchvision:resnet18"
     assert imagenet.exploration.datasets.exploration.options.crop == 224
 
 
-@pytest.mark.parametrize("name", ["resnet18_cifar10", "resnet50_imagenet"])
+@pytest.mark.parametrize(
+    "name", ["resnet18_cifar10", "resnet18_cifar10_sparsity", "resnet50_imagenet"]
+)
 def test_placeholder_paths_are_rejected_clearly_when_missing(name: str, monkeypatch) -> None:
     for variable in ("CIFAR10_DIR", "IMAGENET_DIR"):
         monkeypatch.delenv(variable, raising=False)
     with pytest.raises(WorkloadError) as error:
         Workload.load(REPOSITORY / "workloads" / f"{name}.yaml")
     message = str(error.value)
-    assert "datasets.calibrate.path" in message and "is not set" in message
+    assert ".path: dataset path" in message and "is not set" in message
     assert Workload.load(REPOSITORY / "workloads" / f"{name}.yaml", check_paths=False).name == name
 
 

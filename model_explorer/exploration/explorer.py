@@ -24,6 +24,7 @@ import numpy as np
 from pymoo.algorithms.moo.nsga2 import NSGA2
 from pymoo.core.evaluator import Evaluator
 from pymoo.core.problem import Problem as PymooProblem
+from pymoo.core.repair import Repair
 from pymoo.core.sampling import Sampling
 from pymoo.operators.crossover.sbx import SBX
 from pymoo.operators.mutation.pm import PM
@@ -69,23 +70,44 @@ class SeededSampling(Sampling):
         return np.vstack([self.genomes[:n_samples], sampled])
 
 
+class IntegerGenes(Repair):
+    """Rounds the integer genes of a mixed genome (bit widths beside float thresholds)."""
+
+    def __init__(self, mask: list[bool]) -> None:
+        super().__init__()
+        self.mask = np.array(mask, dtype=bool)
+
+    def _do(self, problem, X, **kwargs):  # noqa: ANN001, ANN202, N803 - pymoo's signature
+        X[:, self.mask] = np.round(X[:, self.mask])
+        return X
+
+
 def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
     """NSGA-II with the workload's settings: SBX crossover and polynomial mutation with their
-    eta and probability, integer rounding for integer genomes, duplicate elimination."""
-    integer = all(v.integer for v in problem.variables)
-    repair = RoundingRepair() if integer else None
-    vtype = float
-    random_sampling = IntegerRandomSampling() if integer else FloatRandomSampling()
+    eta and probability, integer rounding for integer genes, duplicate elimination."""
+    integer = [v.integer for v in problem.variables]
+    if all(integer):
+        operator_repair, algorithm_repair = RoundingRepair(), None
+        random_sampling: Sampling = IntegerRandomSampling()
+    else:
+        operator_repair = None
+        algorithm_repair = IntegerGenes(integer) if any(integer) else None
+        random_sampling = FloatRandomSampling()
     initial = problem.initial_genomes()
     sampling = SeededSampling(initial, random_sampling) if initial else random_sampling
-    crossover = SBX(prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=vtype, repair=repair)
-    mutation = PM(prob=nsga.mutation_prob, eta=nsga.mutation_eta, vtype=vtype, repair=repair)
+    crossover = SBX(
+        prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=float, repair=operator_repair
+    )
+    mutation = PM(
+        prob=nsga.mutation_prob, eta=nsga.mutation_eta, vtype=float, repair=operator_repair
+    )
     return NSGA2(
         pop_size=nsga.pop_size,
         n_offsprings=nsga.offsprings or nsga.pop_size,
         sampling=sampling,
         crossover=crossover,
         mutation=mutation,
+        repair=algorithm_repair,
         eliminate_duplicates=True,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 # Explicit imports register the built-in problems; nothing else runs at import.
 from model_explorer.problems import quantization_builder as _quantization  # noqa: E402,F401
+from model_explorer.problems import sparsity_builder as _sparsity  # noqa: E402,F401
 from model_explorer.problems.base import (
     Constraint,
     Evaluation,

@@ -18,7 +18,7 @@ def build_quantization_problem(
         build_quantized_model(context),
         context.batches("exploration"),
         context.workload.metric,
-        objectives=exploration.objectives,
+        objectives=exploration.objectives or ["accuracy", "weighted_bits"],
         minimum_accuracy=minimum_accuracy,
         bits=(limits.num_bits_lower_limit, limits.num_bits_upper_limit),
         layer_bounds=exploration.layer_bounds,

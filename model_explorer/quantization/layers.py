@@ -54,26 +54,37 @@ class QuantLayer:
     def quantized_weight(self) -> Tensor:
         return self.weight_quantizer.quantize_weight(self.weight)  # type: ignore[attr-defined]
 
+    def forward(self, input: Tensor) -> Tensor:
+        x, weight = self.input_quantizer(input), self.quantized_weight()
+        # A SparseModel may add a block sparsifier, which then runs the layer on quantized data.
+        sparsifier = self._modules.get("sparsifier")  # type: ignore[attr-defined]
+        if sparsifier is not None:
+            return sparsifier(self, x, weight)
+        return self.dense(x, weight)
+
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        raise NotImplementedError
+
 
 class QuantConv1d(QuantLayer, nn.Conv1d):
     float_type = nn.Conv1d
 
-    def forward(self, input: Tensor) -> Tensor:
-        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        return self._conv_forward(x, weight, self.bias)
 
 
 class QuantConv2d(QuantLayer, nn.Conv2d):
     float_type = nn.Conv2d
 
-    def forward(self, input: Tensor) -> Tensor:
-        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        return self._conv_forward(x, weight, self.bias)
 
 
 class QuantConv3d(QuantLayer, nn.Conv3d):
     float_type = nn.Conv3d
 
-    def forward(self, input: Tensor) -> Tensor:
-        return self._conv_forward(self.input_quantizer(input), self.quantized_weight(), self.bias)
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        return self._conv_forward(x, weight, self.bias)
 
 
 class _QuantConvTranspose(QuantLayer):
@@ -117,8 +128,8 @@ class QuantConvTranspose3d(_QuantConvTranspose, nn.ConvTranspose3d):
 class QuantLinear(QuantLayer, nn.Linear):
     float_type = nn.Linear
 
-    def forward(self, input: Tensor) -> Tensor:
-        return F.linear(self.input_quantizer(input), self.quantized_weight(), self.bias)
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(x, weight, self.bias)
 
 
 QUANT_LAYERS: dict[str, type[QuantLayer]] = {

@@ -1,0 +1,217 @@
+"""Sparsity problems: one block threshold per layer, alone or together with bit widths."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from model_explorer.errors import UserError
+from model_explorer.metrics import output_list, score
+from model_explorer.problems.base import Evaluation, Objective, Problem, Variable
+from model_explorer.problems.quantization import (
+    QUANTITIES as QUANTIZATION_QUANTITIES,
+)
+from model_explorer.problems.quantization import (
+    LayerwiseQuantizationProblem,
+    accuracy_constraints,
+    accuracy_values,
+    per_output_minimum,
+)
+from model_explorer.sparsity import SparseModel, discretize_threshold
+
+SPARSITY_QUANTITIES = {"accuracy": True, "created_blocks": True, "block_sparsity": True}
+
+
+def check_objectives(objectives: Sequence[str], quantities: dict[str, bool]) -> list[Objective]:
+    unknown = [name for name in objectives if name not in quantities]
+    if unknown:
+        raise UserError(
+            f"exploration.objectives: {unknown} cannot be used with this problem; choose from "
+            f"{', '.join(quantities)}"
+        )
+    return [Objective(name, quantities[name]) for name in objectives]
+
+
+def block_values(model: SparseModel) -> tuple[dict[str, float], dict[str, Any]]:
+    """Per-sample block counts summed over layers, and the raw per-layer counts."""
+    stats = model.stats()
+    samples = max(next(iter(stats.values()))["samples"], 1)
+    total = sum(s["total_blocks"] for s in stats.values())
+    present = sum(s["present_blocks"] for s in stats.values())
+    created = sum(s["created_blocks"] for s in stats.values())
+    values = {
+        "created_blocks": created / samples,
+        "present_blocks": present / samples,
+        "total_blocks": total / samples,
+        "block_sparsity": (created + present) / total if total else 0.0,
+    }
+    layers = {
+        "blocks": {
+            name: [s["total_blocks"], s["present_blocks"], s["created_blocks"]]
+            for name, s in stats.items()
+        },
+        "block_samples": samples,
+    }
+    return values, layers
+
+
+class ThresholdGenes:
+    """Threshold genes in [0, limit], discretized as the workload says."""
+
+    def __init__(self, names: Sequence[str], limit: float, steps: int, method: str) -> None:
+        self.names = list(names)
+        self.limit, self.steps, self.method = limit, steps, method
+
+    def variables(self) -> list[Variable]:
+        return [Variable(name, 0.0, self.limit, integer=False) for name in self.names]
+
+    def decode(self, genes: Sequence[float]) -> list[float]:
+        return [discretize_threshold(g, self.limit, self.steps, self.method) for g in genes]
+
+
+class SparsityThresholdProblem(Problem):
+    """Genome: one threshold per sparsified layer. Objectives: accuracy and created sparse
+    blocks per sample (both maximised) by default; the accuracy constraint as configured."""
+
+    name = "sparsity_problem"
+
+    def __init__(
+        self,
+        model: SparseModel,
+        batches: Iterable[Any],
+        metric: Any = "top1",
+        objectives: Sequence[str] = ("accuracy", "created_blocks"),
+        minimum_accuracy: float | Sequence[float] | None = None,
+        threshold_limit: float = 1.0,
+        steps: int = 20,
+        method: str = "linear",
+        predefined: Sequence[float] = (),
+        early_reject: bool = True,
+    ) -> None:
+        self.model = model
+        self.batches = batches
+        self.metric = metric
+        self.early_reject = early_reject
+        self.genes = ThresholdGenes(model.explorable_modules, threshold_limit, steps, method)
+        self.variables = self.genes.variables()
+        self.objectives = check_objectives(objectives, SPARSITY_QUANTITIES)
+        example = next(iter(batches))[0][:1]
+        with torch.no_grad():
+            outputs = len(output_list(model(example)))
+        self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
+        self.constraints = accuracy_constraints(self.minimum_accuracy)
+        self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
+
+    def decode(self, genome: Sequence[float]) -> list[Any]:
+        return self.genes.decode(genome)
+
+    def initial_genomes(self) -> list[list[float]]:
+        """`predefined_parameters`: each value seeds one individual with all thresholds equal."""
+        return [[value] * len(self.variables) for value in self.predefined]
+
+    def apply(self, configuration: list[Any]) -> None:
+        self.model.thresholds = configuration
+
+    def measure(self, configuration: list[Any]) -> Evaluation:
+        self.apply(configuration)
+        self.model.reset_stats()
+        outcome = score(
+            self.model,
+            self.batches,
+            self.metric,
+            minimum=self.minimum_accuracy if self.early_reject else None,
+            check_finite=True,
+        )
+        blocks, layers = block_values(self.model)
+        return Evaluation(
+            {**accuracy_values(outcome.accuracies), **blocks},
+            outcome.accuracies,
+            complete=outcome.complete,
+            finite=outcome.finite,
+            extra={"samples": outcome.samples, **layers},
+        )
+
+
+JOINT_QUANTITIES = {
+    **QUANTIZATION_QUANTITIES,
+    **SPARSITY_QUANTITIES,
+    "effective_bops": False,
+}
+
+
+class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
+    """Genome: every quantizer's bit width (integers, as in the quantization problem) followed
+    by one block threshold per sparsified layer. `effective_bops` are the BOPs of each layer
+    reduced by the share of its input blocks that are zero (present or created)."""
+
+    name = "quantization_sparsity_problem"
+
+    def __init__(
+        self,
+        model: Any,
+        sparse: SparseModel,
+        batches: Iterable[Any],
+        metric: Any = "top1",
+        objectives: Sequence[str] = ("accuracy", "effective_bops"),
+        threshold_limit: float = 1.0,
+        steps: int = 20,
+        method: str = "linear",
+        predefined: Sequence[float] = (),
+        **kwargs: Any,
+    ) -> None:
+        check_objectives(objectives, JOINT_QUANTITIES)
+        super().__init__(model, batches, metric, objectives=["accuracy"], **kwargs)
+        self.objectives = check_objectives(objectives, JOINT_QUANTITIES)
+        self.sparse = sparse
+        self.genes = ThresholdGenes(sparse.explorable_modules, threshold_limit, steps, method)
+        self.variables = [*self.variables, *self.genes.variables()]
+        self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
+        self.bit_count = len(self.names)
+
+    def decode(self, genome: Sequence[float]) -> list[Any]:
+        bits = [int(round(g)) for g in genome[: self.bit_count]]
+        return bits + self.genes.decode(genome[self.bit_count :])
+
+    def initial_genomes(self) -> list[list[float]]:
+        upper = [v.upper for v in self.variables[: self.bit_count]]
+        return [upper + [value] * len(self.genes.names) for value in self.predefined]
+
+    def apply(self, configuration: list[Any]) -> None:
+        self.model.bit_widths = configuration[: self.bit_count]
+        self.sparse.thresholds = configuration[self.bit_count :]
+
+    def measure(self, configuration: list[Any]) -> Evaluation:
+        self.apply(configuration)
+        self.sparse.reset_stats()
+        outcome = score(
+            self.model,
+            self.batches,
+            self.metric,
+            minimum=self.minimum_accuracy if self.early_reject else None,
+            check_finite=True,
+        )
+        bits = configuration[: self.bit_count]
+        blocks, layers = block_values(self.sparse)
+        skipped = {
+            name: (present + created) / total if total else 0.0
+            for name, (total, present, created) in layers["blocks"].items()
+        }
+        effective = 0.0
+        for index, (name, cost) in enumerate(zip(self.model.layers, self.layer_costs, strict=True)):
+            kept = 1.0 - skipped.get(name, 0.0)
+            effective += cost.macs * bits[2 * index] * bits[2 * index + 1] * kept
+        values = {
+            **accuracy_values(outcome.accuracies),
+            **self.cost_values(bits),
+            **blocks,
+            "effective_bops": effective,
+        }
+        return Evaluation(
+            values,
+            outcome.accuracies,
+            complete=outcome.complete,
+            finite=outcome.finite,
+            extra={"samples": outcome.samples, **layers},
+        )

@@ -1,0 +1,59 @@
+"""`sparsity_problem` and `quantization_sparsity_problem` from a workload."""
+
+from __future__ import annotations
+
+from model_explorer.context import WorkloadContext
+from model_explorer.problems.registry import register_problem
+from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
+from model_explorer.quantization.pipeline import build_quantized_model
+from model_explorer.sparsity import SparseModel
+
+
+def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
+    block = context.workload.require("exploration").extra_args.block_size
+    return SparseModel.from_spec(model, context.workload.sparsity, block)
+
+
+@register_problem("sparsity_problem")
+def build_sparsity_problem(
+    context: WorkloadContext, minimum_accuracy: list[float] | None
+) -> SparsityThresholdProblem:
+    exploration = context.workload.require("exploration")
+    limits = exploration.extra_args
+    return SparsityThresholdProblem(
+        _sparse(context, context.build_model()),
+        context.batches("exploration"),
+        context.workload.metric,
+        objectives=exploration.objectives or ["accuracy", "created_blocks"],
+        minimum_accuracy=minimum_accuracy,
+        threshold_limit=limits.threshold_limit,
+        steps=limits.discrete_threshold_steps,
+        method=limits.discrete_threshold_method,
+        predefined=exploration.predefined_parameters,
+        early_reject=exploration.early_reject,
+    )
+
+
+@register_problem("quantization_sparsity_problem")
+def build_joint_problem(
+    context: WorkloadContext, minimum_accuracy: list[float] | None
+) -> QuantizationSparsityProblem:
+    exploration = context.workload.require("exploration")
+    limits = exploration.extra_args
+    quantized = build_quantized_model(context)
+    return QuantizationSparsityProblem(
+        quantized,
+        _sparse(context, quantized.model),
+        context.batches("exploration"),
+        context.workload.metric,
+        objectives=exploration.objectives or ["accuracy", "effective_bops"],
+        threshold_limit=limits.threshold_limit,
+        steps=limits.discrete_threshold_steps,
+        method=limits.discrete_threshold_method,
+        predefined=exploration.predefined_parameters,
+        minimum_accuracy=minimum_accuracy,
+        bits=(limits.num_bits_lower_limit, limits.num_bits_upper_limit),
+        layer_bounds=exploration.layer_bounds,
+        weighting=limits.bit_weighting_function,
+        early_reject=exploration.early_reject,
+    )

@@ -1,0 +1,153 @@
+"""SparseModel: a model whose Conv1d/Conv2d/Linear layers sparsify their input blocks."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from typing import Any
+
+from torch import Tensor, nn
+
+from model_explorer.errors import UserError
+from model_explorer.quantization.layers import QuantLayer, _rebuild
+from model_explorer.sparsity.sparsifier import BlockSparsifier
+
+SPARSIFIABLE_LAYERS = ("Conv1d", "Conv2d", "Linear")
+
+
+class SparseLayer:
+    """Mixin of the float sparse layers; shares the float layer's parameters."""
+
+    float_type: type[nn.Module]
+    sparsifier: BlockSparsifier
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self.sparsifier(self, input, self.weight)  # type: ignore[attr-defined]
+
+    def to_float(self) -> nn.Module:
+        layer = _rebuild(self, self.float_type)  # type: ignore[arg-type]
+        del layer._modules["sparsifier"]
+        return layer
+
+
+class SparseConv1d(SparseLayer, nn.Conv1d):
+    float_type = nn.Conv1d
+
+
+class SparseConv2d(SparseLayer, nn.Conv2d):
+    float_type = nn.Conv2d
+
+
+class SparseLinear(SparseLayer, nn.Linear):
+    float_type = nn.Linear
+
+
+SPARSE_LAYERS: dict[type[nn.Module], type[SparseLayer]] = {
+    nn.Conv1d: SparseConv1d,
+    nn.Conv2d: SparseConv2d,
+    nn.Linear: SparseLinear,
+}
+
+
+def _set_child(root: nn.Module, name: str, child: nn.Module) -> None:
+    parent_name, _, attribute = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    setattr(parent, attribute, child)
+
+
+class SparseModel(nn.Module):
+    """Gives every chosen layer of `model` a BlockSparsifier (in place); calling the SparseModel
+    runs the model. Float layers are swapped for sparse ones; layers already swapped by a
+    QuantizedModel get the sparsifier added, so one model can be quantized and sparse at once
+    (the sparsifier then sees the quantized input and the quantized weights)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        block_size: Sequence[int] = (8, 8),
+        layer_types: Sequence[str] = SPARSIFIABLE_LAYERS,
+        include: Sequence[str] = ("*",),
+        exclude: Sequence[str] = (),
+        chunk_bytes: int = 64 << 20,
+    ) -> None:
+        super().__init__()
+        unknown = sorted(set(layer_types) - set(SPARSIFIABLE_LAYERS))
+        if unknown:
+            raise UserError(
+                f"sparsity.layer_types: cannot sparsify {unknown}; supported: "
+                f"{', '.join(SPARSIFIABLE_LAYERS)}"
+            )
+        wanted = {getattr(nn, name) for name in layer_types}
+        self.model = model
+        self.block_size = (int(block_size[0]), int(block_size[1]))
+        self.sparsifiers: dict[str, BlockSparsifier] = {}
+        self._swapped: dict[str, nn.Module] = {}
+        for name, module in list(model.named_modules()):
+            float_type = module.float_type if isinstance(module, QuantLayer) else type(module)
+            if not name or float_type not in wanted:
+                continue
+            if not any(fnmatch.fnmatchcase(name, p) for p in include):
+                continue
+            if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+                continue
+            sparsifier = BlockSparsifier(self.block_size, chunk_bytes=chunk_bytes)
+            if isinstance(module, QuantLayer):
+                module.sparsifier = sparsifier
+            else:
+                layer = _rebuild(module, SPARSE_LAYERS[float_type])
+                layer.sparsifier = sparsifier
+                _set_child(model, name, layer)
+                self._swapped[name] = module
+            self.sparsifiers[name] = sparsifier
+        if not self.sparsifiers:
+            raise UserError(
+                f"sparsity: the model has no layer of types {list(layer_types)} matching include "
+                f"{list(include)} and exclude {list(exclude)}"
+            )
+
+    @classmethod
+    def from_spec(cls, model: nn.Module, spec: Any, block_size: Sequence[int]) -> SparseModel:
+        """Build from the workload's `sparsity:` section and `extra_args.block_size`."""
+        return cls(
+            model, block_size, spec.layer_types, spec.include, spec.exclude, spec.chunk_mib << 20
+        )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+    @property
+    def explorable_modules(self) -> list[str]:
+        """Sparsified layer names in module order (one threshold each)."""
+        return list(self.sparsifiers)
+
+    @property
+    def thresholds(self) -> list[float]:
+        return [s.threshold for s in self.sparsifiers.values()]
+
+    @thresholds.setter
+    def thresholds(self, values: Sequence[float]) -> None:
+        if len(values) != len(self.sparsifiers):
+            raise ValueError(f"expected {len(self.sparsifiers)} thresholds, got {len(values)}")
+        for sparsifier, value in zip(self.sparsifiers.values(), values, strict=True):
+            if value < 0:
+                raise ValueError(f"thresholds must not be negative, got {value}")
+            sparsifier.threshold = float(value)
+
+    def reset_stats(self) -> None:
+        for sparsifier in self.sparsifiers.values():
+            sparsifier.reset_stats()
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per layer, over every sample since the last reset: total blocks, blocks that were
+        all zero already ("present"), blocks the threshold zeroed ("created"), samples."""
+        return {name: s.stats() for name, s in self.sparsifiers.items()}
+
+    def restore(self) -> nn.Module:
+        """Take the sparsifiers out again and return the model."""
+        for name in self.sparsifiers:
+            layer = self.model.get_submodule(name)
+            if name in self._swapped:
+                _set_child(self.model, name, self._swapped[name])
+            elif isinstance(layer, QuantLayer):
+                del layer._modules["sparsifier"]
+        return self.model

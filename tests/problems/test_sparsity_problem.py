@@ -1,0 +1,83 @@
+"""Sparsity and joint problems on the trained digits model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPOSITORY
+from model_explorer.cli import main
+from model_explorer.context import WorkloadContext
+from model_explorer.problems import PROBLEMS
+from model_explorer.results import ExplorationResult
+from model_explorer.sparsity import threshold_steps
+from model_explorer.workload import Workload
+
+
+@pytest.fixture
+def workload_file(trained_digits, tmp_path: Path):
+    def make(name: str, **nsga) -> Path:
+        _, checkpoint = trained_digits
+        data = yaml.safe_load((REPOSITORY / "workloads" / name).read_text())
+        data["workload"]["model"]["weights"] = str(checkpoint)
+        if "calibration" in data["workload"]:
+            data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
+        data["workload"]["exploration"]["nsga"].update(nsga)
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return make
+
+
+def test_sparsity_search_trades_accuracy_for_blocks_and_reevaluates_exactly(workload_file) -> None:
+    path = workload_file("digits_cnn_sparsity.yaml", pop_size=10, offsprings=10, generations=4)
+    output = path.parent / "sparsity.pkl"
+    assert main(["explore", str(path), "--output", str(output)]) == 0
+    result = ExplorationResult.load(output)
+    workload = Workload.load(path)
+    limits = workload.exploration.extra_args
+    edges = set(
+        threshold_steps(limits.threshold_limit, limits.discrete_threshold_steps, "linear").tolist()
+    )
+    # The recorded configuration is the discretized thresholds that ran, not the raw genome.
+    assert all(set(i.configuration) <= edges for i in result.individuals)
+    assert any(i.genome != i.configuration for i in result.individuals)
+    # The three predefined individuals (all thresholds equal) are in the first generation.
+    first = [i.configuration for i in result.individuals if i.generation == 0]
+    assert [0.0] * 5 in first and [0.05] * 5 in first and [0.1] * 5 in first
+    assert len(first) == 10
+    # The front trades accuracy for created blocks.
+    front = sorted(result.pareto_front(), key=lambda i: i.values["created_blocks"])
+    assert len(front) >= 2
+    accuracies = [i.values["accuracy"] for i in front]
+    assert accuracies == sorted(accuracies, reverse=True) and accuracies[0] > accuracies[-1]
+    # Re-evaluating a recorded individual reproduces its accuracy and block counts exactly.
+    context = WorkloadContext(workload, device="cpu")
+    problem = PROBLEMS.get("sparsity_problem").builder(context, None)
+    for individual in [i for i in front if i.complete][:3]:
+        _, evaluation = problem.evaluate(individual.genome)
+        assert evaluation.accuracies == individual.accuracies
+        assert evaluation.extra["blocks"] == individual.extra["blocks"]
+        assert evaluation.values["created_blocks"] == individual.values["created_blocks"]
+
+
+def test_joint_problem_runs_with_mixed_genes(workload_file) -> None:
+    path = workload_file("digits_cnn_joint.yaml", pop_size=8, offsprings=8, generations=2)
+    assert main(["calibrate", str(path)]) == 0
+    output = path.parent / "joint.pkl"
+    assert main(["explore", str(path), "--output", str(output)]) == 0
+    result = ExplorationResult.load(output)
+    names = result.variable_names
+    assert names[:2] == ["0.input_quantizer", "0.weight_quantizer"] and names[-1] == "14"
+    for individual in result.individuals:
+        bits, thresholds = individual.configuration[:10], individual.configuration[10:]
+        assert all(isinstance(b, int) and 2 <= b <= 8 for b in bits)
+        assert all(0.0 <= t <= 1.0 for t in thresholds) and len(thresholds) == 5
+        assert individual.values["effective_bops"] <= individual.values["bops"] + 1e-6
+    dense = [i for i in result.individuals if i.configuration[10:] == [0.0] * 5]
+    assert dense  # the predefined all-zero thresholds
+    for individual in dense:  # nothing skipped but blocks that were zero anyway
+        assert individual.values["created_blocks"] == 0

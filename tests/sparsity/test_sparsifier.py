@@ -1,0 +1,165 @@
+"""Block sparsification against a direct per-block loop over F.unfold's matrix."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_explorer.sparsity import SparseModel, discretize_threshold, threshold_steps
+
+
+def reference(layer: nn.Module, x: torch.Tensor, block: tuple[int, int], threshold: float):
+    """Sparsify the im2col matrix block by block in plain loops; return the layer's output
+    from it and the block counts."""
+    width, height = block
+    if isinstance(layer, nn.Linear):
+        cols = x.reshape(x.shape[0], -1, x.shape[-1]).transpose(1, 2).clone()
+        spatial = x.shape[1:-1]
+        groups = 1
+    else:
+        x2 = x.unsqueeze(2) if isinstance(layer, nn.Conv1d) else x
+        kernel = (1, *layer.kernel_size) if isinstance(layer, nn.Conv1d) else layer.kernel_size
+        stride = (1, *layer.stride) if isinstance(layer, nn.Conv1d) else layer.stride
+        padding = (0, *layer.padding) if isinstance(layer, nn.Conv1d) else layer.padding
+        dilation = (1, *layer.dilation) if isinstance(layer, nn.Conv1d) else layer.dilation
+        cols = F.unfold(x2, kernel, dilation=dilation, padding=padding, stride=stride).clone()
+        out_shape = [
+            (s + 2 * p - d * (k - 1) - 1) // st + 1
+            for s, p, d, k, st in zip(x2.shape[2:], padding, dilation, kernel, stride, strict=True)
+        ]
+        spatial = out_shape[1:] if isinstance(layer, nn.Conv1d) else out_shape
+        groups = layer.groups
+    n, k_total, rows = cols.shape
+    k = k_total // groups
+    total = present = created = 0
+    for sample, group in itertools.product(range(n), range(groups)):
+        matrix = cols[sample, group * k : (group + 1) * k]
+        for bi in range(math.ceil(k / width)):
+            for bj in range(math.ceil(rows / height)):
+                block = matrix[bi * width : (bi + 1) * width, bj * height : (bj + 1) * height]
+                total += 1
+                all_zero = bool((block == 0).all())
+                present += all_zero
+                if block.abs().sum().item() / (width * height) < threshold:
+                    created += not all_zero
+                    block.zero_()
+    weight = layer.weight.reshape(groups, -1, k)
+    outputs = [weight[g] @ cols[:, g * k : (g + 1) * k] for g in range(groups)]
+    out = torch.cat(outputs, dim=1)
+    if layer.bias is not None:
+        out = out + layer.bias.view(1, -1, 1)
+    if isinstance(layer, nn.Linear):
+        out = out.transpose(1, 2).reshape(n, *spatial, -1)
+    else:
+        out = out.reshape(n, -1, *spatial)
+    return out, {
+        "total_blocks": total,
+        "present_blocks": present,
+        "created_blocks": created,
+        "samples": n,
+    }
+
+
+def layers():
+    torch.manual_seed(0)
+    yield nn.Conv2d(4, 6, 3, padding=1), (2, 4, 7, 7)
+    yield nn.Conv2d(4, 6, 3, stride=2, padding=0), (2, 4, 9, 8)
+    yield nn.Conv2d(6, 6, 5, padding=2, groups=3), (2, 6, 6, 6)
+    yield nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False), (2, 6, 5, 7)  # depthwise
+    yield nn.Conv2d(4, 5, 1), (2, 4, 6, 6)
+    yield nn.Conv2d(3, 4, 3, dilation=2, padding=2), (2, 3, 8, 8)
+    yield nn.Conv1d(3, 4, 3, stride=2, padding=1), (2, 3, 11)
+    yield nn.Linear(10, 5), (3, 10)
+    yield nn.Linear(10, 5), (2, 7, 10)
+
+
+BLOCKS = [(8, 8), (4, 2), (3, 5), (1, 1), (64, 64)]
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    list(layers()),
+    ids=lambda v: str(v) if isinstance(v, tuple) else type(v).__name__,
+)
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_block_statistics_and_output_equal_the_reference(layer: nn.Module, shape, block) -> None:
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1)).relu()  # some zero blocks
+    x[0, ..., :2] = 0  # and whole zero regions
+    original = x.clone()
+    for threshold in (0.0, 0.3, 0.8):
+        sparse = SparseModel(nn.Sequential(layer), block_size=block)
+        sparse.thresholds = [threshold]
+        with torch.no_grad():
+            output = sparse(x)
+            expected, counts = reference(layer, x, block, threshold)
+        assert sparse.stats()["0"] == counts
+        torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+        sparse.restore()
+    assert torch.equal(x, original)  # the input is never edited in place
+
+
+def test_threshold_zero_changes_nothing_and_above_max_zeroes_everything() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 4, 3),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 5),
+    )
+    x = torch.randn(4, 3, 8, 8)
+    with torch.no_grad():
+        float_output = model(x)
+        sparse = SparseModel(model, block_size=(4, 4))
+        assert torch.equal(sparse(x), float_output)
+        stats = sparse.stats()
+        assert all(s["created_blocks"] == 0 and s["samples"] == 4 for s in stats.values())
+        sparse.reset_stats()
+        sparse.thresholds = [1e9, 1e9, 1e9]
+        zeroed = sparse(x)
+    # Every block of every layer's input is zero: each layer outputs its bias.
+    assert torch.allclose(zeroed, model[4].bias.expand_as(zeroed))
+    stats = sparse.stats()
+    assert all(
+        s["created_blocks"] + s["present_blocks"] == s["total_blocks"] for s in stats.values()
+    )
+
+
+def test_chunked_equals_unchunked() -> None:
+    torch.manual_seed(0)
+    layer = nn.Conv2d(4, 6, 3, padding=1)
+    x = torch.randn(9, 4, 10, 10)
+    results = []
+    for chunk in (1 << 30, 4096):  # one chunk, or one sample at a time
+        sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4), chunk_bytes=chunk)
+        sparse.thresholds = [0.7]
+        with torch.no_grad():
+            results.append((sparse(x), sparse.stats()))
+        sparse.restore()
+    # Chunks may take the dense or the matrix path separately: equal up to float rounding.
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
+    assert results[0][1] == results[1][1]
+
+
+@pytest.mark.parametrize("method", ["linear", "log"])
+def test_discretization_maps_the_limit_onto_the_last_step(method: str) -> None:
+    limit, steps = 2.5, 10
+    edges = threshold_steps(limit, steps, method)
+    assert edges[0] == 0.0 and edges[-1] == pytest.approx(limit)
+    assert discretize_threshold(limit, limit, steps, method) == pytest.approx(limit)
+    assert discretize_threshold(limit - 1e-9, limit, steps, method) == pytest.approx(limit)
+    assert discretize_threshold(0.0, limit, steps, method) == 0.0
+    # Rounded up to the next edge.
+    assert discretize_threshold(edges[3] + 1e-6, limit, steps, method) == edges[4]
+    assert discretize_threshold(edges[3], limit, steps, method) == edges[3]
+    values = [
+        discretize_threshold(v, limit, steps, method)
+        for v in torch.linspace(0, limit, 101).tolist()
+    ]
+    assert set(values) <= set(edges.tolist())
+    assert discretize_threshold(1.234, limit, steps, "none") == 1.234
