@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 WORKLOAD ?= workloads/digits_cnn.yaml
 # The torch build tested here; another platform can pass its own constraints file.
 TORCH_CONSTRAINTS ?= constraints.txt
-# The test suite also compares against NVIDIA modelopt; `make test TEST_EXTRAS=dev` skips those.
-TEST_EXTRAS ?= dev,modelopt
+# The test suite also checks against NVIDIA modelopt and runs ZigZag; `make test TEST_EXTRAS=dev`
+# skips those tests.
+TEST_EXTRAS ?= dev,modelopt,zigzag
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
 .PHONY: run test clean-venv

@@ -348,8 +348,16 @@ class ExtraArgs(Spec):
 
 
 class EnergyEvaluationSpec(Spec):
+    """Per-layer DRAM accesses: read from `dram_analysis_file` (written by `energy-analysis`),
+    else computed by `backend` when a problem needs them."""
+
     dram_analysis_file: str | None = None
-    input_shape: tuple[PositiveInt, PositiveInt, PositiveInt, PositiveInt] | None = None
+    input_shape: list[PositiveInt] | None = None
+    backend: Literal["analytic", "zigzag"] = "analytic"
+    hardware: str = "eyeriss_like"  # zigzag: a hardware description shipped with ZigZag
+    global_buffer_kib: PositiveFloat = 108.0  # analytic: the accelerator's global buffer
+    word_bits: PositiveInt = 16  # analytic: bits per DRAM word
+    dram_pj_per_word: PositiveFloat = 200.0  # analytic: energy of one DRAM word access
 
 
 class ExplorationDatasets(Spec):

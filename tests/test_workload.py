@@ -41,7 +41,7 @@ def test_original_template_layout_is_accepted() -> None:
     assert workload.problem.results_file == "results/sparsity_results.pkl"
     assert exploration.minimum_accuracy == [0.9, 0.85]
     assert exploration.predefined_parameters == [0.0, 0.1, 0.2]
-    assert exploration.energy_evaluation.input_shape == (1, 1, 8, 8)
+    assert exploration.energy_evaluation.input_shape == [1, 1, 8, 8]
     assert exploration.extra_args.block_size == (8, 4)
     assert exploration.extra_args.discrete_threshold_method == "log"
     assert exploration.extra_args.threshold_limit == 2.5

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from model_explorer.cost import LayerCost, measure_layers
+from model_explorer.cost.energy_model import EnergyModel
 from model_explorer.errors import UserError
 from model_explorer.metrics import output_list, score
 from model_explorer.problems.base import Constraint, Evaluation, Objective, Problem, Variable
@@ -21,6 +22,7 @@ QUANTITIES = {
     "weighted_bits": False,
     "model_size": False,
     "bops": False,
+    "energy": False,
 }
 
 
@@ -88,6 +90,7 @@ class LayerwiseQuantizationProblem(Problem):
         weighting: str = "bits_weighted_linear",
         early_reject: bool = True,
         layer_costs: dict[str, LayerCost] | None = None,
+        energy: EnergyModel | None = None,
     ) -> None:
         unknown = [name for name in objectives if name not in QUANTITIES]
         if unknown:
@@ -95,6 +98,9 @@ class LayerwiseQuantizationProblem(Problem):
                 f"exploration.objectives: {unknown} cannot be used with this problem; choose from "
                 f"{', '.join(QUANTITIES)}"
             )
+        if "energy" in objectives and energy is None:
+            raise UserError("exploration.objectives: 'energy' needs per-layer DRAM energies")
+        self.energy = energy
         self.model = model
         self.batches = batches
         self.metric = metric
@@ -132,18 +138,26 @@ class LayerwiseQuantizationProblem(Problem):
 
     def cost_values(self, bits: Sequence[int]) -> dict[str, float]:
         """Analytic costs of a bit configuration: weighted bits, model size in bits (weight
-        bits x weight elements) and BOPs (MACs x input bits x weight bits, per sample)."""
+        bits x weight elements), BOPs (MACs x input bits x weight bits, per sample) and, with
+        an energy model, the DRAM energy in uJ."""
         size = 0
         bops = 0
         for index, cost in enumerate(self.layer_costs):
             input_bits, weight_bits = bits[2 * index], bits[2 * index + 1]
             size += weight_bits * cost.weight_elements
             bops += cost.macs * input_bits * weight_bits
-        return {
+        values = {
             "weighted_bits": weighted_bits(self.names, bits, self.weighting),
             "model_size": float(size),
             "bops": float(bops),
         }
+        if self.energy is not None:
+            layers = list(self.model.layers)
+            values["energy"] = self.energy.energy_uj(
+                dict(zip(layers, bits[0::2], strict=True)),
+                dict(zip(layers, bits[1::2], strict=True)),
+            )
+        return values
 
     def apply(self, configuration: list[Any]) -> None:
         self.model.bit_widths = configuration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from model_explorer.context import WorkloadContext
+from model_explorer.cost.energy_workload import build_energy_model
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.quantization.pipeline import build_quantized_model
@@ -41,12 +42,14 @@ def build_joint_problem(
     exploration = context.workload.require("exploration")
     limits = exploration.extra_args
     quantized = build_quantized_model(context)
+    objectives = exploration.objectives or ["accuracy", "effective_bops"]
+    energy = build_energy_model(context, list(quantized.layers)) if "energy" in objectives else None
     return QuantizationSparsityProblem(
         quantized,
         _sparse(context, quantized.model),
         context.batches("exploration"),
         context.workload.metric,
-        objectives=exploration.objectives or ["accuracy", "effective_bops"],
+        objectives=objectives,
         threshold_limit=limits.threshold_limit,
         steps=limits.discrete_threshold_steps,
         method=limits.discrete_threshold_method,
@@ -56,4 +59,5 @@ def build_joint_problem(
         layer_bounds=exploration.layer_bounds,
         weighting=limits.bit_weighting_function,
         early_reject=exploration.early_reject,
+        energy=energy,
     )

@@ -101,7 +101,9 @@ def test_non_finite_model_is_infeasible(digits) -> None:
 
 
 def test_objectives_are_checked(digits) -> None:
-    with pytest.raises(UserError, match="exploration.objectives: \\['energy'\\] cannot be used"):
+    with pytest.raises(UserError, match="exploration.objectives: \\['latency'\\] cannot be used"):
+        problem(digits, objectives=["accuracy", "latency"])
+    with pytest.raises(UserError, match="'energy' needs per-layer DRAM energies"):
         problem(digits, objectives=["accuracy", "energy"])
     with pytest.raises(UserError, match="2 values for a model with 1 outputs"):
         problem(digits, minimum_accuracy=[0.9, 0.8])

@@ -1,0 +1,104 @@
+"""Energy analysis of a workload's model: the CSV of per-layer DRAM accesses and EnergyModels."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+
+from model_explorer.context import WorkloadContext
+from model_explorer.cost.energy import (
+    CSV_COLUMNS,
+    ENERGY_BACKENDS,
+    Accelerator,
+    LayerEnergy,
+    energy_layers,
+    rows_from_records,
+)
+from model_explorer.cost.energy_model import EnergyModel
+from model_explorer.cost.graph import layer_producers
+from model_explorer.errors import UserError
+from model_explorer.fileio import atomic_path
+from model_explorer.workload import EnergyEvaluationSpec, resolve_path
+
+
+def energy_spec(context: WorkloadContext) -> EnergyEvaluationSpec:
+    exploration = context.workload.exploration
+    spec = exploration.energy_evaluation if exploration is not None else None
+    return spec or EnergyEvaluationSpec()
+
+
+def example_input(context: WorkloadContext) -> torch.Tensor:
+    """`energy_evaluation.input_shape`, else one sample shaped like the exploration data."""
+    shape = energy_spec(context).input_shape
+    if shape is None:
+        if not context.has_dataset("exploration"):
+            raise UserError(
+                "workload.exploration.energy_evaluation.input_shape: give the input shape "
+                "[N, C, H, W]"
+            )
+        shape = [1, *next(iter(context.batches("exploration")))[0].shape[1:]]
+    return torch.zeros(*shape, device=context.device)
+
+
+def analyze_energy(context: WorkloadContext, backend: str | None = None) -> list[LayerEnergy]:
+    """Per-layer DRAM accesses and energy of the workload's float model."""
+    spec = energy_spec(context)
+    name = backend or spec.backend
+    builder = ENERGY_BACKENDS.get(name, "--backend").builder
+    model = context.build_model(load_weights=False)
+    example = example_input(context)
+    if name == "analytic":
+        accelerator = Accelerator(spec.global_buffer_kib, spec.word_bits, spec.dram_pj_per_word)
+        return builder(model, example, accelerator)
+    return builder(model, example, hardware=spec.hardware)
+
+
+def write_energy_csv(rows: list[LayerEnergy], path: str | Path) -> Path:
+    path = Path(path)
+    with atomic_path(path) as temporary, open(temporary, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row.as_row())
+    return path
+
+
+def read_energy_csv(path: str | Path, where: str = "dram_analysis_file") -> list[LayerEnergy]:
+    path = resolve_path(path)
+    if not path.is_file():
+        raise UserError(
+            f"{where}: '{path}' does not exist; write it with "
+            "`model-explorer energy-analysis WORKLOAD`"
+        )
+    with open(path, newline="") as file:
+        records = list(csv.DictReader(file))
+    missing = [c for c in CSV_COLUMNS if c != "layer_name" and records and c not in records[0]]
+    if missing:
+        raise UserError(f"{where}: '{path}' lacks the columns {missing}")
+    return rows_from_records(records)
+
+
+def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyModel:
+    """The EnergyModel of the workload's quantized layers: rows from `dram_analysis_file` when
+    the workload names one, else computed now by the configured backend."""
+    spec = energy_spec(context)
+    if spec.dram_analysis_file is not None:
+        rows = read_energy_csv(
+            spec.dram_analysis_file, "workload.exploration.energy_evaluation.dram_analysis_file"
+        )
+        source = spec.dram_analysis_file
+    else:
+        rows = analyze_energy(context)
+        source = f"the {spec.backend} energy analysis"
+    model = context.build_model(load_weights=False)
+    producers = layer_producers(model, example_input(context), energy_layers(model, layers))
+    return EnergyModel(rows, layers, producers, source)
+
+
+def default_csv_path(context: WorkloadContext) -> Path:
+    spec = energy_spec(context)
+    if spec.dram_analysis_file is not None:
+        return resolve_path(spec.dram_analysis_file)
+    return Path("results") / f"{context.workload.name}_dram_accesses.csv"
