@@ -26,7 +26,7 @@ $(VENV)/.installed-$(TEST_EXTRAS): pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/
 run: $(VENV)/.installed
 	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)
 	$(BIN)/model-explorer calibrate --if-missing $(WORKLOAD)
-	$(BIN)/model-explorer explore $(WORKLOAD)
+	$(BIN)/model-explorer explore $(WORKLOAD) --report
 
 test: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/python -m pytest

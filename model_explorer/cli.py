@@ -166,6 +166,25 @@ def explore_command(args: argparse.Namespace) -> int:
     print("Pareto front:")
     print(pareto_table(result))
     print(f"result: {path}")
+    if args.report:
+        from model_explorer.reporting import write_report
+
+        written = write_report(result, path.with_name(f"{path.stem}_report"), path)
+        print(f"report: {written[-1]}")
+    return 0
+
+
+@command("report")
+def report_command(args: argparse.Namespace) -> int:
+    from model_explorer.reporting import write_report
+    from model_explorer.results import ExplorationResult
+
+    path = Path(args.results)
+    result = ExplorationResult.load(path)
+    out = Path(args.out) if args.out else path.with_name(f"{path.stem}_report")
+    written = write_report(result, out, path)
+    print(f"wrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
+    print(f"report: {written[-1]}")
     return 0
 
 
@@ -463,6 +482,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue an unfinished result (the --output file, else the newest of this workload)",
     )
     explore.add_argument("--output", help="result file (default: results/expl_..._<time>.pkl)")
+    explore.add_argument(
+        "--report", action="store_true", help="also write the report (as `model-explorer report`)"
+    )
+
+    report = commands.add_parser(
+        "report", parents=[common], help="plots and a report.md of a result file"
+    )
+    report.add_argument("results", help="result file of an exploration")
+    report.add_argument("--out", help="folder (default: <results>_report next to the file)")
 
     individual = commands.add_parser(
         "evaluate-individual",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from model_explorer.fileio import atomic_path
 from model_explorer.results import ExplorationResult
 
 
@@ -42,3 +45,97 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.6g}"
     return str(value)
+
+
+def _markdown_table(result: ExplorationResult) -> str:
+    text = pareto_table(result)
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return text
+    cells = [line.split() for line in lines]
+    header = "| " + " | ".join(cells[0]) + " |"
+    rule = "|" + "---|" * len(cells[0])
+    body = ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n".join([header, rule, *body])
+
+
+def write_report(
+    result: ExplorationResult, out: str | Path, source: str | Path | None = None
+) -> list[Path]:
+    """Plots (PNG), pgfplots files of the front and a `report.md` summarising a run; returns
+    every file written, report.md last."""
+    from model_explorer import plotting
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    figures = {
+        "front.png": plotting.plot_front(result),
+        "layers.png": plotting.plot_layers(result),
+        "convergence.png": plotting.plot_convergence(result),
+    }
+    for name, figure in figures.items():
+        written.append(plotting.save(figure, out / name))
+    written.extend(plotting.front_to_pgfplots(result, out / "front"))
+    workload = result.workload.get("workload", {})
+    energy_file = ((workload.get("exploration") or {}).get("energy_evaluation") or {}).get(
+        "dram_analysis_file"
+    )
+    if energy_file and Path(energy_file).is_file():
+        from model_explorer.cost.energy_workload import read_energy_csv
+
+        written.append(
+            plotting.save(
+                plotting.plot_dram_energy(read_energy_csv(energy_file)), out / "dram_energy.png"
+            )
+        )
+    reference = result.default_reference()
+    hypervolume = result.hypervolume(reference, list(reference))
+    stats = result.stats
+    evaluations = len(result)
+    feasible = len(result.feasible())
+    seconds = sum(r["seconds"] for r in result.records)
+    datasets = (workload.get("exploration") or {}).get("datasets", {})
+    data = datasets.get("exploration", {})
+    data_text = ", ".join(f"{k}={v}" for k, v in data.items() if k != "type")
+    objectives = ", ".join(f"{n} ({'max' if m else 'min'})" for n, m in result.objectives)
+    baseline = ", ".join(f"{a:.4f}" for a in result.baseline) if result.baseline else "not measured"
+    share = f" ({feasible / evaluations:.0%})" if evaluations else ""
+    point = ", ".join(f"{k}={v:.6g}" for k, v in reference.items())
+    state = "complete" if result.complete else "unfinished (resume with --resume)"
+    lines = [
+        f"# Exploration report: {workload.get('name', 'workload')}",
+        "",
+        f"- result file: `{source}`" if source else "- result file: (in memory)",
+        f"- model: `{workload.get('model', {}).get('type')}`, problem: `{result.problem['name']}`, "
+        f"objectives: {objectives}",
+        f"- exploration data: `{data.get('type')}` ({data_text})",
+        f"- genes: {len(result.variable_names)}; seed {result.seed}; {state}",
+        f"- baseline accuracy: {baseline}",
+        f"- evaluations: {evaluations}, feasible: {feasible}{share}",
+        f"- genomes answered by the cache: {stats.get('cache_hits', 0)}; "
+        f"rejected early: {stats.get('early_rejected', 0)}",
+        f"- time spent evaluating: {seconds:.1f} s",
+        f"- hypervolume: {hypervolume:.6g} (reference point {point})",
+        "",
+        "## Pareto front",
+        "",
+        _markdown_table(result),
+        "",
+        "## Figures",
+        "",
+        "![accuracy against cost](front.png)",
+        "",
+        "![per-layer settings, mean over the front](layers.png)",
+        "",
+        "![hypervolume per generation](convergence.png)",
+        "",
+    ]
+    if (out / "dram_energy.png") in written:
+        lines += ["![DRAM energy per layer](dram_energy.png)", ""]
+    lines += ["Files: " + ", ".join(f"`{p.name}`" for p in written), ""]
+    report = out / "report.md"
+    with atomic_path(report) as temporary:
+        temporary.write_text("\n".join(lines))
+    written.append(report)
+    return written

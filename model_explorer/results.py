@@ -172,6 +172,68 @@ class ExplorationResult:
             return 0.0
         return float(HV(ref_point=point)(self.objective_matrix(front, names)))
 
+    def default_reference(self, objectives: list[str] | None = None) -> dict[str, float]:
+        """A reference point for hypervolumes: per objective the worst feasible value (for
+        accuracy the constraint's minimum when there is one), 10% beyond it for costs."""
+        senses = self._senses(objectives)
+        pool = self.feasible() or self.individuals
+        minimum = {c["name"]: c["minimum"] for c in self.problem.get("constraints", [])}
+        reference = {}
+        for name, maximize in senses:
+            values = [i.values[name] for i in pool]
+            if maximize:
+                reference[name] = (
+                    minimum.get(name) if minimum.get(name) is not None else min(values)
+                )
+            else:
+                worst = max(values)
+                reference[name] = worst * 1.1 if worst > 0 else worst + 1.0
+        return reference
+
+    def hypervolume_by_generation(
+        self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
+    ) -> list[tuple[int, float]]:
+        """(generation, hypervolume of every feasible individual evaluated up to it): how the
+        search converged."""
+        reference = reference or self.default_reference(objectives)
+        names = list(reference)
+        history = []
+        generations = sorted({r["generation"] for r in self.records})
+        for generation in generations:
+            upto = ExplorationResult(
+                self.workload,
+                self.problem,
+                individuals=[r for r in self.records if r["generation"] <= generation],
+            )
+            history.append((generation, upto.hypervolume(reference, names)))
+        return history
+
+    def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
+        """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
+        front): mean, min and max of the configuration that ran. Quantizer names are split
+        into layer and kind (input / weight) so that input and weight bits sit side by side."""
+        import pandas as pd
+
+        chosen = individuals if individuals is not None else self.pareto_front()
+        rows = []
+        for index, name in enumerate(self.variable_names):
+            values = [float(i.configuration[index]) for i in chosen]
+            layer, kind = name, "threshold"
+            for suffix in (".input_quantizer", ".weight_quantizer"):
+                if name.endswith(suffix):
+                    layer, kind = name[: -len(suffix)], suffix[1:].split("_")[0]
+            rows.append(
+                {
+                    "variable": name,
+                    "layer": layer,
+                    "kind": kind,
+                    "mean": float(np.mean(values)) if values else float("nan"),
+                    "min": min(values) if values else float("nan"),
+                    "max": max(values) if values else float("nan"),
+                }
+            )
+        return pd.DataFrame(rows)
+
     def to_dataframe(self):  # noqa: ANN201 - pandas is imported here, not at module import
         """One row per individual: id, generation, feasibility, every value (objectives,
         accuracies, costs) and one column per variable with the configuration that ran."""
@@ -249,3 +311,73 @@ def non_dominated(matrix: np.ndarray) -> np.ndarray:
         if np.any(no_worse & better):
             keep[i] = False
     return keep
+
+
+def _configuration_key(record: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(record["configuration"])
+
+
+def merge_results(results: list[ExplorationResult]) -> ExplorationResult:
+    """One result holding every individual of several runs of the same workload and problem
+    once (the first evaluation of a configuration is kept); ids are renumbered in order and
+    each record remembers its run in `extra['run']`."""
+    if not results:
+        raise UserError("merge: no result files given")
+    first = results[0]
+    for other in results[1:]:
+        if (
+            other.workload != first.workload
+            or other.problem["variables"] != first.problem["variables"]
+        ):
+            raise UserError("merge: the result files come from different workloads or problems")
+    seen: set[str] = set()
+    records = []
+    for run, result in enumerate(results):
+        for record in result.records:
+            key = _configuration_key(record)
+            if key in seen:
+                continue
+            seen.add(key)
+            records.append({**record, "id": len(records), "extra": {**record["extra"], "run": run}})
+    stats = {key: sum(r.stats.get(key, 0) for r in results) for key in first.stats}
+    stats["evaluations"] = len(records)
+    return ExplorationResult(
+        first.workload,
+        first.problem,
+        first.baseline,
+        records,
+        [],
+        stats,
+        complete=all(r.complete for r in results),
+        seed=first.seed,
+    )
+
+
+def compare_results(
+    results: dict[str, ExplorationResult],
+    reference: dict[str, float] | None = None,
+    objectives: list[str] | None = None,
+):  # noqa: ANN201
+    """One row per run: evaluations, feasible share, front size, hypervolume against one common
+    reference point (default: the first run's), and time spent evaluating."""
+    import pandas as pd
+
+    names = list(results)
+    if reference is None:
+        reference = results[names[0]].default_reference(objectives)
+    rows = []
+    for name, result in results.items():
+        rows.append(
+            {
+                "run": name,
+                "evaluations": len(result),
+                "feasible": len(result.feasible()),
+                "feasible_share": len(result.feasible()) / len(result) if len(result) else 0.0,
+                "front": len(result.pareto_front(list(reference))),
+                "hypervolume": result.hypervolume(reference, list(reference)),
+                "seconds": sum(r["seconds"] for r in result.records),
+            }
+        )
+    return pd.DataFrame(rows)

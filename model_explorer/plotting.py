@@ -1,0 +1,233 @@
+"""Figures of results and energy analyses (matplotlib), and pgfplots export for papers.
+
+Every plot function returns a matplotlib Figure (drawn with the Agg backend when no display is
+set up); `save(figure, path)` writes PNG or PDF atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_explorer.fileio import atomic_path
+from model_explorer.results import ExplorationResult, Individual
+
+
+def _pyplot():  # noqa: ANN202 - matplotlib is imported on first use, headless by default
+    import matplotlib
+
+    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(figure: Any, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        figure.savefig(
+            temporary, format=path.suffix.lstrip(".") or "png", dpi=150, bbox_inches="tight"
+        )
+    return path
+
+
+def cost_objective(result: ExplorationResult) -> str:
+    """The objective plotted against accuracy: the first one that is not an accuracy."""
+    for name, _ in result.objectives:
+        if not name.startswith("accuracy"):
+            return name
+    return result.objectives[0][0]
+
+
+def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float, float]]:
+    """The Pareto front in the (x, y) plane, sorted by x."""
+    front = result.pareto_front([x, y])
+    return sorted((i.values[x], i.values[y]) for i in front if i.feasible)
+
+
+def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accuracy") -> Any:
+    """Every evaluated individual (feasible and infeasible apart), the Pareto front as a step
+    line, and the accuracy constraint as a horizontal line."""
+    plt = _pyplot()
+    x = x or cost_objective(result)
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for feasible, colour, label in (
+        (False, "tab:gray", "infeasible"),
+        (True, "tab:blue", "feasible"),
+    ):
+        chosen = [i for i in result.individuals if i.feasible == feasible]
+        if chosen:
+            axes.scatter(
+                [i.values[x] for i in chosen],
+                [i.values[y] for i in chosen],
+                s=12,
+                alpha=0.6,
+                color=colour,
+                label=label,
+                gid=f"points-{label}",
+            )
+    front = front_points(result, x, y)
+    if front:
+        xs, ys = zip(*front, strict=True)
+        axes.step(
+            xs, ys, where="post", color="tab:red", marker="o", label="Pareto front", gid="front"
+        )
+    for constraint in result.problem.get("constraints", []):
+        if constraint["name"] == y and constraint.get("minimum") is not None:
+            axes.axhline(
+                constraint["minimum"],
+                color="tab:green",
+                linestyle="--",
+                label=f"minimum {y}",
+                gid="constraint",
+            )
+    axes.set_xlabel(x)
+    axes.set_ylabel(y)
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def _layer_table(result: ExplorationResult, individual: Individual | None):  # noqa: ANN202
+    individuals = [individual] if individual is not None else None
+    return result.layer_statistics(individuals)
+
+
+def plot_layers(result: ExplorationResult, individual: Individual | None = None) -> Any:
+    """Per-layer settings: bit widths (input and weight side by side) or thresholds, for one
+    individual or as the mean over the Pareto front."""
+    plt = _pyplot()
+    table = _layer_table(result, individual)
+    layers = list(dict.fromkeys(table["layer"]))
+    kinds = list(dict.fromkeys(table["kind"]))
+    figure, axes = plt.subplots(figsize=(max(6, 0.4 * len(layers) * len(kinds)), 4))
+    width = 0.8 / len(kinds)
+    for offset, kind in enumerate(kinds):
+        part = table[table["kind"] == kind].set_index("layer").reindex(layers)
+        positions = np.arange(len(layers)) + (offset - (len(kinds) - 1) / 2) * width
+        axes.bar(positions, part["mean"].fillna(0), width, label=kind, gid=f"bars-{kind}")
+    axes.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
+    title = (
+        f"individual {individual.id}" if individual is not None else "mean over the Pareto front"
+    )
+    axes.set_title(title)
+    axes.set_ylabel("bits" if "threshold" not in kinds else "value")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def plot_convergence(result: ExplorationResult, reference: dict[str, float] | None = None) -> Any:
+    """Hypervolume of everything evaluated up to each generation."""
+    plt = _pyplot()
+    history = result.hypervolume_by_generation(reference)
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.plot([g for g, _ in history], [h for _, h in history], marker=".", gid="hypervolume")
+    axes.set_xlabel("generation")
+    axes.set_ylabel("hypervolume")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def plot_dram_energy(rows: Sequence[Any]) -> Any:
+    """Per-layer DRAM energy (uJ) of weights, inputs and outputs, stacked, from energy rows
+    (`LayerEnergy`, or dicts with the CSV's columns)."""
+    plt = _pyplot()
+
+    def value(row: Any, key: str) -> Any:
+        return row[key] if isinstance(row, dict) else getattr(row, key)
+
+    names = [str(value(r, "layer_name") or value(r, "layer_idx")) for r in rows]
+    figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4))
+    bottom = np.zeros(len(rows))
+    for key, label in (("w_energy", "weights"), ("i_energy", "inputs"), ("o_energy", "outputs")):
+        heights = np.array([float(value(r, key)) / 1e6 for r in rows])
+        axes.bar(range(len(rows)), heights, bottom=bottom, label=label, gid=f"energy-{label}")
+        bottom += heights
+    axes.set_xticks(range(len(rows)), names, rotation=90, fontsize=7)
+    axes.set_ylabel("DRAM energy (uJ)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+# -- pgfplots -----------------------------------------------------------------------------
+def _write(path: Path, text: str) -> Path:
+    with atomic_path(path) as temporary:
+        temporary.write_text(text)
+    return path
+
+
+def to_pgfplots(
+    stem: str | os.PathLike[str],
+    columns: dict[str, Sequence[Any]],
+    x: str,
+    y: str,
+    kind: str = "front",
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+) -> tuple[Path, Path]:
+    """Write `<stem>.dat` (whitespace-separated columns with a header) and `<stem>.tex` (a
+    pgfplots axis reading it): a step line for a front, or bars (`kind="bars"`)."""
+    stem = Path(stem)
+    names = list(columns)
+    rows = zip(*(columns[n] for n in names), strict=True)
+    data = (
+        " ".join(names) + "\n" + "\n".join(" ".join(_cell(v) for v in row) for row in rows) + "\n"
+    )
+    dat = _write(stem.with_suffix(".dat"), data)
+    if kind == "bars":
+        plot = f"\\addplot[ybar, fill=blue!40] table[x expr=\\coordindex, y={y}] {{{dat.name}}};"
+        extra = (
+            f"xticklabels from table={{{dat.name}}}{{{x}}}, xtick=data, "
+            "x tick label style={rotate=90},"
+        )
+    else:
+        plot = f"\\addplot[const plot, mark=*, red] table[x={x}, y={y}] {{{dat.name}}};"
+        extra = ""
+    tex = (
+        "% pgfplots figure written by model_explorer; \\input this file inside a tikzpicture.\n"
+        f"\\begin{{axis}}[xlabel={{{xlabel or x}}}, ylabel={{{ylabel or y}}}, {extra} grid=major]\n"
+        f"  {plot}\n"
+        "\\end{axis}\n"
+    )
+    return dat, _write(stem.with_suffix(".tex"), tex)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(round(value, 10))
+    return str(value).replace(" ", "_")
+
+
+def front_to_pgfplots(
+    result: ExplorationResult,
+    stem: str | os.PathLike[str],
+    x: str | None = None,
+    y: str = "accuracy",
+) -> tuple[Path, Path]:
+    """The Pareto front in the (x, y) plane as a pgfplots .dat/.tex pair."""
+    x = x or cost_objective(result)
+    points = front_points(result, x, y)
+    return to_pgfplots(stem, {x: [p[0] for p in points], y: [p[1] for p in points]}, x, y)
+
+
+def layers_to_pgfplots(
+    result: ExplorationResult, stem: str | os.PathLike[str], individual: Individual | None = None
+) -> tuple[Path, Path]:
+    """Per-variable settings (one individual, or the mean over the front) as bars."""
+    table = _layer_table(result, individual)
+    return to_pgfplots(
+        stem,
+        {"variable": list(table["variable"]), "value": list(table["mean"])},
+        "variable",
+        "value",
+        kind="bars",
+    )

@@ -1,0 +1,129 @@
+"""Figures render headless with the expected artists; pgfplots files; notebooks; the report."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import matplotlib
+import nbformat
+import pytest
+import yaml
+from nbclient import NotebookClient
+
+from conftest import REPOSITORY
+from model_explorer import plotting
+from model_explorer.cli import main
+from model_explorer.cost.energy import analytic_energy
+from model_explorer.exploration import Explorer
+from model_explorer.models import create_model
+from model_explorer.results import ExplorationResult
+from model_explorer.workload import NSGASpec
+from tests_support import Synthetic
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> ExplorationResult:
+    return Explorer(Synthetic(), NSGASpec(pop_size=10, offsprings=8, generations=3), seed=0).run()
+
+
+def artists(figure, gid: str) -> list:
+    return [a for a in figure.findobj() if getattr(a, "get_gid", lambda: None)() == gid]
+
+
+def test_front_plot_has_points_front_and_constraint(synthetic) -> None:
+    figure = plotting.plot_front(synthetic)
+    assert artists(figure, "points-feasible") and artists(figure, "points-infeasible")
+    (front,) = artists(figure, "front")
+    expected = plotting.front_points(synthetic, "bits", "accuracy")
+    assert [tuple(p) for p in front.get_xydata()] == expected
+    (constraint,) = artists(figure, "constraint")
+    assert constraint.get_ydata()[0] == 0.6  # the Synthetic problem's minimum accuracy
+
+
+def test_layer_convergence_and_energy_plots(synthetic) -> None:
+    layers = plotting.plot_layers(synthetic)
+    bars = artists(layers, "bars-threshold")  # synthetic genes are not quantizers: one bar each
+    assert len(bars) == 6
+    best = synthetic.pareto_front()[0]
+    one = plotting.plot_layers(synthetic, best)
+    assert [p.get_height() for p in artists(one, "bars-threshold")] == best.configuration
+    convergence = plotting.plot_convergence(synthetic)
+    (line,) = artists(convergence, "hypervolume")
+    assert len(line.get_xdata()) == 4
+    rows = analytic_energy(create_model("digits_cnn").eval(), __import__("torch").zeros(1, 1, 8, 8))
+    energy = plotting.plot_dram_energy(rows)
+    stacks = [artists(energy, f"energy-{kind}") for kind in ("weights", "inputs", "outputs")]
+    tops = [sum(stack[i].get_height() for stack in stacks) for i in range(len(rows))]
+    assert tops == pytest.approx([r.total_dram_energy / 1e6 for r in rows])
+
+
+def test_pgfplots_pairs(synthetic, tmp_path: Path) -> None:
+    dat, tex = plotting.front_to_pgfplots(synthetic, tmp_path / "front")
+    lines = dat.read_text().splitlines()
+    assert lines[0] == "bits accuracy"
+    points = [float(v) for line in lines[1:] for v in line.split()]
+    expected = [v for point in plotting.front_points(synthetic, "bits", "accuracy") for v in point]
+    assert points == pytest.approx(expected)
+    assert "\\addplot[const plot" in tex.read_text() and "{front.dat}" in tex.read_text()
+    dat, tex = plotting.layers_to_pgfplots(synthetic, tmp_path / "layers")
+    assert len(dat.read_text().splitlines()) == 1 + 6 and "ybar" in tex.read_text()
+
+
+@pytest.fixture(scope="module")
+def digits_result(trained_digits, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("explored")
+    _, checkpoint = trained_digits
+    data = yaml.safe_load((REPOSITORY / "workloads" / "digits_cnn.yaml").read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(folder / "c.pt")
+    data["workload"]["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=2)
+    workload = folder / "w.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    assert main(["calibrate", str(workload)]) == 0
+    assert main(["explore", str(workload), "--output", str(folder / "result.pkl")]) == 0
+    return folder / "result.pkl"
+
+
+@pytest.mark.parametrize("name", ["visualize_individuals", "dram_accesses"])
+def test_notebooks_run_top_to_bottom(name: str, digits_result: Path, monkeypatch) -> None:
+    path = REPOSITORY / "evaluation_scripts" / f"{name}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    # Stored without outputs.
+    assert all(
+        not cell.get("outputs") and not cell.get("execution_count")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+    )
+    monkeypatch.setenv("RESULTS_FILE", str(digits_result))
+    monkeypatch.delenv("DRAM_CSV", raising=False)
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(digits_result.parent)}},
+    )
+    client.execute()
+    text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
+    assert "Error" not in text and "Traceback" not in text
+    expected = "feasible" if name == "visualize_individuals" else "total DRAM energy"
+    assert expected in text
+
+
+def test_report_writes_every_file_it_lists(digits_result: Path, capsys) -> None:
+    out = digits_result.parent / "report"
+    assert main(["report", str(digits_result), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    listed = report.split("Files: ")[1].strip().replace("`", "").split(", ")
+    assert listed and all(
+        (out / name).is_file() and (out / name).stat().st_size > 0 for name in listed
+    )
+    assert {"front.png", "layers.png", "convergence.png", "front.dat", "front.tex"} <= set(listed)
+    result = ExplorationResult.load(digits_result)
+    assert f"evaluations: {len(result)}, feasible: {len(result.feasible())}" in report
+    assert "## Pareto front" in report and f"report: {out / 'report.md'}" in printed
+    assert os.path.getsize(out / "front.png") > 1000
