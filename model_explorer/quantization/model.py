@@ -101,6 +101,9 @@ class QuantizedModel(nn.Module):
                 f"quantization: the model has no layer of types {list(layer_types)} matching "
                 f"include {list(include)} and exclude {list(exclude)}"
             )
+        # A new nn.Module starts in training mode; take the wrapped model's mode instead, so
+        # that code restoring "the" mode does not switch an eval model's batch norms to training.
+        self.train(model.training)
 
     @classmethod
     def from_spec(cls, model: nn.Module, spec: QuantizationSpec) -> QuantizedModel:

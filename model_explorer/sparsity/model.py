@@ -104,6 +104,7 @@ class SparseModel(nn.Module):
                 f"sparsity: the model has no layer of types {list(layer_types)} matching include "
                 f"{list(include)} and exclude {list(exclude)}"
             )
+        self.train(model.training)  # the wrapped model's mode, not nn.Module's default
 
     @classmethod
     def from_spec(cls, model: nn.Module, spec: Any, block_size: Sequence[int]) -> SparseModel:

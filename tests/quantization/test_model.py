@@ -271,3 +271,21 @@ def test_modelopt_applies_the_exported_config_with_the_same_results() -> None:
         for name, layer in ours.layers.items():
             mine, other = layer(inputs[name]), their_modules[name](inputs[name])
             assert relative_error(mine, other) < 1e-3, name
+
+
+def test_wrappers_keep_the_wrapped_models_mode() -> None:
+    from model_explorer.problems.quantization import LayerwiseQuantizationProblem
+    from model_explorer.sparsity import SparseModel
+
+    model = torchvision_model("resnet18")
+    quantized = QuantizedModel(model)
+    assert not quantized.training
+    quantized.calibrate([images(1)], method="max")
+    # Building a problem measures the layers with a forward pass and must leave every batch
+    # norm in eval mode, so that a later forward cannot change running statistics.
+    problem = LayerwiseQuantizationProblem(
+        quantized, [(images(2), torch.zeros(4, dtype=torch.long))]
+    )
+    assert not any(m.training for m in problem.model.modules())
+    assert not SparseModel(torchvision_model("resnet18")).training
+    assert QuantizedModel(torchvision_model("resnet18").train()).training
