@@ -199,6 +199,10 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
     from model_explorer.results import ExplorationResult
 
     workload = _load(args)
+    if args.retrained:
+        return _evaluate_retrained(workload, args)
+    if args.results is None:
+        raise UserError("evaluate-individual: give RESULTS, or --retrained CHECKPOINT ...")
     result = ExplorationResult.load(args.results)
     table = reevaluate(workload, result, args.count)
     output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
@@ -358,6 +362,21 @@ def energy_analysis_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_retrained(workload, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from model_explorer.context import WorkloadContext
+    from model_explorer.retraining import load_retrained
+
+    context = WorkloadContext(workload)
+    for path in args.retrained:
+        problem, checkpoint = load_retrained(context, path)
+        accuracy = context.evaluate(problem.model, "reevaluate")
+        print(
+            f"{path} (individual {checkpoint['individual']}, retrained): full accuracy "
+            f"{_format_accuracy(accuracy)} on the reevaluation data"
+        )
+    return 0
+
+
 @command("retrain")
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
@@ -365,10 +384,7 @@ def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.workload import resolve_path
 
     if not args.baseline:
-        raise UserError(
-            "retrain: pass --baseline to train the workload's float model and save it to "
-            "model.weights"
-        )
+        return retrain_individuals_command(args)
     workload = _load(args)
     if (
         args.if_missing
@@ -387,6 +403,33 @@ def retrain_command(args: argparse.Namespace) -> int:
         f"best epoch {result.best_epoch}: validation {workload.metric.type} = "
         f"{_format_accuracy(result.best_accuracy)} (loss {record.train_loss:.4f}); saved {path}"
     )
+    return 0
+
+
+def retrain_individuals_command(args: argparse.Namespace) -> int:
+    from model_explorer.results import ExplorationResult
+    from model_explorer.retraining import retrain_individuals
+
+    if args.results is None or args.output_dir is None:
+        raise UserError(
+            "retrain: give RESULTS and OUTPUT_DIR to fine-tune individuals of a result, or "
+            "--baseline to train the float model"
+        )
+    workload = _load(args)
+    result = ExplorationResult.load(args.results)
+    table, description, path = retrain_individuals(
+        workload, result, args.output_dir, args.count, args.select, args.epochs, _progress(args)
+    )
+    print(f"retrained {description}:")
+    columns = [
+        "id",
+        "accuracy",
+        "accuracy_before_training",
+        "accuracy_after_training",
+        "best_epoch",
+    ]
+    print(table[[c for c in columns if c in table.columns]].to_string(index=False))
+    print(f"wrote {path} and {len(table)} checkpoints to {args.output_dir}")
     return 0
 
 
@@ -502,7 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rows with a full_accuracy column.",
     )
     individual.add_argument("workload", help="workload YAML file")
-    individual.add_argument("results", help="result file of an exploration")
+    individual.add_argument("results", nargs="?", help="result file of an exploration")
+    individual.add_argument(
+        "--retrained", nargs="+", metavar="CHECKPOINT", help="evaluate checkpoints of `retrain`"
+    )
     individual.add_argument("-n", "--count", type=_positive, default=5, help="how many (default 5)")
     individual.add_argument("--output", help="CSV file (default: <results>_reevaluation.csv)")
 
@@ -554,11 +600,22 @@ def build_parser() -> argparse.ArgumentParser:
     energy.add_argument("--force", action="store_true", help="overwrite an existing CSV")
 
     retrain = commands.add_parser(
-        "retrain", parents=[common], help="train the workload's float baseline (--baseline)"
+        "retrain",
+        parents=[common],
+        help="train the float baseline (--baseline) or fine-tune individuals of a result",
     )
     retrain.add_argument("workload", help="workload YAML file")
+    retrain.add_argument("results", nargs="?", help="result file whose individuals to fine-tune")
+    retrain.add_argument("output_dir", nargs="?", help="folder for checkpoints and retrained.csv")
     retrain.add_argument(
         "--baseline", action="store_true", help="train the float model and save it to model.weights"
+    )
+    retrain.add_argument("-n", "--count", type=_positive, default=1, help="how many individuals")
+    retrain.add_argument(
+        "--select",
+        default="pareto",
+        help="pareto (the front, lowest cost first), best-cost (lowest cost, feasible first) "
+        "or ids=<id>,<id>,...",
     )
     retrain.add_argument("--from-scratch", action="store_true", help="ignore existing weights")
     retrain.add_argument("--epochs", type=_positive, help="override retraining.epochs")

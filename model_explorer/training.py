@@ -71,6 +71,30 @@ def _score(accuracy: float | list[float]) -> float:
     return sum(accuracy) / len(accuracy) if isinstance(accuracy, list) else accuracy
 
 
+def reestimate_batchnorm(
+    model: nn.Module, loader: Iterable[tuple[Any, Any]], device: torch.device, batches: int
+) -> None:
+    """Recompute every batch norm's running statistics as a plain average over `batches`
+    training batches of the model as it now computes (e.g. with quantized weights), before
+    fine-tuning starts from them."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    momenta = [m.momentum for m in norms]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # cumulative average
+    model.train()
+    with torch.no_grad():
+        for index, (inputs, _) in enumerate(loader):
+            if index >= batches:
+                break
+            model(to_device(inputs, device))
+    for norm, momentum in zip(norms, momenta, strict=True):
+        norm.momentum = momentum
+    log.info("re-estimated %d batch norms on %d batches", len(norms), min(index + 1, batches))
+
+
 def train(
     model: nn.Module,
     train_loader: DataLoader,
@@ -90,6 +114,8 @@ def train(
     device = torch.device(device)
     model.to(device)
     epochs = epochs or config.epochs
+    if config.recalibrate_batchnorm:
+        reestimate_batchnorm(model, train_loader, device, config.batchnorm_batches)
     optimizer = make_optimizer(model, config)
     scheduler = (
         torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
@@ -109,6 +135,8 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss = loss_of(model(inputs), targets)
             loss.backward()
+            if config.gradient_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip)
             optimizer.step()
             samples = len(inputs)
             total_loss += float(loss.detach()) * samples

@@ -390,6 +390,9 @@ class RetrainingSpec(Spec):
     momentum: Fraction = 0.9
     weight_decay: NonNegativeFloat = 0.0
     scheduler: Literal["none", "cosine"] = "cosine"
+    gradient_clip: PositiveFloat | None = None  # maximal gradient norm
+    recalibrate_batchnorm: bool = False  # re-estimate batch-norm statistics before training
+    batchnorm_batches: PositiveInt = 20
     datasets: RetrainingDatasets
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train the workload's float baseline: `scripts/retrain.py --baseline WORKLOAD` (see --help)."""
+"""Train the float baseline or fine-tune individuals: `retrain.py WORKLOAD [RESULTS OUT] [-n N]`."""
 
 import sys
 

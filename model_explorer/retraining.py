@@ -1,0 +1,178 @@
+"""Fine-tuning chosen individuals of a result, each from the same baseline.
+
+Every individual gets a model built afresh from the baseline checkpoint and the calibration
+file, its decoded configuration (bit widths, thresholds), a new optimizer and the seed reset:
+nothing carries over from one individual to the next (the original tool reused one model and
+one optimizer). Quantizers pass gradients straight through; thresholds stay fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.exploration.reevaluate import primary_cost
+from model_explorer.fileio import atomic_path
+from model_explorer.models import load_checkpoint
+from model_explorer.problems import PROBLEMS, Problem
+from model_explorer.results import ExplorationResult, Individual
+from model_explorer.training import train
+from model_explorer.workload import Workload
+
+log = logging.getLogger(__name__)
+
+SELECTIONS = ("pareto", "best-cost", "ids=<id>,<id>,...")
+
+
+def select_individuals(
+    result: ExplorationResult, count: int, rule: str
+) -> tuple[list[Individual], str]:
+    """The individuals a selection rule picks (feasible ones first) and the rule in words."""
+    cost = primary_cost(result)
+    individuals = result.individuals
+    if rule.startswith("ids="):
+        try:
+            ids = [int(part) for part in rule[4:].split(",") if part]
+        except ValueError:
+            raise UserError(f"--select: '{rule}' is not ids=<id>,<id>,...") from None
+        unknown = [i for i in ids if not 0 <= i < len(individuals)]
+        if unknown:
+            raise UserError(f"--select: the result has no individuals {unknown}")
+        return [individuals[i] for i in ids], f"the individuals {ids}"
+    ranked = sorted(
+        individuals,
+        key=lambda i: (not i.feasible, i.values[cost], -i.values.get("accuracy", 0.0)),
+    )
+    if rule == "pareto":
+        front = {i.id for i in result.pareto_front()}
+        chosen = [i for i in ranked if i.id in front][:count]
+        return chosen, f"{len(chosen)} of the Pareto front, lowest {cost} first"
+    if rule == "best-cost":
+        chosen = ranked[:count]
+        return chosen, f"the {len(chosen)} with the lowest {cost}, feasible ones first"
+    raise UserError(f"--select: unknown rule '{rule}'; use one of {', '.join(SELECTIONS)}")
+
+
+def _problem(context: WorkloadContext, result: ExplorationResult) -> Problem:
+    """A problem built afresh: a new model from the baseline checkpoint and calibration."""
+    problem = PROBLEMS.get(result.problem["name"]).builder(context, None)
+    if [v.name for v in problem.variables] != result.variable_names:
+        raise UserError("RESULTS: its variables do not match this workload's model")
+    return problem
+
+
+def retrain_one(
+    context: WorkloadContext,
+    result: ExplorationResult,
+    individual: Individual,
+    output_dir: Path,
+    epochs: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune one individual from the baseline; save its checkpoint; return its CSV row."""
+    workload = context.workload
+    config = workload.require("retraining")
+    problem = _problem(context, result)
+    problem.apply(individual.configuration)
+    model = problem.model
+    before = context.evaluate(model, "reevaluate")
+    validation = context.batches("validation") if context.has_dataset("validation") else None
+    trained = train(
+        model,
+        context.loader("train", shuffle=True),
+        validation,
+        config,
+        workload.metric,
+        context.device,
+        workload.seed,
+        epochs,
+        progress,
+    )
+    problem.apply(individual.configuration)
+    after = context.evaluate(model, "reevaluate")
+    path = output_dir / f"retrained_{individual.id}.pt"
+    network = getattr(model, "model", model)
+    state = {k: v.detach().cpu() for k, v in network.state_dict().items()}
+    with atomic_path(path) as temporary:
+        torch.save(
+            {
+                "state_dict": state,
+                "problem": result.problem["name"],
+                "variables": result.variable_names,
+                "configuration": individual.configuration,
+                "individual": individual.id,
+                "best_epoch": trained.best_epoch,
+                "workload": workload.name,
+            },
+            temporary,
+        )
+    row = {
+        "id": individual.id,
+        **individual.values,
+        **dict(zip(result.variable_names, individual.configuration, strict=True)),
+        "feasible": individual.feasible,
+        "accuracy_before_training": before,
+        "accuracy_after_training": after,
+        "accuracies_over_epochs": json.dumps([r.validation_accuracy for r in trained.history]),
+        "best_epoch": trained.best_epoch,
+        "checkpoint": str(path),
+    }
+    log.info("individual %d: %s -> %s", individual.id, before, after)
+    return row
+
+
+def retrain_individuals(
+    workload: Workload,
+    result: ExplorationResult,
+    output_dir: str | os.PathLike[str],
+    count: int = 1,
+    rule: str = "pareto",
+    epochs: int | None = None,
+    progress: bool = False,
+    context: WorkloadContext | None = None,
+) -> tuple[pd.DataFrame, str, Path]:
+    """Retrain the selected individuals one after the other; write `retrained.csv`."""
+    if result.workload.get("workload", {}).get("model") != workload.to_dict()["workload"]["model"]:
+        raise UserError("RESULTS: the result was made for another model than this workload's")
+    chosen, description = select_individuals(result, count, rule)
+    if not chosen:
+        raise UserError("RESULTS: the selection picked no individual")
+    context = context or WorkloadContext(workload)
+    context.dataset("train")
+    context.dataset("reevaluate")
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    rows = [retrain_one(context, result, i, output, epochs, progress) for i in chosen]
+    table = pd.DataFrame(rows)
+    path = output / "retrained.csv"
+    with atomic_path(path) as temporary:
+        table.to_csv(temporary, index=False)
+    return table, description, path
+
+
+def load_retrained(
+    context: WorkloadContext, path: str | os.PathLike[str]
+) -> tuple[Problem, dict[str, Any]]:
+    """The problem (with its model) of a retrained checkpoint: the workload's model with the
+    checkpoint's weights and the configuration that produced them applied."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"--retrained: '{file}' does not exist")
+    checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or "configuration" not in checkpoint:
+        raise UserError(f"--retrained: '{file}' is not a checkpoint written by `retrain`")
+    problem = PROBLEMS.get(checkpoint["problem"], "--retrained").builder(context, None)
+    if [v.name for v in problem.variables] != checkpoint["variables"]:
+        raise UserError(f"--retrained: '{file}' was made for another model than this workload's")
+    network = getattr(problem.model, "model", problem.model)
+    load_checkpoint(network, file, where="--retrained")
+    problem.apply(checkpoint["configuration"])
+    return problem, checkpoint
