@@ -91,7 +91,9 @@ def test_user_errors_exit_2_with_one_line(
 
 def test_retrain_without_baseline_says_what_to_pass(capsys) -> None:
     assert main(["retrain", str(REPOSITORY / "workloads" / "digits_cnn.yaml")]) == 2
-    assert "pass --baseline" in capsys.readouterr().err
+    assert "give RESULTS and OUTPUT_DIR to fine-tune individuals of a result, or --baseline" in (
+        capsys.readouterr().err
+    )
 
 
 def test_list_models() -> None:
