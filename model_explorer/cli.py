@@ -377,6 +377,60 @@ def _evaluate_retrained(workload, args: argparse.Namespace) -> int:  # noqa: ANN
     return 0
 
 
+@command("analyze")
+def analyze_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.hooks import HookRunner
+    from model_explorer.analysis.inputs import dataset_samples, file_samples
+    from model_explorer.analysis.run import TEMPLATES, load_analysis
+
+    if args.print_template:
+        print((TEMPLATES / "template.py").read_text())
+        return 0
+    if args.analysis is None:
+        raise UserError("analyze: name the analysis with --analysis FILE.py (or a shipped one)")
+    if (args.model is None) == (args.workload is None):
+        raise UserError("analyze: give either --model SPEC or --workload WORKLOAD")
+    if args.model is not None:
+        from model_explorer.models import create_model, load_checkpoint
+
+        if args.quantized:
+            raise UserError("--quantized: needs --workload, whose calibration file it uses")
+        model = create_model(args.model, args.num_classes, where="--model").eval()
+        if args.weights:
+            load_checkpoint(model, args.weights, where="--weights")
+        if args.input_data is None:
+            raise UserError("--input-data: give the samples to run (.h5, .npz or .npy)")
+        samples = file_samples(args.input_data)
+    else:
+        from model_explorer.context import WorkloadContext
+
+        workload = _load_path(args.workload)
+        context = WorkloadContext(workload)
+        if args.quantized:
+            from model_explorer.quantization.pipeline import build_quantized_model
+
+            model = build_quantized_model(context)
+            if args.bits:
+                model.bit_widths = [args.bits] * len(model.bit_widths)
+        else:
+            model = context.build_model()
+        samples = (
+            file_samples(args.input_data)
+            if args.input_data
+            else dataset_samples(context.batches(args.dataset))
+        )
+    analysis, source = load_analysis(args.analysis, args.analysis_args)
+    done = HookRunner(model, analysis, source).run(samples, args.max_samples)
+    print(f"ran {done} samples through {type(analysis).__name__} ({source})")
+    return 0
+
+
+def _load_path(path: str):  # noqa: ANN202
+    from model_explorer.workload import Workload
+
+    return Workload.load(path)
+
+
 @command("retrain")
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
@@ -598,6 +652,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", help="CSV file (default: energy_evaluation.dram_analysis_file, else results/)"
     )
     energy.add_argument("--force", action="store_true", help="overwrite an existing CSV")
+
+    analyze = commands.add_parser(
+        "analyze", parents=[common], help="run an analysis with hooks before/after every operator"
+    )
+    analyze.add_argument("--model", help="model name or package.module:factory")
+    analyze.add_argument("--num-classes", type=_positive, help="with --model")
+    analyze.add_argument("--weights", help="with --model: checkpoint to load")
+    analyze.add_argument("--workload", help="workload file (model, weights, data, calibration)")
+    analyze.add_argument("--input-data", help="samples: .h5, .npz or .npy (first axis = samples)")
+    analyze.add_argument("--dataset", default="exploration", help="with --workload and no file")
+    analyze.add_argument(
+        "--analysis",
+        help="analysis file, or a shipped one: activation_ranges, zero_ratio, histograms",
+    )
+    analyze.add_argument("--analysis-args", help="string passed to the analysis class")
+    analyze.add_argument("--quantized", action="store_true", help="the calibrated QuantizedModel")
+    analyze.add_argument("--bits", type=_bits, help="with --quantized: every quantizer at N bits")
+    analyze.add_argument("--max-samples", type=_positive, help="stop after N samples")
+    analyze.add_argument("--print-template", action="store_true", help="print a template and exit")
 
     retrain = commands.add_parser(
         "retrain",

@@ -52,7 +52,7 @@ class QuantLayer:
         return layer
 
     def quantized_weight(self) -> Tensor:
-        return self.weight_quantizer.quantize_weight(self.weight)  # type: ignore[attr-defined]
+        return self.weight_quantizer(self.weight)  # type: ignore[attr-defined]
 
     def forward(self, input: Tensor) -> Tensor:
         x, weight = self.input_quantizer(input), self.quantized_weight()

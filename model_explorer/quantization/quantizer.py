@@ -240,6 +240,10 @@ class TensorQuantizer(nn.Module):
         return params
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.quantize(x)
+
+    def quantize(self, x: Tensor) -> Tensor:
+        """Fake-quantize `x` (or, in calibration mode, feed the calibrator and pass it on)."""
         if self.calibrating:
             self.calibrator.collect(x)
             return x
@@ -281,20 +285,25 @@ class WeightQuantizer(TensorQuantizer):
             self._cache.clear()
             self._source = source
 
+    def forward(self, weight: Tensor) -> Tensor:
+        # Called as a module (`layer.weight_quantizer(layer.weight)`), so that every operation
+        # of weight quantization runs inside this module: hooks and profilers see it as one.
+        return self.quantize_weight(weight)
+
     def quantize_weight(self, weight: Tensor) -> Tensor:
         if not self.enabled:
             return weight
         self._sync(weight)
         if torch.is_grad_enabled() and weight.requires_grad:
-            return self(weight)  # training: differentiable, never cached
+            return self.quantize(weight)  # training: differentiable, never cached
         if self.cache_size == 0:
-            return self(weight)
+            return self.quantize(weight)
         key = (self._num_bits, self.unsigned, self.narrow_range, self.axis)
         cached = self._cache.get(key)
         if cached is None:
             if self.cache_size is not None and len(self._cache) >= self.cache_size:
                 self._cache.pop(next(iter(self._cache)))
-            cached = self._cache[key] = self(weight.detach())
+            cached = self._cache[key] = self.quantize(weight.detach())
         return cached
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202

@@ -125,13 +125,13 @@ def test_changing_bits_requantizes_only_the_changed_layers(monkeypatch) -> None:
     quantized = QuantizedModel(torchvision_model("resnet18"))
     quantized.calibrate([images(1)], method="max")
     calls: list[int] = []
-    original = WeightQuantizer.forward
+    original = WeightQuantizer.quantize
 
     def counting(self, x):
         calls.append(id(self))
         return original(self, x)
 
-    monkeypatch.setattr(WeightQuantizer, "forward", counting)
+    monkeypatch.setattr(WeightQuantizer, "quantize", counting)
     x = images(2)
     with torch.inference_mode():
         quantized(x)

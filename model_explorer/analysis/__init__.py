@@ -1,0 +1,1 @@
+"""Analysis around the search: operator hooks, diagnostics, cross-backend comparison."""

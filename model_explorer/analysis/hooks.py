@@ -1,0 +1,420 @@
+"""Operator-level analysis hooks: user code called before and after every operator of a forward.
+
+Operators are intercepted at the ATen level (a TorchDispatchMode), so functional code counts as
+operators (`x + y`, `torch.cat`, `F.relu`, `flatten`), not only modules, and any model that runs
+eagerly can be analysed (nothing is traced). An analysis object may define:
+
+    StartAnalysis(self) / EndAnalysis(self)
+    StartNetworkExecution(self, inputs) / EndNetworkExecution(self, outputs)
+    DefaultOpPre(self, name, opcode, inputs) / DefaultOpPost(self, name, opcode, inputs, output)
+    <Opcode>Pre(self, name, <named arguments>) / <Opcode>Post(self, name, <named arguments>, output)
+
+An operator whose specific hook is missing goes to the Default hook. Every tensor is passed as
+{'name': str, 'data': numpy array, 'quantparam': {'scale', 'zero_point', 'quantized_dimension'} or
+None}; quantparam is filled for the inputs and filters of a QuantizedModel's layers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from model_explorer.errors import UserError
+from model_explorer.quantization.layers import QuantLayer
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer, integer_bounds
+
+
+class StopAnalysis(Exception):
+    """Raised by an analysis to end the run early; EndAnalysis is still called."""
+
+
+@dataclass(frozen=True)
+class Operator:
+    """How an ATen operator is presented: its opcode and the names of its arguments."""
+
+    opcode: str
+    arguments: tuple[str, ...]
+
+
+def _convolution(args: tuple) -> Operator:
+    weight = args[1]
+    transposed = bool(args[6]) if len(args) > 6 else False
+    dims = weight.dim() - 2
+    name = f"{'TransposeConv' if transposed else 'Conv'}{dims}D"
+    return Operator(
+        name,
+        (
+            "input",
+            "filter",
+            "bias",
+            "stride",
+            "padding",
+            "dilation",
+            "transposed",
+            "output_padding",
+            "groups",
+        ),
+    )
+
+
+# ATen operator -> (opcode, argument names); activations and element-wise operations share a
+# one- or two-input form.
+_UNARY = ("input",)
+_BINARY = ("input", "other")
+OPERATORS: dict[str, Operator] = {
+    "addmm": Operator("FullyConnected", ("bias", "input", "filter")),
+    "mm": Operator("MatMul", ("input", "other")),
+    "bmm": Operator("MatMul", ("input", "other")),
+    "add": Operator("Add", _BINARY),
+    "add_": Operator("Add", _BINARY),
+    "sub": Operator("Sub", _BINARY),
+    "mul": Operator("Mul", _BINARY),
+    "mul_": Operator("Mul", _BINARY),
+    "div": Operator("Div", _BINARY),
+    "relu": Operator("Relu", _UNARY),
+    "relu_": Operator("Relu", _UNARY),
+    "hardtanh": Operator("Relu6", ("input", "min_val", "max_val")),
+    "hardtanh_": Operator("Relu6", ("input", "min_val", "max_val")),
+    "sigmoid": Operator("Logistic", _UNARY),
+    "tanh": Operator("Tanh", _UNARY),
+    "gelu": Operator("Gelu", _UNARY),
+    "silu": Operator("Silu", _UNARY),
+    "silu_": Operator("Silu", _UNARY),
+    "hardswish": Operator("HardSwish", _UNARY),
+    "hardswish_": Operator("HardSwish", _UNARY),
+    "_softmax": Operator("Softmax", ("input", "dim", "half_to_float")),
+    "softmax": Operator("Softmax", ("input", "dim")),
+    "max_pool2d_with_indices": Operator(
+        "MaxPool2D", ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
+    ),
+    "max_pool2d": Operator(
+        "MaxPool2D", ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
+    ),
+    "avg_pool2d": Operator(
+        "AveragePool2D",
+        (
+            "input",
+            "kernel_size",
+            "stride",
+            "padding",
+            "ceil_mode",
+            "count_include_pad",
+            "divisor_override",
+        ),
+    ),
+    "_adaptive_avg_pool2d": Operator("AveragePool2D", ("input", "output_size")),
+    "adaptive_avg_pool2d": Operator("AveragePool2D", ("input", "output_size")),
+    "mean": Operator("Mean", ("input", "dim", "keepdim")),
+    "cat": Operator("Concatenation", ("inputs", "dim")),
+    "native_batch_norm": Operator(
+        "BatchNorm",
+        ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"),
+    ),
+    "_native_batch_norm_legit_no_training": Operator(
+        "BatchNorm", ("input", "weight", "bias", "running_mean", "running_var", "momentum", "eps")
+    ),
+    "view": Operator("Reshape", ("input", "shape")),
+    "_unsafe_view": Operator("Reshape", ("input", "shape")),
+    "reshape": Operator("Reshape", ("input", "shape")),
+    "flatten": Operator("Reshape", ("input", "start_dim", "end_dim")),
+    "t": Operator("Transpose", _UNARY),
+    "transpose": Operator("Transpose", ("input", "dim0", "dim1")),
+    "permute": Operator("Transpose", ("input", "dims")),
+}
+# Factory functions and bookkeeping are not operators of the network.
+_SKIPPED = {
+    "detach",
+    "alias",
+    "lift_fresh",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "copy_",
+    "_to_copy",
+    "clone",
+}
+
+
+def operator_of(packet: str, args: tuple) -> Operator:
+    if packet == "convolution":
+        return _convolution(args)
+    return OPERATORS.get(packet, Operator(packet, ()))
+
+
+def quantparam(quantizer: TensorQuantizer | None) -> dict[str, Any] | None:
+    """TFLite-style quantization parameters of a calibrated, enabled quantizer."""
+    if quantizer is None or not quantizer.enabled or quantizer.amax is None:
+        return None
+    _, bound = integer_bounds(quantizer.num_bits, quantizer.unsigned, quantizer.narrow_range)
+    scale = (quantizer.amax.detach().cpu().reshape(-1) / bound).tolist()
+    return {
+        "scale": scale,
+        "zero_point": [0] * len(scale),
+        "quantized_dimension": quantizer.axis if quantizer.axis is not None else 0,
+    }
+
+
+class HookError(UserError):
+    """An analysis hook raised an exception."""
+
+
+def _user_line(error: BaseException, source: str | None) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if source and Path(f.filename).resolve() == Path(source).resolve()]
+    frame = own[-1] if own else (frames[-1] if frames else None)
+    return f" ({Path(frame.filename).name}, line {frame.lineno}: {frame.line})" if frame else ""
+
+
+class _Interceptor(TorchDispatchMode):
+    def __init__(self, runner: HookRunner) -> None:
+        super().__init__()
+        self.runner = runner
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        runner = self.runner
+        packet = func.overloadpacket.__name__
+        if (
+            runner.inside_quantizer()
+            or packet in _SKIPPED
+            or not any(isinstance(t, Tensor) for t in tree_flatten((args, kwargs))[0])
+        ):
+            return func(*args, **kwargs)
+        operator = operator_of(packet, args)
+        if operator.opcode in ("Transpose", "Reshape") and runner.is_parameter(args[0]):
+            # A view of a weight (a linear layer's transposed weight) is the weight, not an
+            # operator of the network: remember it and run on.
+            out = func(*args, **kwargs)
+            runner.alias(args[0], out)
+            return out
+        if packet == "mm" and len(args) > 1 and id(args[1]) in runner.aliases:
+            operator = Operator(
+                "FullyConnected", ("input", "filter")
+            )  # a linear layer without bias
+        name = runner.operator_name(operator.opcode)
+        runner.call_pre(name, operator, args)
+        out = func(*args, **kwargs)
+        runner.call_post(name, operator, args, out)
+        return out
+
+
+class HookRunner:
+    """Runs a model over samples and calls an analysis object's hooks (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, analysis: Any, source: str | None = None) -> None:
+        self.model = model
+        self.analysis = analysis
+        self.source = source
+        # Operators of a QuantizedModel or SparseModel are named as in the model it wraps.
+        root = model.model if isinstance(getattr(model, "model", None), nn.Module) else model
+        self.names = {id(m): n for n, m in root.named_modules()}
+        self.parameters = {id(p): n for n, p in root.named_parameters()}
+        self.stack: list[nn.Module] = []
+        self.counts: Counter[str] = Counter()
+        self.aliases: dict[int, str] = {}
+        self.alive: list[Tensor] = []
+        self.current = ""
+
+    # -- naming and tensors ---------------------------------------------------------------
+    def inside_quantizer(self) -> bool:
+        return bool(self.stack) and isinstance(self.stack[-1], TensorQuantizer)
+
+    def operator_name(self, opcode: str) -> str:
+        module = self.names.get(id(self.stack[-1]), "") if self.stack else ""
+        key = f"{module}/{opcode}"
+        index = self.counts[key]
+        self.counts[key] += 1
+        return f"{key}#{index}" if module else f"{opcode}#{index}"
+
+    def _layer(self) -> QuantLayer | None:
+        return self.stack[-1] if self.stack and isinstance(self.stack[-1], QuantLayer) else None
+
+    def tensor(self, value: Tensor, role: str, name: str) -> dict[str, Any]:
+        parameter = self.parameters.get(id(value)) or self.aliases.get(id(value))
+        layer = self._layer()
+        param = None
+        if layer is not None and role in ("input", "filter"):
+            param = quantparam(layer.input_quantizer if role == "input" else layer.weight_quantizer)
+        data = value.detach()
+        if role == "filter" and id(value) in self.aliases and data.dim() == 2:
+            data = data.t()  # a linear layer's weight, in its own (out, in) layout
+        return {
+            "name": parameter or f"{name}:{role}",
+            "data": data.cpu().numpy(),
+            "quantparam": param,
+        }
+
+    def _arguments(self, name: str, operator: Operator, args: tuple) -> dict[str, Any]:
+        named = {}
+        for index, value in enumerate(args):
+            key = operator.arguments[index] if index < len(operator.arguments) else f"arg{index}"
+            if isinstance(value, Tensor):
+                named[key] = self.tensor(value, key, name)
+            elif (
+                isinstance(value, (list, tuple))
+                and value
+                and all(isinstance(v, Tensor) for v in value)
+            ):
+                named[key] = [self.tensor(v, f"{key}{i}", name) for i, v in enumerate(value)]
+            else:
+                named[key] = value
+        return named
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _call(
+        self, hook: str, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
+        try:
+            function(*args, **kwargs)
+        except StopAnalysis:
+            raise
+        except Exception as error:
+            where = f" at operator '{name}'" if name else ""
+            raise HookError(
+                f"analysis hook {hook}{where} failed: {type(error).__name__}: {error}"
+                f"{_user_line(error, self.source)}"
+            ) from error
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        return getattr(self.analysis, name, None)
+
+    def call_pre(self, name: str, operator: Operator, args: tuple) -> None:
+        specific = self.hook(f"{operator.opcode}Pre")
+        default = self.hook("DefaultOpPre")
+        if specific is None and default is None:
+            return
+        named = self._arguments(name, operator, args)
+        if specific is not None:
+            self._call(f"{operator.opcode}Pre", name, specific, name, **_accepted(specific, named))
+        else:
+            self._call(
+                "DefaultOpPre", name, default, name, operator.opcode, list(_tensor_values(named))
+            )
+
+    def is_parameter(self, value: Any) -> bool:
+        return isinstance(value, Tensor) and (
+            id(value) in self.parameters or id(value) in self.aliases
+        )
+
+    def alias(self, source: Tensor, out: Any) -> None:
+        name = self.parameters.get(id(source)) or self.aliases[id(source)]
+        for output in tree_flatten(out)[0]:
+            if isinstance(output, Tensor):
+                self.aliases[id(output)] = name
+                self.alive.append(output)
+
+    def call_post(self, name: str, operator: Operator, args: tuple, out: Any) -> None:
+        specific = self.hook(f"{operator.opcode}Post")
+        default = self.hook("DefaultOpPost")
+        if specific is None and default is None:
+            return
+        named = self._arguments(name, operator, args)
+        outputs = [v for v in tree_flatten(out)[0] if isinstance(v, Tensor)]
+        output = self.tensor(outputs[0], "output", name) if outputs else None
+        if specific is not None:
+            self._call(
+                f"{operator.opcode}Post",
+                name,
+                specific,
+                name,
+                **_accepted(specific, {**named, "output": output}),
+            )
+        else:
+            self._call(
+                "DefaultOpPost",
+                name,
+                default,
+                name,
+                operator.opcode,
+                list(_tensor_values(named)),
+                output,
+            )
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, samples: Iterable[tuple[Tensor, ...]], max_samples: int | None = None) -> int:
+        """Call the hooks over `samples` (tuples of model inputs); returns how many ran.
+        EndAnalysis always runs, also after an error, so that written results are kept."""
+
+        def enter(module: nn.Module, args: Any) -> None:
+            self.stack.append(module)
+
+        def leave(module: nn.Module, args: Any, output: Any) -> None:
+            self.stack.pop()  # a forward hook must return None, or it replaces the output
+            if isinstance(module, WeightQuantizer) and self.stack:
+                # The quantized weight stands for the layer's weight parameter.
+                layer = self.names.get(id(self.stack[-1]), "")
+                self.aliases[id(output)] = f"{layer}.weight" if layer else "weight"
+                self.alive.append(output)
+
+        handles = []
+        for module in self.model.modules():
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave))
+        done = 0
+        self.model.eval()
+        try:
+            if (start := self.hook("StartAnalysis")) is not None:
+                self._call("StartAnalysis", "", start)
+            for inputs in samples:
+                if max_samples is not None and done >= max_samples:
+                    break
+                self._sample(inputs)
+                done += 1
+        except StopAnalysis:
+            pass
+        finally:
+            for handle in handles:
+                handle.remove()
+            end = self.hook("EndAnalysis")
+            if end is not None:
+                self._call("EndAnalysis", "", end)
+        return done
+
+    def _sample(self, inputs: tuple[Tensor, ...]) -> None:
+        self.counts.clear()
+        self.aliases.clear()
+        self.alive.clear()
+        if (start := self.hook("StartNetworkExecution")) is not None:
+            self._call(
+                "StartNetworkExecution",
+                "",
+                start,
+                [self.tensor(x, f"input{i}", "network") for i, x in enumerate(inputs)],
+            )
+        with torch.no_grad(), _Interceptor(self):
+            output = self.model(*inputs)
+        if (end := self.hook("EndNetworkExecution")) is not None:
+            outputs = [v for v in tree_flatten(output)[0] if isinstance(v, Tensor)]
+            self._call(
+                "EndNetworkExecution",
+                "",
+                end,
+                [self.tensor(x, f"output{i}", "network") for i, x in enumerate(outputs)],
+            )
+
+
+def _tensor_values(named: dict[str, Any]) -> Iterable[Any]:
+    for value in named.values():
+        if isinstance(value, dict):
+            yield value
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            yield from value
+
+
+def _accepted(function: Callable[..., Any], named: dict[str, Any]) -> dict[str, Any]:
+    """The named arguments a hook declares (all of them if it takes **kwargs)."""
+    parameters = inspect.signature(function).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return named
+    return {k: v for k, v in named.items() if k in parameters}
