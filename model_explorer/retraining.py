@@ -24,7 +24,7 @@ from model_explorer.fileio import atomic_path
 from model_explorer.models import load_checkpoint
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult, Individual
-from model_explorer.training import train
+from model_explorer.training import train_in_context
 from model_explorer.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -79,23 +79,12 @@ def retrain_one(
 ) -> dict[str, Any]:
     """Fine-tune one individual from the baseline; save its checkpoint; return its CSV row."""
     workload = context.workload
-    config = workload.require("retraining")
+    workload.require("retraining")
     problem = _problem(context, result)
     problem.apply(individual.configuration)
     model = problem.model
     before = context.evaluate(model, "reevaluate")
-    validation = context.batches("validation") if context.has_dataset("validation") else None
-    trained = train(
-        model,
-        context.loader("train", shuffle=True),
-        validation,
-        config,
-        workload.metric,
-        context.device,
-        workload.seed,
-        epochs,
-        progress,
-    )
+    trained = train_in_context(context, model, epochs, progress)
     problem.apply(individual.configuration)
     after = context.evaluate(model, "reevaluate")
     path = output_dir / f"retrained_{individual.id}.pt"

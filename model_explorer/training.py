@@ -159,6 +159,26 @@ def train(
     return TrainingResult(best_epoch=best[1], best_accuracy=best[2], history=history)
 
 
+def train_in_context(
+    context: WorkloadContext, model: nn.Module, epochs: int | None = None, progress: bool = True
+) -> TrainingResult:
+    """`train` with the workload's settings: `retraining:` options, its train data (shuffled,
+    seeded), its validation data when it has some, its metric, device and seed."""
+    workload = context.workload
+    validation = context.batches("validation") if context.has_dataset("validation") else None
+    return train(
+        model,
+        context.loader("train", shuffle=True),
+        validation,
+        workload.require("retraining"),
+        workload.metric,
+        context.device,
+        workload.seed,
+        epochs,
+        progress,
+    )
+
+
 def train_baseline(
     context: WorkloadContext,
     from_scratch: bool = False,
@@ -169,7 +189,7 @@ def train_baseline(
     `model.weights` when it exists, else from scratch), validate on
     `retraining.datasets.validation` each epoch, and save the best epoch to `model.weights`."""
     workload = context.workload
-    config: RetrainingSpec = workload.require("retraining")
+    workload.require("retraining")  # before anything else: the command needs that section
     if workload.model.weights is None:
         raise UserError(
             "workload.model.weights: name the checkpoint file that baseline training should write"
@@ -178,18 +198,7 @@ def train_baseline(
     resume = path.is_file() and not from_scratch
     log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
     model = context.build_model(load_weights=resume)
-    validation = context.batches("validation") if context.has_dataset("validation") else None
-    result = train(
-        model,
-        context.loader("train", shuffle=True),
-        validation,
-        config,
-        workload.metric,
-        context.device,
-        workload.seed,
-        epochs,
-        progress,
-    )
+    result = train_in_context(context, model, epochs, progress)
     save_checkpoint(
         model,
         path,

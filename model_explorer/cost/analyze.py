@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from model_explorer.cost.layers import layer_macs
+from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
 
 CONVENTIONS = {
     "params": "parameter elements used by the operation",
@@ -47,15 +47,7 @@ CONVENTIONS = {
 }
 
 _IDENTITIES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.Identity)
-_ACCUMULATING = (
-    nn.Conv1d,
-    nn.Conv2d,
-    nn.Conv3d,
-    nn.ConvTranspose1d,
-    nn.ConvTranspose2d,
-    nn.ConvTranspose3d,
-    nn.Linear,
-)
+_ACCUMULATING = WEIGHT_LAYERS  # their bias initialises the accumulator
 _VIEWS = {
     "t",
     "view",

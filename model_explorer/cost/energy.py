@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from model_explorer.cost.layers import measure_layers
+from model_explorer.cost.layers import WEIGHT_LAYERS, measure_layers
 from model_explorer.registry import Registry
 
 CSV_COLUMNS = [
@@ -49,15 +49,7 @@ CSV_COLUMNS = [
     "layer_name",
 ]
 
-LAYER_TYPES = (
-    nn.Conv1d,
-    nn.Conv2d,
-    nn.Conv3d,
-    nn.ConvTranspose1d,
-    nn.ConvTranspose2d,
-    nn.ConvTranspose3d,
-    nn.Linear,
-)
+LAYER_TYPES = WEIGHT_LAYERS
 
 
 @dataclass

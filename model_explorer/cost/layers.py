@@ -12,6 +12,8 @@ from torch import Tensor, nn
 
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+# Layers that multiply their input with a weight: what MACs, quantization and energy are about.
+WEIGHT_LAYERS = (*_CONVOLUTIONS, *_TRANSPOSED, nn.Linear)
 
 
 @dataclass(frozen=True)

@@ -129,3 +129,41 @@ class Problem(ABC):
             "objectives": [asdict(o) for o in self.objectives],
             "constraints": [asdict(c) for c in self.all_constraints],
         }
+
+
+class ModelProblem(Problem):
+    """A problem that scores `self.model` on `self.batches` with `self.metric`, stopping early
+    (when `self.early_reject`) once `self.minimum_accuracy` is out of reach."""
+
+    batches: Any
+    metric: Any
+    minimum_accuracy: list[float] | None = None
+    early_reject: bool = True
+
+    def score(self) -> Any:
+        """The metric's Outcome for the configuration currently applied."""
+        from model_explorer.metrics import score
+
+        return score(
+            self.model,
+            self.batches,
+            self.metric,
+            minimum=self.minimum_accuracy if self.early_reject else None,
+            check_finite=True,
+        )
+
+    @staticmethod
+    def evaluation(outcome: Any, values: dict[str, float], **extra: Any) -> Evaluation:
+        """An Evaluation of an Outcome, its accuracies under 'accuracy' (and 'accuracy_<i>'
+        for several outputs) beside `values`."""
+        accuracies = outcome.accuracies
+        named = {"accuracy": sum(accuracies) / len(accuracies)}
+        if len(accuracies) > 1:
+            named.update({f"accuracy_{i}": a for i, a in enumerate(accuracies)})
+        return Evaluation(
+            {**named, **values},
+            accuracies,
+            complete=outcome.complete,
+            finite=outcome.finite,
+            extra={"samples": outcome.samples, **extra},
+        )

@@ -11,8 +11,8 @@ import torch
 from model_explorer.cost import LayerCost, measure_layers
 from model_explorer.cost.energy_model import EnergyModel
 from model_explorer.errors import UserError
-from model_explorer.metrics import output_list, score
-from model_explorer.problems.base import Constraint, Evaluation, Objective, Problem, Variable
+from model_explorer.metrics import output_list
+from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.quantization import QuantizedModel
 from model_explorer.workload import MetricSpec
 
@@ -64,15 +64,7 @@ def accuracy_constraints(minimum: Sequence[float] | None) -> list[Constraint]:
     return [Constraint(f"accuracy_{i}", minimum=value) for i, value in enumerate(minimum)]
 
 
-def accuracy_values(accuracies: Sequence[float]) -> dict[str, float]:
-    """'accuracy' is the mean over a model's outputs; each output also has 'accuracy_<i>'."""
-    values = {"accuracy": sum(accuracies) / len(accuracies)}
-    if len(accuracies) > 1:
-        values.update({f"accuracy_{i}": a for i, a in enumerate(accuracies)})
-    return values
-
-
-class LayerwiseQuantizationProblem(Problem):
+class LayerwiseQuantizationProblem(ModelProblem):
     """Genome: one integer bit width per quantizer of a calibrated QuantizedModel, in its
     `explorable_modules` order (per layer: input, then weight)."""
 
@@ -164,18 +156,4 @@ class LayerwiseQuantizationProblem(Problem):
 
     def measure(self, configuration: list[Any]) -> Evaluation:
         self.apply(configuration)
-        outcome = score(
-            self.model,
-            self.batches,
-            self.metric,
-            minimum=self.minimum_accuracy if self.early_reject else None,
-            check_finite=True,
-        )
-        values = {**accuracy_values(outcome.accuracies), **self.cost_values(configuration)}
-        return Evaluation(
-            values,
-            outcome.accuracies,
-            complete=outcome.complete,
-            finite=outcome.finite,
-            extra={"samples": outcome.samples},
-        )
+        return self.evaluation(self.score(), self.cost_values(configuration))

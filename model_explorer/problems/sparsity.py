@@ -8,15 +8,14 @@ from typing import Any
 import torch
 
 from model_explorer.errors import UserError
-from model_explorer.metrics import output_list, score
-from model_explorer.problems.base import Evaluation, Objective, Problem, Variable
+from model_explorer.metrics import output_list
+from model_explorer.problems.base import Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.quantization import (
     QUANTITIES as QUANTIZATION_QUANTITIES,
 )
 from model_explorer.problems.quantization import (
     LayerwiseQuantizationProblem,
     accuracy_constraints,
-    accuracy_values,
     per_output_minimum,
 )
 from model_explorer.sparsity import SparseModel, discretize_threshold
@@ -71,7 +70,7 @@ class ThresholdGenes:
         return [discretize_threshold(g, self.limit, self.steps, self.method) for g in genes]
 
 
-class SparsityThresholdProblem(Problem):
+class SparsityThresholdProblem(ModelProblem):
     """Genome: one threshold per sparsified layer. Objectives: accuracy and created sparse
     blocks per sample (both maximised) by default; the accuracy constraint as configured."""
 
@@ -117,21 +116,9 @@ class SparsityThresholdProblem(Problem):
     def measure(self, configuration: list[Any]) -> Evaluation:
         self.apply(configuration)
         self.model.reset_stats()
-        outcome = score(
-            self.model,
-            self.batches,
-            self.metric,
-            minimum=self.minimum_accuracy if self.early_reject else None,
-            check_finite=True,
-        )
+        outcome = self.score()
         blocks, layers = block_values(self.model)
-        return Evaluation(
-            {**accuracy_values(outcome.accuracies), **blocks},
-            outcome.accuracies,
-            complete=outcome.complete,
-            finite=outcome.finite,
-            extra={"samples": outcome.samples, **layers},
-        )
+        return self.evaluation(outcome, blocks, **layers)
 
 
 JOINT_QUANTITIES = {
@@ -185,13 +172,7 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     def measure(self, configuration: list[Any]) -> Evaluation:
         self.apply(configuration)
         self.sparse.reset_stats()
-        outcome = score(
-            self.model,
-            self.batches,
-            self.metric,
-            minimum=self.minimum_accuracy if self.early_reject else None,
-            check_finite=True,
-        )
+        outcome = self.score()
         bits = configuration[: self.bit_count]
         blocks, layers = block_values(self.sparse)
         skipped = {
@@ -202,16 +183,5 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         for index, (name, cost) in enumerate(zip(self.model.layers, self.layer_costs, strict=True)):
             kept = 1.0 - skipped.get(name, 0.0)
             effective += cost.macs * bits[2 * index] * bits[2 * index + 1] * kept
-        values = {
-            **accuracy_values(outcome.accuracies),
-            **self.cost_values(bits),
-            **blocks,
-            "effective_bops": effective,
-        }
-        return Evaluation(
-            values,
-            outcome.accuracies,
-            complete=outcome.complete,
-            finite=outcome.finite,
-            extra={"samples": outcome.samples, **layers},
-        )
+        values = {**self.cost_values(bits), **blocks, "effective_bops": effective}
+        return self.evaluation(outcome, values, **layers)
