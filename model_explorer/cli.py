@@ -404,7 +404,7 @@ def analyze_command(args: argparse.Namespace) -> int:
     else:
         from model_explorer.context import WorkloadContext
 
-        workload = _load_path(args.workload)
+        workload = _load(args)
         context = WorkloadContext(workload)
         if args.quantized:
             from model_explorer.quantization.pipeline import build_quantized_model
@@ -423,12 +423,6 @@ def analyze_command(args: argparse.Namespace) -> int:
     done = HookRunner(model, analysis, source).run(samples, args.max_samples)
     print(f"ran {done} samples through {type(analysis).__name__} ({source})")
     return 0
-
-
-def _load_path(path: str):  # noqa: ANN202
-    from model_explorer.workload import Workload
-
-    return Workload.load(path)
 
 
 @command("retrain")

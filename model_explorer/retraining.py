@@ -19,7 +19,7 @@ import torch
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
-from model_explorer.exploration.reevaluate import primary_cost
+from model_explorer.exploration.reevaluate import check_same_model, primary_cost
 from model_explorer.fileio import atomic_path
 from model_explorer.models import load_checkpoint
 from model_explorer.problems import PROBLEMS, Problem
@@ -129,8 +129,7 @@ def retrain_individuals(
     context: WorkloadContext | None = None,
 ) -> tuple[pd.DataFrame, str, Path]:
     """Retrain the selected individuals one after the other; write `retrained.csv`."""
-    if result.workload.get("workload", {}).get("model") != workload.to_dict()["workload"]["model"]:
-        raise UserError("RESULTS: the result was made for another model than this workload's")
+    check_same_model(workload, result)
     chosen, description = select_individuals(result, count, rule)
     if not chosen:
         raise UserError("RESULTS: the selection picked no individual")

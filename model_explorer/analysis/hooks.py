@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from model_explorer.errors import UserError
+from model_explorer.modules import tensors_in
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer, integer_bounds
 
@@ -185,11 +185,7 @@ class _Interceptor(TorchDispatchMode):
         kwargs = kwargs or {}
         runner = self.runner
         packet = func.overloadpacket.__name__
-        if (
-            runner.inside_quantizer()
-            or packet in _SKIPPED
-            or not any(isinstance(t, Tensor) for t in tree_flatten((args, kwargs))[0])
-        ):
+        if runner.inside_quantizer() or packet in _SKIPPED or not tensors_in((args, kwargs)):
             return func(*args, **kwargs)
         operator = operator_of(packet, args)
         if operator.opcode in ("Transpose", "Reshape") and runner.is_parameter(args[0]):
@@ -309,10 +305,9 @@ class HookRunner:
 
     def alias(self, source: Tensor, out: Any) -> None:
         name = self.parameters.get(id(source)) or self.aliases[id(source)]
-        for output in tree_flatten(out)[0]:
-            if isinstance(output, Tensor):
-                self.aliases[id(output)] = name
-                self.alive.append(output)
+        for output in tensors_in(out):
+            self.aliases[id(output)] = name
+            self.alive.append(output)
 
     def call_post(self, name: str, operator: Operator, args: tuple, out: Any) -> None:
         specific = self.hook(f"{operator.opcode}Post")
@@ -320,7 +315,7 @@ class HookRunner:
         if specific is None and default is None:
             return
         named = self._arguments(name, operator, args)
-        outputs = [v for v in tree_flatten(out)[0] if isinstance(v, Tensor)]
+        outputs = tensors_in(out)
         output = self.tensor(outputs[0], "output", name) if outputs else None
         if specific is not None:
             self._call(
@@ -395,7 +390,7 @@ class HookRunner:
         with torch.no_grad(), _Interceptor(self):
             output = self.model(*inputs)
         if (end := self.hook("EndNetworkExecution")) is not None:
-            outputs = [v for v in tree_flatten(output)[0] if isinstance(v, Tensor)]
+            outputs = tensors_in(output)
             self._call(
                 "EndNetworkExecution",
                 "",

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
+from model_explorer.modules import tensors_in
 
 CONVENTIONS = {
     "params": "parameter elements used by the operation",
@@ -118,10 +118,6 @@ class CostReport:
         return frame
 
 
-def _tensors(value: Any) -> list[Tensor]:
-    return [v for v in tree_flatten(value)[0] if isinstance(v, Tensor)]
-
-
 def _attention_macs(args: Sequence[Any], out: Any) -> int:
     """q @ k^T and weights @ v of scaled dot-product attention."""
     query, key, value = args[:3]
@@ -158,12 +154,12 @@ class _Collector(TorchDispatchMode):
         out = func(*args, **kwargs)
         self.sync()
         seconds = time.perf_counter() - started
-        inputs = _tensors((args, kwargs))
+        inputs = tensors_in((args, kwargs))
         if not inputs:
             return out  # factory functions allocate; they read nothing
         name, module_type = self.stack[-1]
         operation = func.overloadpacket.__name__
-        outputs = _tensors(out)
+        outputs = tensors_in(out)
         view = func.is_view or operation in _VIEWS
         params = [self.parameters[id(t)] for t in inputs if id(t) in self.parameters]
         activations = [t for t in inputs if id(t) not in self.parameters]
@@ -287,7 +283,7 @@ def _leaf_rows(
         seconds = time.perf_counter() - started.pop(id(module))
         name = names.get(id(module), "?")
         layer_bits = bits.get(name, {})
-        inputs, outputs = _tensors(args), _tensors(output)
+        inputs, outputs = tensors_in(args), tensors_in(output)
         param_elements = sum(p.numel() for p in module.parameters(recurse=False))
         bias = getattr(module, "bias", None)
         accumulated = isinstance(module, _ACCUMULATING) and isinstance(bias, Tensor)

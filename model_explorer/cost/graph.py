@@ -13,13 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from model_explorer.modules import tensors_in
 
 MODEL_INPUT = "input"
-
-
-def _tensors(value: Any) -> list[Tensor]:
-    return [v for v in tree_flatten(value)[0] if isinstance(v, Tensor)]
 
 
 class _Lineage(TorchDispatchMode):
@@ -41,8 +38,8 @@ class _Lineage(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         out = func(*args, **(kwargs or {}))
-        inputs = self.of(_tensors((args, kwargs)))
-        outputs = _tensors(out)
+        inputs = self.of(tensors_in((args, kwargs)))
+        outputs = tensors_in(out)
         if inputs:
             self.mark(outputs, inputs | self.of(outputs))
         return out
@@ -58,13 +55,13 @@ def layer_producers(
 
     def before(name: str):
         def hook(module: nn.Module, args: tuple) -> None:
-            producers.setdefault(name, set()).update(lineage.of(_tensors(args)))
+            producers.setdefault(name, set()).update(lineage.of(tensors_in(args)))
 
         return hook
 
     def after(name: str):
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            lineage.mark(_tensors(output), frozenset({name}))
+            lineage.mark(tensors_in(output), frozenset({name}))
 
         return hook
 

@@ -66,15 +66,15 @@ def measure_layers(
 
         return hook
 
+    training = model.training
     try:
         for name, module in layers.items():
             hooks.append(module.register_forward_hook(record(name)))
-        training = model.training
         model.eval()
         with torch.no_grad():
             model(example)
-        model.train(training)
     finally:
         for hook in hooks:
             hook.remove()
+        model.train(training)
     return found

@@ -16,6 +16,12 @@ from model_explorer.workload import Workload
 log = logging.getLogger(__name__)
 
 
+def check_same_model(workload: Workload, result: ExplorationResult) -> None:
+    """A result can only be re-evaluated or retrained with the model it was made for."""
+    if result.workload.get("workload", {}).get("model") != workload.to_dict()["workload"]["model"]:
+        raise UserError("RESULTS: the result was made for another model than this workload's")
+
+
 def primary_cost(result: ExplorationResult) -> str:
     """The first objective that is minimised (e.g. weighted_bits)."""
     for name, maximize in result.objectives:
@@ -39,8 +45,7 @@ def reevaluate(
 ) -> pd.DataFrame:
     """Each chosen individual's row of `result.to_dataframe()` plus `full_accuracy` on
     `reevaluation.datasets.reevaluate` (one column per output for multi-output models)."""
-    if result.workload.get("workload", {}).get("model") != workload.to_dict()["workload"]["model"]:
-        raise UserError("RESULTS: the result was made for another model than this workload's")
+    check_same_model(workload, result)
     chosen = best_feasible(result, count)
     if not chosen:
         raise UserError("RESULTS: the result holds no feasible individual to re-evaluate")

@@ -6,7 +6,6 @@ them: per layer in module order, the input quantizer, then the weight quantizer.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -18,6 +17,7 @@ from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
+from model_explorer.modules import selected, set_child
 from model_explorer.quantization.calibrators import (
     Calibrator,
     calibrator_from_state,
@@ -41,12 +41,6 @@ def _quantizer(spec: QuantizerSpec, cls: type[TensorQuantizer], **extra: Any) ->
         narrow_range=spec.narrow_range,
         **extra,
     )
-
-
-def _set_child(root: nn.Module, name: str, child: nn.Module) -> None:
-    parent_name, _, attribute = name.rpartition(".")
-    parent = root.get_submodule(parent_name) if parent_name else root
-    setattr(parent, attribute, child)
 
 
 class QuantizedModel(nn.Module):
@@ -84,16 +78,14 @@ class QuantizedModel(nn.Module):
             cls = wanted.get(type(module))
             if cls is None or not name:
                 continue
-            if not any(fnmatch.fnmatchcase(name, p) for p in include):
-                continue
-            if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            if not selected(name, include, exclude):
                 continue
             layer = cls.from_float(
                 module,
                 _quantizer(self.input_spec, TensorQuantizer),
                 _quantizer(self.weight_spec, WeightQuantizer, cache_size=weight_cache),
             )
-            _set_child(model, name, layer)  # type: ignore[arg-type]
+            set_child(model, name, layer)  # type: ignore[arg-type]
             self.layers[name] = layer
             self._float_layers[name] = module
         if not self.layers:
@@ -276,7 +268,7 @@ class QuantizedModel(nn.Module):
     def restore(self) -> nn.Module:
         """Put the float layers back into the model and return it."""
         for name, module in self._float_layers.items():
-            _set_child(self.model, name, module)
+            set_child(self.model, name, module)
         return self.model
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
+from model_explorer.modules import selected, set_child
 from model_explorer.quantization.layers import QuantLayer, _rebuild
 from model_explorer.sparsity.sparsifier import BlockSparsifier
 
@@ -49,12 +49,6 @@ SPARSE_LAYERS: dict[type[nn.Module], type[SparseLayer]] = {
 }
 
 
-def _set_child(root: nn.Module, name: str, child: nn.Module) -> None:
-    parent_name, _, attribute = name.rpartition(".")
-    parent = root.get_submodule(parent_name) if parent_name else root
-    setattr(parent, attribute, child)
-
-
 class SparseModel(nn.Module):
     """Gives every chosen layer of `model` a BlockSparsifier (in place); calling the SparseModel
     runs the model. Float layers are swapped for sparse ones; layers already swapped by a
@@ -86,9 +80,7 @@ class SparseModel(nn.Module):
             float_type = module.float_type if isinstance(module, QuantLayer) else type(module)
             if not name or float_type not in wanted:
                 continue
-            if not any(fnmatch.fnmatchcase(name, p) for p in include):
-                continue
-            if any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            if not selected(name, include, exclude):
                 continue
             sparsifier = BlockSparsifier(self.block_size, chunk_bytes=chunk_bytes)
             if isinstance(module, QuantLayer):
@@ -96,7 +88,7 @@ class SparseModel(nn.Module):
             else:
                 layer = _rebuild(module, SPARSE_LAYERS[float_type])
                 layer.sparsifier = sparsifier
-                _set_child(model, name, layer)
+                set_child(model, name, layer)
                 self._swapped[name] = module
             self.sparsifiers[name] = sparsifier
         if not self.sparsifiers:
@@ -148,7 +140,7 @@ class SparseModel(nn.Module):
         for name in self.sparsifiers:
             layer = self.model.get_submodule(name)
             if name in self._swapped:
-                _set_child(self.model, name, self._swapped[name])
+                set_child(self.model, name, self._swapped[name])
             elif isinstance(layer, QuantLayer):
                 del layer._modules["sparsifier"]
         return self.model
