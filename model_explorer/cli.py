@@ -377,6 +377,26 @@ def _evaluate_retrained(workload, args: argparse.Namespace) -> int:  # noqa: ANN
     return 0
 
 
+@command("diagnose")
+def diagnose_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.diagnose import DEFAULT_ORDER
+    from model_explorer.analysis.diagnose.run import default_out_dir, diagnose
+
+    workload = _load(args)
+    order = [name.strip() for item in args.order or [] for name in item.split(",") if name.strip()]
+    out_dir = Path(args.out) if args.out else default_out_dir(workload)
+    diagnose(
+        workload,
+        order or DEFAULT_ORDER,
+        out_dir,
+        log_path=Path(args.log_path) if args.log_path else None,
+        output_workload=Path(args.output_workload) if args.output_workload else None,
+        interactive=not args.no_interactive and sys.stdin.isatty(),
+        max_batches=args.batches,
+    )
+    return 0
+
+
 @command("analyze")
 def analyze_command(args: argparse.Namespace) -> int:
     from model_explorer.analysis.hooks import HookRunner
@@ -665,6 +685,31 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--bits", type=_bits, help="with --quantized: every quantizer at N bits")
     analyze.add_argument("--max-samples", type=_positive, help="stop after N samples")
     analyze.add_argument("--print-template", action="store_true", help="print a template and exit")
+
+    diagnose = commands.add_parser(
+        "diagnose",
+        parents=[common],
+        help="quantization diagnostics: [info]/[warning]/[error] findings and recommendations",
+    )
+    diagnose.add_argument("workload", help="workload YAML file")
+    diagnose.add_argument(
+        "--order",
+        action="append",
+        help="inspectors to run, in order (comma-separated or repeated; registered names or "
+        "package.module:Class); default: Norm, Image, BatchNorm, ConcatenatedOutputs, Clipping, "
+        "Compression, HighPrecision, Sensitivity",
+    )
+    diagnose.add_argument("--out", help="folder for images, tables and plots")
+    diagnose.add_argument("--log-path", help="log file (default: OUT/diagnostic.log)")
+    diagnose.add_argument(
+        "--output-workload", help="write a copy of the workload with the recommendations applied"
+    )
+    diagnose.add_argument(
+        "--no-interactive", action="store_true", help="never ask (also when stdin is a terminal)"
+    )
+    diagnose.add_argument(
+        "--batches", type=_positive, default=4, help="calibration batches the inspectors look at"
+    )
 
     retrain = commands.add_parser(
         "retrain",

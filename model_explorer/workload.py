@@ -239,6 +239,8 @@ class ModelSpec(Spec):
     weights: str | None = None
     num_classes: PositiveInt | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Fold batch norms into the convolutions before them once the weights are loaded.
+    fold_batchnorm: bool = False
 
     @field_validator("type")
     @classmethod
@@ -369,6 +371,9 @@ class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
     objectives: list[str] | None = None  # None: the problem's default
     early_reject: bool = True
+    # sensitivity: half the first population comes from the one-at-a-time sensitivity of each
+    # quantizer (quantization problems); random: all of it is random.
+    initialization: Literal["random", "sensitivity"] = "random"
     layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
     minimum_accuracy: Fraction | list[Fraction] | None = None
     allowable_accuracy_drop: Fraction | None = None

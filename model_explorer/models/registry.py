@@ -106,7 +106,25 @@ def build_model(
                 "`model-explorer retrain --baseline WORKLOAD`"
             )
         load_checkpoint(model, spec.weights, where=f"{where}.weights")
+        if spec.fold_batchnorm:
+            return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
     return model.eval()
+
+
+def fold_batchnorm(model: nn.Module, where: str = "fold_batchnorm") -> nn.Module:
+    """The trained `model` with every batch norm that only follows a convolution folded into
+    it (torch.fx's conv-bn fusion), as an integer deployment would run it. Module names of the
+    convolutions are kept, so quantization patterns still match."""
+    from torch.fx.experimental.optimization import fuse
+
+    try:
+        return fuse(model.eval()).eval()
+    except Exception as error:  # symbolic tracing fails in many ways on dynamic code
+        raise UserError(
+            f"{where}: torch.fx cannot trace the model to fold its batch norms "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+            "fold them in the model's code or set fold_batchnorm: false"
+        ) from error
 
 
 def _state_dict_of(checkpoint: Any) -> dict[str, torch.Tensor] | None:

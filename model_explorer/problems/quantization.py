@@ -117,6 +117,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 "exclude them with quantization.exclude"
             )
         self.layer_costs = [layer_costs[name] for name in model.layers]
+        self.seeds: list[list[int]] = []
 
     @staticmethod
     def _bounds(
@@ -127,6 +128,25 @@ class LayerwiseQuantizationProblem(ModelProblem):
             if fnmatch.fnmatchcase(name, pattern):
                 low, high = bounds
         return low, high
+
+    def initial_genomes(self) -> list[list[float]]:
+        """Seeds for the first population (`seed_from_sensitivity`), else none."""
+        return [list(map(float, genome)) for genome in self.seeds]
+
+    def seed_from_sensitivity(self, count: int) -> None:
+        """Seed `count` genomes along the greedy path of the one-at-a-time sensitivity table
+        at the lowest bit widths (least sensitive quantizers lowered first)."""
+        from model_explorer.analysis.diagnose.sensitivity import (
+            greedy_configurations,
+            layer_sensitivity,
+            spread,
+        )
+
+        low = min(int(v.lower) for v in self.variables)
+        table = layer_sensitivity(self.model, self.batches, self.metric, low)
+        bounds = [(int(v.lower), int(v.upper)) for v in self.variables]
+        self.seeds = spread(greedy_configurations(table, bounds), count)
+        self.sensitivity = table
 
     def cost_values(self, bits: Sequence[int]) -> dict[str, float]:
         """Analytic costs of a bit configuration: weighted bits, model size in bits (weight

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from model_explorer.context import WorkloadContext
 from model_explorer.cost.energy_workload import build_energy_model
+from model_explorer.errors import UserError
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.quantization.pipeline import build_quantized_model
@@ -11,8 +12,16 @@ from model_explorer.sparsity import SparseModel
 
 
 def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
-    block = context.workload.require("exploration").extra_args.block_size
-    return SparseModel.from_spec(model, context.workload.sparsity, block)
+    exploration = context.workload.require("exploration")
+    if exploration.initialization == "sensitivity":
+        raise UserError(
+            "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
+            f"quantization_problem and energy_aware_quant_problem, not "
+            f"{context.workload.problem.problem_function}; use 'random'"
+        )
+    return SparseModel.from_spec(
+        model, context.workload.sparsity, exploration.extra_args.block_size
+    )
 
 
 @register_problem("sparsity_problem")

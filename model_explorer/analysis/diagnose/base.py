@@ -1,0 +1,249 @@
+"""Inspectors, findings and the shared state they read: the diagnose framework.
+
+An inspector looks at one aspect of a workload's model and data and returns findings: a
+severity (`info`, `warning`, `error`), the layer it concerns, a one-line message, the numbers
+it measured (evidence) and, where a setting would help, a recommendation as a workload override
+(a nested mapping merged into the workload's `workload:` section).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.registry import Registry
+
+log = logging.getLogger(__name__)
+
+SEVERITIES = ("info", "warning", "error")
+
+
+@dataclass
+class Finding:
+    severity: str
+    inspector: str
+    message: str
+    layer: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    recommendation: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    def line(self) -> str:
+        where = f" {self.layer}:" if self.layer else ""
+        return f"[{self.severity}] {self.inspector}{where} {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "inspector": self.inspector,
+            "layer": self.layer,
+            "message": self.message,
+            "evidence": self.evidence,
+            "recommendation": self.recommendation,
+        }
+
+
+class BaseInspector:
+    """Subclass, set `name`, implement `run(context)`; register with `@register_inspector`
+    or name the class as `package.module:Class` in `--order`."""
+
+    name = "base"
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        raise NotImplementedError
+
+    def finding(self, severity: str, message: str, **fields: Any) -> Finding:
+        return Finding(severity, self.name, message, **fields)
+
+
+INSPECTORS: Registry[type[BaseInspector]] = Registry("inspector")
+
+
+def register_inspector(cls: type[BaseInspector]) -> type[BaseInspector]:
+    """Class decorator: make an inspector available to `diagnose --order` by its `name`."""
+    return INSPECTORS.register(cls.name)(cls)
+
+
+def inspector(spec: str) -> BaseInspector:
+    """A registered inspector by name (case-insensitive), or a class by `package.module:Class`."""
+    if ":" in spec:
+        module_name, _, attribute = spec.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as error:
+            raise UserError(
+                f"--order: cannot load inspector '{spec}' ({type(error).__name__}: {error}); "
+                "give 'package.module:Class' importable from here"
+            ) from None
+        if not (isinstance(cls, type) and issubclass(cls, BaseInspector)):
+            raise UserError(f"--order: '{spec}' is not a subclass of BaseInspector")
+        return cls()
+    lowered = {name.lower(): name for name in INSPECTORS.names()}
+    return INSPECTORS.get(lowered.get(spec.lower(), spec), "--order").builder()
+
+
+class DiagnosisContext:
+    """What inspectors share: the workload, its float and quantized models, a few batches of
+    calibration inputs, the explored bit range, an output folder, and a place for results one
+    inspector computes and another reuses (`cache`)."""
+
+    def __init__(
+        self,
+        context: WorkloadContext,
+        out_dir: Path,
+        max_batches: int = 4,
+        interactive: bool = False,
+        ask: Callable[[str], str] = input,
+    ) -> None:
+        self.context = context
+        self.workload = context.workload
+        self.out_dir = Path(out_dir)
+        self.max_batches = max_batches
+        self.interactive = interactive
+        self.ask = ask
+        self.cache: dict[str, Any] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return self.context.device
+
+    @cached_property
+    def float_model(self) -> nn.Module:
+        return self.context.build_model().eval()
+
+    @cached_property
+    def quantized_model(self) -> Any:
+        """The workload's QuantizedModel, calibrated from `calibration.file`, or calibrated here
+        (not saved) when the file does not exist yet."""
+        from model_explorer.quantization import QuantizedModel
+        from model_explorer.quantization.pipeline import build_quantized_model, calibration_file
+
+        spec = self.workload.require("calibration")
+        if spec.file is not None and calibration_file(self.context).exists():
+            return build_quantized_model(self.context).eval()
+        log.info("no calibration file yet: calibrating in memory for the diagnosis")
+        model = QuantizedModel.from_spec(self.context.build_model(), self.workload.quantization)
+        model.to(self.device)
+        model.calibrate(
+            self.context.loader("calibrate"),
+            spec.method,
+            percentile=spec.percentile,
+            num_bins=spec.num_bins,
+        )
+        return model.eval()
+
+    @cached_property
+    def inputs(self) -> list[Tensor]:
+        """Up to `max_batches` batches of calibration inputs (the model's first argument)."""
+        found = []
+        for inputs, _ in self.context.batches("calibrate"):
+            found.append(inputs[0] if isinstance(inputs, (list, tuple)) else inputs)
+            if len(found) >= self.max_batches:
+                break
+        return found
+
+    def input_batches(self) -> Iterator[tuple[Tensor]]:
+        for x in self.inputs:
+            yield (x.to(self.device),)
+
+    @cached_property
+    def bit_range(self) -> tuple[int, int]:
+        """The explored bit widths (exploration.extra_args), else the workload's fixed bits."""
+        exploration = self.workload.exploration
+        if exploration is not None:
+            limits = exploration.extra_args
+            return limits.num_bits_lower_limit, limits.num_bits_upper_limit
+        bits = self.workload.quantization.input.num_bits
+        return bits, bits
+
+    def has_exploration_data(self) -> bool:
+        return self.context.has_dataset("exploration")
+
+
+def run_inspectors(
+    context: DiagnosisContext,
+    order: Sequence[str],
+    report: Callable[[Finding], None] | None = None,
+) -> list[Finding]:
+    """Run the inspectors named in `order`; `report` sees each finding as it comes."""
+    chosen = [inspector(spec) for spec in order]
+    context.out_dir.mkdir(parents=True, exist_ok=True)
+    findings: list[Finding] = []
+    for item in chosen:
+        log.info("inspector %s", item.name)
+        for found in item.run(context):
+            findings.append(found)
+            if report is not None:
+                report(found)
+    return findings
+
+
+# -- recommendations ---------------------------------------------------------------------------
+
+
+def _merge(target: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> None:
+    for key, value in override.items():
+        here = (*path, key)
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value, here)
+        elif path and path[-1] == "layer_bounds" and key in target:
+            # Two findings raising one layer's bounds: keep the higher lower bound.
+            low = max(int(target[key][0]), int(value[0]))
+            target[key] = [low, max(low, int(target[key][1]), int(value[1]))]
+        else:
+            target[key] = value
+
+
+def merged_recommendations(findings: Sequence[Finding]) -> dict[str, Any]:
+    """One override from every finding's recommendation; errors win over warnings over info
+    where two set the same scalar."""
+    merged: dict[str, Any] = {}
+    for found in sorted(findings, key=lambda f: SEVERITIES.index(f.severity)):
+        if found.recommendation:
+            _merge(merged, _copy(found.recommendation))
+    return merged
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy(v) for v in value]
+    return value
+
+
+def apply_recommendations(
+    data: dict[str, Any], override: dict[str, Any], bit_range: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """A copy of a parsed workload file (root `workload:`) with `override` merged into it.
+
+    Layer bounds are kept within the explored `bit_range`. When the override changes the model,
+    its quantization or its calibration, the calibration file gets a new name, so that the
+    calibration made for the old settings is not reused."""
+    result = _copy(data)
+    body = result["workload"]
+    _merge(body, _copy(override))
+    calibration = body.get("calibration") or {}
+    if calibration.get("file") and {"model", "quantization", "calibration"} & set(override):
+        path = Path(calibration["file"])
+        calibration["file"] = str(path.with_name(f"{path.stem}_recommended{path.suffix}"))
+    exploration = body.get("exploration") or {}
+    if bit_range is not None and exploration.get("layer_bounds"):
+        low_limit, high_limit = bit_range
+        for pattern, (low, high) in list(exploration["layer_bounds"].items()):
+            low = min(max(int(low), low_limit), high_limit)
+            exploration["layer_bounds"][pattern] = [low, max(low, min(int(high), high_limit))]
+    return result

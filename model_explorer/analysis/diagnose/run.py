@@ -1,0 +1,121 @@
+"""`diagnose`: run the inspectors, print and log the findings, write the recommended workload."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from model_explorer.analysis.diagnose.base import (
+    DiagnosisContext,
+    Finding,
+    apply_recommendations,
+    merged_recommendations,
+)
+from model_explorer.context import WorkloadContext
+from model_explorer.errors import UserError
+from model_explorer.fileio import atomic_path
+from model_explorer.workload import Workload, WorkloadError
+
+
+def default_out_dir(workload: Workload) -> Path:
+    return Path("results") / f"{workload.name}_diagnosis"
+
+
+def diagnose(
+    workload: Workload,
+    order: Sequence[str],
+    out_dir: Path,
+    log_path: Path | None = None,
+    output_workload: Path | None = None,
+    interactive: bool = False,
+    ask: Callable[[str], str] = input,
+    echo: Callable[[str], None] = print,
+    max_batches: int = 4,
+) -> list[Finding]:
+    """Run the inspectors in `order` and echo each finding; write `log_path` (the lines, then
+    every finding as JSON), and with `output_workload` a copy of the workload file with the
+    recommendations applied (interactively: those the user accepts)."""
+    if output_workload is not None and workload.source is None:
+        raise UserError("--output-workload: the workload was not read from a file")
+    from model_explorer.analysis.diagnose.base import run_inspectors
+
+    context = DiagnosisContext(
+        WorkloadContext(workload),
+        out_dir,
+        max_batches=max_batches,
+        interactive=interactive,
+        ask=ask,
+    )
+    lines: list[str] = []
+
+    def report(found: Finding) -> None:
+        lines.append(found.line())
+        echo(found.line())
+
+    findings: list[Finding] = []
+    try:
+        findings = run_inspectors(context, order, report)
+    finally:  # findings so far reach the log also when an inspector fails
+        log_path = log_path or out_dir / "diagnostic.log"
+        _write_log(log_path, lines, findings)
+    counts = Counter(f.severity for f in findings)
+    echo(
+        f"{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info; "
+        f"log in {log_path}"
+    )
+    if output_workload is not None:
+        accepted = [f for f in findings if f.recommendation]
+        if interactive:
+            accepted = [f for f in accepted if _accept(f, ask)]
+        written = write_recommended_workload(workload, accepted, output_workload)
+        echo(f"wrote {output_workload} with {written} recommendations applied")
+    return findings
+
+
+def _accept(found: Finding, ask: Callable[[str], str]) -> bool:
+    answer = ask(f"{found.line()}\n  apply {json.dumps(found.recommendation)}? [Y/n] ")
+    return not answer.strip().lower().startswith("n")
+
+
+def _write_log(path: Path, lines: list[str], findings: list[Finding]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temporary:
+        temporary.write_text(
+            "\n".join(lines)
+            + "\n\n# findings as JSON\n"
+            + json.dumps([f.to_dict() for f in findings], indent=2, default=float)
+            + "\n"
+        )
+
+
+def write_recommended_workload(workload: Workload, findings: Sequence[Finding], path: Path) -> int:
+    """Write the workload file with the findings' recommendations merged in; validated before
+    it is written. Returns how many findings contributed."""
+    source = workload.source
+    data: Any = yaml.safe_load(source.read_text())
+    override = merged_recommendations(findings)
+    exploration = workload.exploration
+    bit_range = (
+        (exploration.extra_args.num_bits_lower_limit, exploration.extra_args.num_bits_upper_limit)
+        if exploration is not None
+        else None
+    )
+    updated = apply_recommendations(data, override, bit_range)
+    try:
+        Workload.from_dict(updated, source=path, check_paths=False)
+    except WorkloadError as error:  # a recommendation the schema rejects is our bug
+        raise RuntimeError(f"the recommended workload does not validate: {error}") from error
+    path.parent.mkdir(parents=True, exist_ok=True)
+    contributing = sum(1 for f in findings if f.recommendation)
+    header = (
+        f"# {source.name} with the recommendations of `model-explorer diagnose` applied "
+        f"({contributing} findings):\n# {json.dumps(override)}\n"
+    )
+    with atomic_path(path) as temporary:
+        temporary.write_text(header + yaml.safe_dump(updated, sort_keys=False))
+    return contributing

@@ -1,0 +1,451 @@
+"""Diagnostics: each inspector sees the problem planted for it, and a clean model yields none."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import DEFAULT_WORKLOAD, write_workload
+from model_explorer import cli
+from model_explorer.analysis.diagnose import (
+    DEFAULT_ORDER,
+    DiagnosisContext,
+    Finding,
+    SensitivityTable,
+    apply_recommendations,
+    greedy_configurations,
+    layer_sensitivity,
+    merged_recommendations,
+    run_inspectors,
+)
+from model_explorer.analysis.diagnose.inspectors import Image, channel_sqnr
+from model_explorer.analysis.diagnose.run import diagnose
+from model_explorer.analysis.diagnose.sensitivity import Row, spread
+from model_explorer.context import WorkloadContext
+from model_explorer.datasets.digits import digits_tensors
+from model_explorer.errors import UserError
+from model_explorer.models import build_model
+from model_explorer.training import train_baseline
+from model_explorer.workload import Workload
+
+
+def _workload_data(folder: Path) -> dict:
+    data = yaml.safe_load(DEFAULT_WORKLOAD.read_text())
+    body = data["workload"]
+    body["model"] = {"type": "tests_support:plain_cnn", "weights": str(folder / "plain.pt")}
+    body["calibration"]["file"] = str(folder / "calibration.pt")
+    body["exploration"]["extra_args"]["num_bits_lower_limit"] = 4
+    body["retraining"]["epochs"] = 6
+    return data
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The default workload with a small CNN without batch norm, trained once."""
+    folder = tmp_path_factory.mktemp("diagnose")
+    data = _workload_data(folder)
+    path = write_workload(data, folder / "plain.yaml")
+    train_baseline(WorkloadContext(Workload.load(path), device="cpu"), progress=False)
+    return data
+
+
+def _variant(clean: dict) -> tuple[dict, dict]:
+    data = copy.deepcopy(clean)
+    return data, data["workload"]
+
+
+def _context(data: dict, tmp_path: Path, name: str = "w") -> DiagnosisContext:
+    path = write_workload(data, tmp_path / f"{name}.yaml")
+    workload = Workload.load(path)
+    return DiagnosisContext(WorkloadContext(workload, device="cpu"), tmp_path / "out")
+
+
+def _arrays(tmp_path: Path, x: np.ndarray, y: np.ndarray, name: str = "data") -> dict:
+    file = tmp_path / f"{name}.npz"
+    np.savez(file, inputs=x.astype(np.float32), labels=y.astype(np.int64))
+    return {"type": "arrays", "path": str(file), "batch_size": 128}
+
+
+def _run(context: DiagnosisContext, *order: str) -> list[Finding]:
+    return run_inspectors(context, order)
+
+
+def _serious(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity != "info"]
+
+
+def test_clean_model_yields_no_warnings(clean: dict, tmp_path: Path) -> None:
+    findings = _run(_context(copy.deepcopy(clean), tmp_path), *DEFAULT_ORDER)
+    assert _serious(findings) == [], [f.line() for f in findings]
+    # every inspector reported what it measured, except ConcatenatedOutputs (no torch.cat)
+    assert {f.inspector for f in findings} == set(DEFAULT_ORDER) - {"ConcatenatedOutputs"}
+
+
+def test_unnormalized_inputs_are_a_norm_error(clean: dict, tmp_path: Path) -> None:
+    x, y = digits_tensors("train")
+    raw = (x.numpy() * 4.0 + 8.0) * 16  # roughly the 0-255 scale of raw pixels
+    data, body = _variant(clean)
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, raw, y.numpy())
+    context = _context(data, tmp_path)
+    context.max_batches = 100  # all of it, to compare with numpy
+    [finding] = _run(context, "Norm")
+    assert finding.severity == "error"
+    assert finding.evidence["mean"][0] == pytest.approx(raw.mean(), rel=1e-3)
+    assert finding.evidence["std"][0] == pytest.approx(raw.std(ddof=1), rel=1e-3)
+    assert "not normalized" in finding.message
+
+
+def test_inputs_in_zero_one_are_a_norm_warning(clean: dict, tmp_path: Path) -> None:
+    x, y = digits_tensors("train")
+    unit = (x.numpy() - x.numpy().min()) / (x.numpy().max() - x.numpy().min())
+    data, body = _variant(clean)
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, unit, y.numpy())
+    [finding] = _run(_context(data, tmp_path), "Norm")
+    assert finding.severity == "warning"  # mean about 0.3, std about 0.4: scaled, not standardized
+
+
+def test_conv_followed_by_unfused_batchnorm(trained_digits, tmp_path: Path) -> None:
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(Path(workload_file).read_text())
+    findings = _run(_context(data, tmp_path), "BatchNorm")
+    pairs = {(f.layer, f.evidence.get("batch_norm")) for f in findings if f.severity == "warning"}
+    # digits_cnn: conv 0 -> bn 1, conv 3 -> bn 4, conv 7 -> bn 8
+    assert pairs == {("0", "1"), ("3", "4"), ("7", "8")}
+    assert all(f.recommendation == {"model": {"fold_batchnorm": True}} for f in findings)
+
+    data["workload"]["model"]["fold_batchnorm"] = True
+    folded = _run(_context(data, tmp_path, "folded"), "BatchNorm")
+    assert _serious(folded) == []
+
+
+def test_folding_keeps_the_function_and_names(trained_digits) -> None:
+    workload_file, _ = trained_digits
+    workload = Workload.load(workload_file)
+    float_model = build_model(workload.model)
+    folded = build_model(workload.model.model_copy(update={"fold_batchnorm": True}))
+    x, _ = digits_tensors("validation")
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), float_model(x), atol=1e-4, rtol=1e-4)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    convs = {n for n, m in folded.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    assert convs == {"0", "3", "7"}
+
+
+@pytest.mark.parametrize(("share", "severity"), [(0.1, "warning"), (0.5, "error")])
+def test_a_few_huge_outliers_are_clipping_findings(
+    clean: dict, tmp_path: Path, share: float, severity: str
+) -> None:
+    x, y = digits_tensors("train")
+    x = x.numpy().copy()
+    natural = np.abs(x).max()
+    outlier = natural / (
+        1 - share
+    )  # three values at `outlier`: share = (outlier - natural) / outlier
+    flat = x.reshape(-1)
+    flat[[100, 5000, 20000]] = outlier
+    data, body = _variant(clean)
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, x, y.numpy())
+    body["calibration"]["method"] = "max"
+    context = _context(data, tmp_path)
+    context.max_batches = 100  # every sample, so all three outliers are seen
+    findings = {f.layer: f for f in _run(context, "Clipping")}
+    found = findings["0.input_quantizer"]
+    assert found.severity == severity
+    assert found.evidence["share"] == pytest.approx(share, abs=1e-4)
+    assert found.evidence["amax"] == pytest.approx(outlier, rel=1e-5)
+    expected = "mse" if severity == "error" else "percentile"
+    assert found.recommendation == {"calibration": {"method": expected}}
+
+
+def _plant_sensitive_layer(clean: dict, tmp_path: Path) -> dict:
+    """Channel 0 of convolution '2' scaled up 1000x in its weights and back down by the
+    ChannelScale after it: the same function, but per-tensor 4-bit weights of that layer now
+    round every other channel to zero."""
+    data, body = _variant(clean)
+    checkpoint = torch.load(body["model"]["weights"], weights_only=True)
+    state = {k: v.clone() for k, v in checkpoint.get("state_dict", checkpoint).items()}
+    state["2.weight"][0] *= 1000
+    state["2.bias"][0] *= 1000
+    state["4.scale"][0] /= 1000
+    weights = tmp_path / "planted.pt"
+    torch.save(state, weights)
+    body["model"]["weights"] = str(weights)
+    body["calibration"]["file"] = str(tmp_path / "planted_calibration.pt")
+    body["quantization"] = {"weight": {"axis": None}}
+    x, _ = digits_tensors("validation")
+    original = build_model(Workload.from_dict(clean).model)
+    planted = build_model(Workload.from_dict(data).model)
+    with torch.no_grad():
+        torch.testing.assert_close(planted(x), original(x), atol=1e-3, rtol=1e-3)
+    return data
+
+
+def test_a_very_sensitive_layer_is_ranked_first(clean: dict, tmp_path: Path) -> None:
+    data = _plant_sensitive_layer(clean, tmp_path)
+    context = _context(data, tmp_path)
+    findings = _run(context, "HighPrecision", "Sensitivity")
+    precision = [f for f in findings if f.inspector == "HighPrecision"]
+    assert precision[0].layer == "2" and precision[0].severity in ("warning", "error")
+    assert precision[0].evidence["rank"] == 1
+    assert [f.layer for f in precision if f.severity != "info"] == ["2"]
+    assert context.cache["sqnr"]["2"] == min(context.cache["sqnr"].values())
+
+    table: SensitivityTable = context.cache["sensitivity"]
+    assert table.ranked()[0].name == "2.weight_quantizer"
+    warnings = [f for f in findings if f.inspector == "Sensitivity" and f.severity == "warning"]
+    assert warnings[0].layer == "2.weight_quantizer"
+    low, high = context.bit_range
+    bits = warnings[0].evidence["bits"]
+    assert low < bits <= high
+    assert warnings[0].recommendation == {
+        "exploration": {"layer_bounds": {"2.weight_quantizer": [bits, high]}}
+    }
+    assert (context.out_dir / "sensitivity.png").stat().st_size > 0
+    rows = (context.out_dir / "sensitivity.csv").read_text().splitlines()
+    assert rows[1].split(",")[1] == "2.weight_quantizer"
+
+
+def test_sensitivity_table_matches_evaluating_one_quantizer_alone(
+    clean: dict, tmp_path: Path
+) -> None:
+    context = _context(copy.deepcopy(clean), tmp_path)
+    model = context.quantized_model
+    batches = context.context.batches("exploration")
+    table = layer_sensitivity(model, batches, "top1", 4)
+    assert model.bit_widths == [8] * len(model.bit_widths)  # the table left the model as it was
+    assert all(q.enabled for q in model.quantizers.values())
+    name = "2.weight_quantizer"
+    # by hand: every quantizer off but this one, at 4 bits, top-1 over the exploration data
+    for quantizer_name, quantizer in model.quantizers.items():
+        quantizer.enabled = quantizer_name == name
+    model.quantizers[name].num_bits = 4
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in batches:
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    row = next(r for r in table.rows if r.name == name)
+    assert row.accuracy == pytest.approx(correct / total)
+
+
+def test_channel_sqnr_by_hand() -> None:
+    y = torch.tensor([[[1.0, 2.0], [3.0, 0.0]]]).reshape(1, 2, 2)  # (batch 1, 2 channels, 2)
+    q = y.clone()
+    q[0, 0, 0] += 0.1  # channel 0: signal 5, noise 0.01 -> 26.99 dB
+    q[0, 1, 0] -= 0.3  # channel 1: signal 9, noise 0.09 -> 20 dB
+    expected = (10 * math.log10(5 / 0.01) + 10 * math.log10(9 / 0.09)) / 2
+    assert channel_sqnr(y, q) == pytest.approx(expected)
+
+
+def test_channel_swapped_images_are_written_both_ways(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    x = torch.zeros(4, 3, 8, 8)
+    x[:, 0] = torch.linspace(0, 1, 8)  # red ramps left to right
+    x[:, 2, :4] = 1.0  # blue in the top half
+    context = SimpleNamespace(inputs=[x], out_dir=tmp_path, interactive=False)
+    [finding] = Image().run(context)
+    standard = matplotlib.image.imread(tmp_path / "standard.png")[..., :3]
+    inverse = matplotlib.image.imread(tmp_path / "inverse.png")[..., :3]
+    assert standard.shape == (8, 32, 3)
+    np.testing.assert_array_equal(inverse, standard[..., ::-1])
+    np.testing.assert_allclose(standard[0, :8, 0], np.linspace(0, 1, 8), atol=1 / 255)
+    assert finding.severity == "info"
+
+    asked = SimpleNamespace(inputs=[x], out_dir=tmp_path, interactive=True, ask=lambda q: "i")
+    [swapped] = Image().run(asked)
+    assert swapped.severity == "error" and "channel" in swapped.message
+
+
+def test_concatenated_branches_with_different_ranges(tmp_path: Path, clean: dict) -> None:
+    from tests_support import two_branches
+
+    torch.manual_seed(0)
+    model = two_branches()
+    with torch.no_grad():
+        model.b.weight *= 100
+        model.b.bias *= 100
+    torch.save(model.state_dict(), tmp_path / "branches.pt")
+    data, body = _variant(clean)
+    body["model"] = {"type": "tests_support:two_branches", "weights": str(tmp_path / "branches.pt")}
+    context = _context(data, tmp_path)
+    [finding] = _run(context, "ConcatenatedOutputs")
+    x = torch.cat(context.inputs)
+    with torch.no_grad():
+        ranges = [float(model.a(x).abs().max()), float(model.b(x).abs().max())]
+    assert finding.severity == "warning"
+    assert finding.evidence["ranges"] == pytest.approx(ranges, rel=1e-4)
+    assert finding.evidence["ratio"] == pytest.approx(ranges[1] / ranges[0], rel=1e-3)
+
+    with torch.no_grad():  # comparable branches: nothing to report
+        model.b.weight /= 100
+        model.b.bias /= 100
+    torch.save(model.state_dict(), tmp_path / "branches.pt")
+    assert _run(_context(data, tmp_path, "even"), "ConcatenatedOutputs") == []
+
+
+def test_compression_by_hand(clean: dict, tmp_path: Path) -> None:
+    data, body = _variant(clean)
+    body["quantization"] = {"weight": {"num_bits": 4, "axis": 0}, "input": {"num_bits": 8}}
+    [finding] = _run(_context(data, tmp_path), "Compression")
+    weights = 16 * 9 + 16 * 16 * 9 + 256 * 10  # conv, conv, linear weights
+    biases = 16 + 16 + 10
+    buffers = 0  # ChannelScale's factors are a buffer, not a parameter
+    assert finding.evidence["float_bytes"] == 4 * (weights + biases + buffers)
+    assert finding.evidence["quantized_bytes"] == (4 * weights + 32 * biases) / 8
+    assert finding.evidence["average_weight_bits"] == 4
+    macs = 16 * 9 * 64 + 16 * 16 * 9 * 64 + 256 * 10
+    assert finding.evidence["bops"] == 8 * 4 * macs
+
+
+def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path, capsys) -> None:
+    data = _plant_sensitive_layer(clean, tmp_path)
+    body = data["workload"]
+    body["calibration"]["method"] = "max"
+    x, y = digits_tensors("train")
+    x = x.numpy().copy()
+    x.reshape(-1)[[7, 700, 7000]] = np.abs(x).max() * 3  # share 2/3 at the input: an error
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, x, y.numpy())
+    workload = write_workload(data, tmp_path / "planted.yaml")
+    out = tmp_path / "recommended.yaml"
+    code = cli.main(
+        [
+            "diagnose",
+            str(workload),
+            "--no-interactive",
+            "--out",
+            str(tmp_path / "diagnosis"),
+            "--order",
+            "Clipping,HighPrecision",
+            "--order",
+            "Sensitivity",
+            "--batches",
+            "20",
+            "--output-workload",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "[error] Clipping 0.input_quantizer:" in printed
+    recommended = Workload.load(out, check_paths=False)  # the schema accepts it
+    bounds = recommended.exploration.layer_bounds
+    assert bounds["2.weight_quantizer"][0] > 4  # raised above the explored lower limit
+    assert bounds["2.weight_quantizer"][1] == 8
+    assert recommended.calibration.method == "mse"
+    assert recommended.calibration.file.endswith("planted_calibration_recommended.pt")
+    log = (tmp_path / "diagnosis" / "diagnostic.log").read_text()
+    assert "[error] Clipping 0.input_quantizer" in log and '"inspector": "Sensitivity"' in log
+    # the recommended bound is where the planted layer alone stays within 1 point
+    context = _context(yaml.safe_load(out.read_text()), tmp_path, "check")
+    model = context.quantized_model
+    table = layer_sensitivity(model, context.context.batches("exploration"), "top1", 4)
+    low = bounds["2.weight_quantizer"][0]
+    alone = table.bits_within(
+        model,
+        context.context.batches("exploration"),
+        "top1",
+        "2.weight_quantizer",
+        0.01,
+        (low, low),
+    )
+    assert alone == low
+
+
+def test_recommendations_merge_and_stay_in_range() -> None:
+    findings = [
+        Finding(
+            "warning", "A", "m", recommendation={"exploration": {"layer_bounds": {"q": [5, 8]}}}
+        ),
+        Finding("error", "B", "m", recommendation={"exploration": {"layer_bounds": {"q": [7, 8]}}}),
+        Finding("warning", "C", "m", recommendation={"calibration": {"method": "percentile"}}),
+        Finding("error", "D", "m", recommendation={"calibration": {"method": "mse"}}),
+        Finding(
+            "warning", "E", "m", recommendation={"exploration": {"layer_bounds": {"r": [12, 16]}}}
+        ),
+    ]
+    merged = merged_recommendations(findings)
+    assert merged["exploration"]["layer_bounds"]["q"] == [7, 8]
+    assert merged["calibration"]["method"] == "mse"
+    data = {
+        "workload": {"calibration": {"file": "results/c.pt", "method": "max"}, "exploration": {}}
+    }
+    applied = apply_recommendations(data, merged, (2, 8))
+    assert applied["workload"]["exploration"]["layer_bounds"]["r"] == [8, 8]
+    assert applied["workload"]["calibration"]["file"] == "results/c_recommended.pt"
+    assert data["workload"]["calibration"]["file"] == "results/c.pt"  # the input is untouched
+
+
+def test_greedy_path_lowers_the_least_sensitive_first() -> None:
+    table = SensitivityTable(0.9, 2, [Row("a", 0.6, 0.3), Row("b", 0.9, 0.0), Row("c", 0.8, 0.1)])
+    path = greedy_configurations(table, [(2, 8), (2, 8), (2, 8)])
+    assert path == [[8, 5, 8], [8, 5, 5], [5, 5, 5], [5, 2, 5], [5, 2, 2], [2, 2, 2]]
+    assert spread(path, 3) == [[8, 5, 8], [5, 5, 5], [2, 2, 2]]
+    assert spread(path, 10) == path
+
+
+def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
+    clean: dict, tmp_path: Path
+) -> None:
+    from model_explorer.exploration.run import ExploreOptions, explore
+    from model_explorer.quantization.pipeline import calibrate_workload
+
+    data, body = _variant(clean)
+    body["exploration"]["initialization"] = "sensitivity"
+    body["exploration"]["nsga"].update(pop_size=8, offsprings=4, generations=2)
+    workload = Workload.load(write_workload(data, tmp_path / "seeded.yaml"))
+    calibrate_workload(WorkloadContext(workload), if_missing=True)
+    result, _ = explore(workload, ExploreOptions(output=str(tmp_path / "seeded.pkl")))
+    # the seeds, computed here on their own from a freshly calibrated model
+    context = _context(data, tmp_path, "again")
+    model = context.quantized_model
+    table = layer_sensitivity(model, context.context.batches("exploration"), "top1", 4)
+    expected = spread(greedy_configurations(table, [(4, 8)] * len(model.bit_widths)), 4)
+    first = [i.configuration for i in result.individuals if i.generation == 0][:4]
+    assert first == expected
+
+
+def test_sensitivity_initialization_needs_a_quantization_problem(
+    default_workload_data: dict, tmp_path: Path
+) -> None:
+    body = default_workload_data["workload"]
+    body["problem"]["problem_function"] = "sparsity_problem"
+    body["exploration"]["initialization"] = "sensitivity"
+    workload = Workload.load(write_workload(default_workload_data, tmp_path / "w.yaml"), False)
+    from model_explorer.problems.sparsity_builder import build_sparsity_problem
+
+    with pytest.raises(UserError, match="exploration.initialization"):
+        build_sparsity_problem(WorkloadContext(workload, device="cpu"), None)
+
+
+def test_user_inspector_by_import_path_and_unknown_names(clean: dict, tmp_path: Path) -> None:
+    context = _context(copy.deepcopy(clean), tmp_path)
+    [finding] = _run(context, "tests_support:AlwaysWarns")
+    assert finding.line() == "[warning] AlwaysWarns everywhere: planted"
+    with pytest.raises(UserError, match="did you mean 'Clipping'"):
+        _run(context, "Cliping")
+    with pytest.raises(UserError, match="cannot load inspector"):
+        _run(context, "tests_support:Missing")
+
+
+def test_diagnose_command_reports_a_wrong_inspector_with_status_2(
+    clean: dict, tmp_path: Path, capsys
+) -> None:
+    workload = write_workload(copy.deepcopy(clean), tmp_path / "w.yaml")
+    assert cli.main(["diagnose", str(workload), "--order", "Nrom", "--no-interactive"]) == 2
+    assert "did you mean 'Norm'" in capsys.readouterr().err
+
+
+def test_diagnose_writes_the_log_also_when_an_inspector_fails(clean: dict, tmp_path: Path) -> None:
+    workload = Workload.load(write_workload(copy.deepcopy(clean), tmp_path / "w.yaml"))
+    with pytest.raises(RuntimeError, match="planted failure"):
+        diagnose(workload, ["Norm", "tests_support:Explodes"], tmp_path / "out", echo=print)
+    log = (tmp_path / "out" / "diagnostic.log").read_text()
+    assert log.startswith("[info] Norm input channel means")
