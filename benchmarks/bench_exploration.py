@@ -14,13 +14,11 @@ import sys
 import time
 
 import torch
+from prepared import prepared_context
 
 from model_explorer.context import WorkloadContext
 from model_explorer.exploration.run import ExploreOptions, explore
 from model_explorer.metrics import evaluate
-from model_explorer.quantization.pipeline import calibrate_workload
-from model_explorer.training import train_baseline
-from model_explorer.workload import Workload, resolve_path
 
 
 def interleaved_times(context: WorkloadContext, result) -> tuple[float, float]:
@@ -47,11 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
     args = parser.parse_args()
-    workload = Workload.load(args.workload)
-    context = WorkloadContext(workload)
-    if not resolve_path(workload.model.weights).is_file():
-        train_baseline(context, progress=False)
-    calibrate_workload(context, if_missing=True)
+    workload, context = prepared_context(args.workload)
     runs = {}
     for early in (False, True):
         spec = workload.model_copy(deep=True)

@@ -16,16 +16,13 @@ import argparse
 import statistics
 
 import numpy as np
+from prepared import prepared_context
 from pymoo.indicators.hv import HV
 
 from model_explorer.analysis.diagnose.sensitivity import greedy_configurations, layer_sensitivity
-from model_explorer.context import WorkloadContext
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.run import measure_baseline, minimum_accuracy
 from model_explorer.problems import PROBLEMS
-from model_explorer.quantization.pipeline import calibrate_workload
-from model_explorer.training import train_baseline
-from model_explorer.workload import Workload, resolve_path
 
 
 class Scorer:
@@ -70,11 +67,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="seeds of the random methods")
     args = parser.parse_args()
 
-    workload = Workload.load(args.workload)
-    context = WorkloadContext(workload)
-    if not resolve_path(workload.model.weights).is_file():
-        train_baseline(context, progress=False)
-    calibrate_workload(context, if_missing=True)
+    workload, context = prepared_context(args.workload)
     spec = workload.exploration
     minimum = minimum_accuracy(spec, measure_baseline(context))
     problem = PROBLEMS.get(workload.problem.problem_function).builder(context, minimum)
