@@ -31,6 +31,7 @@ from model_explorer.exploration.worker import (
 from model_explorer.problems.base import Problem
 
 log = logging.getLogger(__name__)
+_CHATTER = logging.getLogger("distributed")
 
 # How often, at most, the scheduler is asked which workers are alive (to report departures).
 WORKER_CHECK_SECONDS = 1.0
@@ -65,6 +66,10 @@ class DaskRunner(Runner):
     ) -> None:
         self.threads_per_worker = threads_per_worker
         self.cluster: Any = None
+        # Dask logs every step of starting and stopping a cluster at INFO: kept for -vv only.
+        self._chatter_level = _CHATTER.level
+        if not log.isEnabledFor(logging.DEBUG):
+            _CHATTER.setLevel(max(self._chatter_level, logging.WARNING))
         if address is None:
             self.cluster = distributed.LocalCluster(
                 n_workers=workers,
@@ -78,6 +83,7 @@ class DaskRunner(Runner):
             try:
                 self.client = distributed.Client(address, timeout="10s")
             except (OSError, TimeoutError) as error:
+                _CHATTER.setLevel(self._chatter_level)
                 raise UserError(
                     f"exploration.runner.address: no Dask scheduler answers at '{address}' "
                     f"({error}); start one with `dask scheduler` or correct the address"
@@ -159,3 +165,4 @@ class DaskRunner(Runner):
             self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
+            _CHATTER.setLevel(self._chatter_level)
