@@ -362,6 +362,27 @@ class EnergyEvaluationSpec(Spec):
     dram_pj_per_word: PositiveFloat = 200.0  # analytic: energy of one DRAM word access
 
 
+class RunnerSpec(Spec):
+    """Where candidates are evaluated: `serial` in this process, `processes` in `workers` local
+    processes, `dask` on the Dask scheduler at `address` (or a local cluster of `workers`)."""
+
+    type: Literal["serial", "processes", "dask"] = "serial"
+    workers: PositiveInt = 2
+    address: str | None = None
+    threads_per_worker: PositiveInt | None = None  # torch threads; None: cores // workers
+
+    @model_validator(mode="after")
+    def _address_needs_dask(self) -> RunnerSpec:
+        if self.address is not None and self.type != "dask":
+            raise PydanticCustomError(
+                "address_without_dask",
+                "only the dask runner connects to a scheduler; set 'type: dask' or remove "
+                "'address'",
+                {"key": "address"},
+            )
+        return self
+
+
 class ExplorationDatasets(Spec):
     exploration: DatasetSpec
     baseline: DatasetSpec | None = None
@@ -381,6 +402,7 @@ class ExplorationSpec(Spec):
     datasets: ExplorationDatasets
     energy_evaluation: EnergyEvaluationSpec | None = None
     extra_args: ExtraArgs = Field(default_factory=ExtraArgs)
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)
 
 
 class RetrainingDatasets(Spec):

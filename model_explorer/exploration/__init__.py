@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from model_explorer.exploration.explorer import Explorer, make_algorithm
-from model_explorer.exploration.runners import Runner, SerialRunner
+from model_explorer.exploration.runners import ProcessRunner, Runner, SerialRunner, build_runner
 
-__all__ = ["Explorer", "Runner", "SerialRunner", "make_algorithm"]
+__all__ = ["Explorer", "ProcessRunner", "Runner", "SerialRunner", "build_runner", "make_algorithm"]

@@ -11,7 +11,8 @@ from pathlib import Path
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.explorer import Explorer
-from model_explorer.exploration.runners import Runner
+from model_explorer.exploration.runners import Runner, build_runner
+from model_explorer.exploration.worker import ProblemRecipe, model_files
 from model_explorer.problems import PROBLEMS
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import ExplorationSpec, Workload, dataset_spec, resolve_path
@@ -50,6 +51,14 @@ def result_path(workload: Workload, output: str | None) -> Path:
     return RESULTS_DIRECTORY / f"{default_result_stem(workload)}_{stamp}.pkl"
 
 
+def search_definition(workload: Workload) -> dict:
+    """The workload as results store it: without `exploration.runner`, which changes where
+    candidates are evaluated, not what, so a run may resume under another runner."""
+    data = workload.to_dict()
+    data["workload"].get("exploration", {}).pop("runner", None)
+    return data
+
+
 def find_checkpoint(workload: Workload, output: str | None) -> Path:
     """The file to resume: the named one, or the newest unfinished result of this workload."""
     if output is not None or workload.problem.results_file is not None:
@@ -64,7 +73,7 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
             result = ExplorationResult.load(path)
         except UserError:
             continue
-        if not result.complete and result.workload == workload.to_dict():
+        if not result.complete and result.workload == search_definition(workload):
             return path
     raise UserError(
         f"--resume: no unfinished result of this workload in {RESULTS_DIRECTORY}/ ({stem}_*.pkl); "
@@ -108,7 +117,7 @@ def explore(
     if options.resume:
         path = find_checkpoint(workload, options.output)
         previous = ExplorationResult.load(path)
-        if previous.workload != workload.to_dict():
+        if previous.workload != search_definition(workload):
             raise UserError(
                 f"--resume: '{path}' was written for a different workload; resume with the same "
                 "workload file, or start afresh without --resume"
@@ -120,21 +129,43 @@ def explore(
         path = result_path(workload, options.output)
         if path.exists():
             raise UserError(f"--output: '{path}' exists; choose another path or pass --resume")
-    if previous is not None:
-        baseline = previous.baseline
-    elif options.skip_baseline:
-        baseline = None
-    else:
-        baseline = measure_baseline(context)
-        log.info("baseline accuracy on %s: %s", dataset_spec(workload, "baseline")[1], baseline)
+    owned = runner is None
+    runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
+    try:
+        if previous is not None:
+            baseline = previous.baseline
+        elif options.skip_baseline:
+            baseline = None
+        else:
+            baseline = measure_baseline(context)
+            where = dataset_spec(workload, "baseline")[1]
+            log.info("baseline accuracy on %s: %s", where, baseline)
+        return _search(workload, context, path, previous, baseline, runner, options)
+    finally:
+        if owned:
+            runner.close()
+
+
+def _search(
+    workload: Workload,
+    context: WorkloadContext,
+    path: Path,
+    previous: ExplorationResult | None,
+    baseline: list[float] | None,
+    runner: Runner,
+    options: ExploreOptions,
+) -> tuple[ExplorationResult, Path]:
+    spec: ExplorationSpec = workload.exploration
+    minimum = minimum_accuracy(spec, baseline)
     problem = PROBLEMS.get(workload.problem.problem_function, "workload.problem.problem_function")
-    built = problem.builder(context, minimum_accuracy(spec, baseline))
+    built = problem.builder(context, minimum)
+    built.recipe = ProblemRecipe(search_definition(workload), minimum, model_files(workload))
     explorer = Explorer(
         built,
         spec.nsga,
         seed=workload.seed,
         result_path=path,
-        workload=workload.to_dict(),
+        workload=search_definition(workload),
         baseline=baseline,
         runner=runner,
         progress=options.progress,

@@ -1,13 +1,33 @@
-"""Runners evaluate a generation's new genomes: here one after the other in this process."""
+"""Runners evaluate a generation's new genomes: in this process, in local processes, or on Dask.
+
+A parallel runner ships each worker process a ProblemRecipe once (see `worker.py`); the worker
+builds the problem from it and receives only genomes. `done` may be called in any completion
+order: the Explorer records in the order pymoo asked, so parallelism cannot change a result.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
 
+from model_explorer.errors import UserError
+from model_explorer.exploration.worker import (
+    ProblemRecipe,
+    cores_per_worker,
+    evaluate_genome,
+    install,
+)
 from model_explorer.problems.base import Evaluation, Problem
+from model_explorer.workload import RunnerSpec
+
+log = logging.getLogger(__name__)
 
 # Called as each genome finishes: (position in the list, configuration, evaluation).
 Done = Callable[[int, list[Any], Evaluation], None]
@@ -28,3 +48,117 @@ class SerialRunner(Runner):
         for position, genome in enumerate(genomes):
             configuration, evaluation = problem.evaluate(genome)
             done(position, configuration, evaluation)
+
+
+def recipe_of(problem: Problem) -> ProblemRecipe:
+    recipe = getattr(problem, "recipe", None)
+    if not isinstance(recipe, ProblemRecipe):
+        raise ValueError(
+            "parallel runners evaluate problems built from a workload (with a `recipe`); "
+            "use SerialRunner for this problem"
+        )
+    return recipe
+
+
+class ProcessRunner(Runner):
+    """`workers` local processes (started fresh, not forked), each building the problem once.
+
+    When a worker process dies, the pool breaks: the genomes not yet answered are evaluated
+    again in a new pool, up to `restarts` times per generation."""
+
+    def __init__(
+        self, workers: int = 2, threads_per_worker: int | None = None, restarts: int = 3
+    ) -> None:
+        self.workers = workers
+        self.threads = threads_per_worker or cores_per_worker(os.cpu_count(), workers)
+        self.restarts = restarts
+        self._pool: ProcessPoolExecutor | None = None
+        self._key: str | None = None
+
+    def _pool_for(self, recipe: ProblemRecipe) -> ProcessPoolExecutor:
+        if self._pool is None or self._key != recipe.key:
+            self.close()
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=get_context("spawn"),
+                initializer=install,
+                initargs=(recipe, self.threads),
+            )
+            self._key = recipe.key
+        return self._pool
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers (empty before the first evaluation)."""
+        # The executor keeps its processes in a private mapping; this is for diagnostics.
+        return [] if self._pool is None else [p.pid for p in self._pool._processes.values()]
+
+    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
+        recipe = recipe_of(problem)
+        waiting = dict(enumerate(genomes))
+        for restart in range(self.restarts + 1):
+            if self._attempt(self._pool_for(recipe), recipe.key, waiting, done):
+                return
+            self.close()
+            if restart == self.restarts:
+                break
+            log.warning(
+                "a worker process died; %d evaluations of this generation run again in a new "
+                "pool of %d processes (restart %d of at most %d)",
+                len(waiting),
+                self.workers,
+                restart + 1,
+                self.restarts,
+            )
+        raise RuntimeError(
+            f"worker processes died {self.restarts + 1} times in one generation; the evaluations "
+            "recorded so far are saved, see the log above for the cause"
+        )
+
+    @staticmethod
+    def _attempt(
+        pool: ProcessPoolExecutor, key: str, waiting: dict[int, np.ndarray], done: Done
+    ) -> bool:
+        """Evaluate the waiting genomes; False when the pool broke (the rest stay waiting)."""
+        futures: dict[Future, int] = {}
+        try:
+            for position, genome in waiting.items():
+                futures[pool.submit(evaluate_genome, key, genome)] = position
+            for future in as_completed(futures):
+                try:
+                    configuration, evaluation = future.result()
+                except BrokenProcessPool:
+                    continue
+                position = futures[future]
+                del waiting[position]
+                done(position, configuration, evaluation)
+        except BrokenProcessPool:
+            pass  # broke while submitting
+        finally:
+            for future in futures:
+                future.cancel()
+        return not waiting
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+            self._key = None
+
+
+def build_runner(spec: RunnerSpec) -> Runner:
+    """The runner `exploration.runner` asks for."""
+    if spec.type == "processes":
+        return ProcessRunner(spec.workers, spec.threads_per_worker)
+    if spec.type == "dask":
+        try:
+            from model_explorer.exploration.dask_runner import DaskRunner
+        except ImportError as error:
+            if error.name is None or not error.name.startswith(("dask", "distributed")):
+                raise
+            raise UserError(
+                "exploration.runner: type 'dask' needs Dask's distributed package; install it "
+                "with `pip install 'model_explorer[dask]'`, or choose type 'processes'"
+            ) from None
+
+        return DaskRunner(spec.workers, spec.address, spec.threads_per_worker)
+    return SerialRunner()

@@ -1,0 +1,119 @@
+"""The worker side of parallel evaluation: a problem built once per process, then only genomes.
+
+A worker process (a local process or a Dask worker) receives a ProblemRecipe once: plain data
+from which it builds the same Problem as the exploring process (model, data cache, calibration),
+keyed by the recipe's hash. Tasks then carry that key and one genome; the model never travels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from model_explorer.errors import UserError
+from model_explorer.problems.base import Evaluation, Problem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProblemRecipe:
+    """What defines a problem: the workload (as plain data), the minimum accuracy the exploring
+    process derived from its baseline, and the hashes of the files the model is built from."""
+
+    workload: dict[str, Any]
+    minimum_accuracy: list[float] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_files(workload: Any) -> dict[str, str]:
+    """path -> hash of the files a Workload's problem is built from (weights, calibration), so
+    that a worker holding other files refuses to evaluate rather than answer differently."""
+    from model_explorer.workload import resolve_path
+
+    paths = [workload.model.weights]
+    if workload.calibration is not None:
+        paths.append(workload.calibration.file)
+    return {
+        str(path): file_digest(resolve_path(path))
+        for path in paths
+        if path is not None and resolve_path(path).is_file()
+    }
+
+
+# Per worker process: recipes installed by the parent, problems built from them on first use.
+_RECIPES: dict[str, ProblemRecipe] = {}
+_PROBLEMS: dict[str, Problem] = {}
+# A Dask worker may run several tasks at once in threads; they share one model, so one at a time.
+_LOCK = threading.Lock()
+
+
+def install(recipe: ProblemRecipe, threads: int | None) -> None:
+    """Per-worker setup: remember the recipe and limit torch to this worker's share of cores."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    _RECIPES[recipe.key] = recipe
+
+
+def uninstall(key: str) -> None:
+    _RECIPES.pop(key, None)
+    _PROBLEMS.pop(key, None)
+
+
+def problem_for(key: str) -> Problem:
+    """The problem of an installed recipe, built on first use in this process."""
+    if key not in _PROBLEMS:
+        recipe = _RECIPES.get(key)
+        if recipe is None:
+            raise RuntimeError(f"worker process {os.getpid()} has no problem {key} installed")
+        _PROBLEMS[key] = build_problem(recipe)
+    return _PROBLEMS[key]
+
+
+def build_problem(recipe: ProblemRecipe) -> Problem:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.problems import PROBLEMS
+    from model_explorer.workload import Workload, resolve_path
+
+    for path, expected in recipe.files.items():
+        resolved = resolve_path(path)
+        if not resolved.is_file() or file_digest(resolved) != expected:
+            raise UserError(
+                f"worker process {os.getpid()}: '{resolved}' is missing or differs from the file "
+                "the exploration started with; give every worker the same files at the same path"
+            )
+    workload = Workload.from_dict(recipe.workload)
+    log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
+    builder = PROBLEMS.get(workload.problem.problem_function).builder
+    return builder(WorkloadContext(workload), recipe.minimum_accuracy)
+
+
+def evaluate_genome(key: str, genome: Any) -> tuple[list[Any], Evaluation]:
+    """One task: the decoded configuration and Evaluation of a genome."""
+    with _LOCK:
+        return problem_for(key).evaluate(genome)
+
+
+def cores_per_worker(cores: int | None, workers: int) -> int:
+    """Torch threads per worker so that the workers of one machine share its cores."""
+    return max(1, (cores or 1) // workers)

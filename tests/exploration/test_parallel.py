@@ -1,0 +1,184 @@
+"""Parallel evaluation (local processes, Dask) against the serial run of the same digits search."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from model_explorer.cli import main
+from model_explorer.errors import UserError, WorkloadError
+from model_explorer.exploration.run import ExploreOptions, explore
+from model_explorer.exploration.runners import ProcessRunner, build_runner
+from model_explorer.results import ExplorationResult
+from model_explorer.workload import RunnerSpec, Workload
+
+
+def comparable(path: Path) -> dict:
+    """A result file's data without wall-clock times, which differ between runs by nature."""
+    data = ExplorationResult.load(path).to_data()
+    data["individuals"] = [
+        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
+    ]
+    return data
+
+
+@pytest.fixture(scope="module")
+def digits_search(trained_digits, tmp_path_factory) -> dict:
+    """A small digits search (calibrated once) as workload data, and its serial result."""
+    workload_file, checkpoint = trained_digits
+    folder = tmp_path_factory.mktemp("parallel")
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["name"] = "parallel"
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
+    data["workload"]["exploration"]["nsga"].update(pop_size=8, offsprings=6, generations=2)
+    path = folder / "serial.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["calibrate", str(path)]) == 0
+    output = folder / "serial.pkl"
+    assert main(["explore", str(path), "--output", str(output)]) == 0
+    return {"data": data, "serial": comparable(output)}
+
+
+def with_runner(search: dict, folder: Path, runner: dict | None) -> Workload:
+    data = yaml.safe_load(yaml.safe_dump(search["data"]))
+    if runner is not None:
+        data["workload"]["exploration"]["runner"] = runner
+    path = folder / "workload.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return Workload.load(path)
+
+
+def test_process_runner_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
+    with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
+    output = tmp_path / "processes.pkl"
+    assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
+    assert comparable(output) == digits_search["serial"]
+
+
+class KillingProcessRunner(ProcessRunner):
+    """Kills one worker process as the first result of the second generation arrives."""
+
+    generations = 0
+    killed = False
+
+    def evaluate(self, problem, genomes, done) -> None:  # noqa: ANN001
+        self.generations += 1
+
+        def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
+            if self.generations == 2 and not self.killed:
+                os.kill(self.worker_pids()[0], signal.SIGKILL)
+                self.killed = True
+            done(position, configuration, evaluation)
+
+        super().evaluate(problem, genomes, kill_once)
+
+
+def test_a_killed_worker_process_is_replaced_and_the_result_unchanged(
+    digits_search: dict, tmp_path: Path, caplog
+) -> None:
+    workload = with_runner(digits_search, tmp_path, None)
+    runner = KillingProcessRunner(workers=2)
+    output = tmp_path / "killed.pkl"
+    with caplog.at_level(logging.WARNING, "model_explorer"):
+        try:
+            explore(workload, ExploreOptions(output=str(output)), runner=runner)
+        finally:
+            runner.close()
+    assert runner.killed
+    assert "a worker process died" in caplog.text
+    assert comparable(output) == digits_search["serial"]
+
+
+def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
+    digits_search: dict, tmp_path: Path, monkeypatch
+) -> None:
+    from model_explorer.exploration.explorer import Explorer
+
+    with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
+    workload, output = str(tmp_path / "workload.yaml"), str(tmp_path / "cut.pkl")
+    original = Explorer._close_generation
+
+    def interrupt_after_first(self, generation, algorithm):  # noqa: ANN001, ANN202
+        original(self, generation, algorithm)
+        if generation == 0:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Explorer, "_close_generation", interrupt_after_first)
+    assert main(["explore", workload, "--output", output]) == 130
+    assert not ExplorationResult.load(output).complete
+    monkeypatch.setattr(Explorer, "_close_generation", original)
+    assert main(["explore", workload, "--output", output, "--resume"]) == 0
+    assert comparable(Path(output)) == digits_search["serial"]
+
+
+def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    with_runner(digits_search, tmp_path, {"type": "dask", "workers": 2})
+    output = tmp_path / "dask.pkl"
+    assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
+    assert comparable(output) == digits_search["serial"]
+
+
+def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
+    digits_search: dict, tmp_path: Path
+) -> None:
+    pytest.importorskip("distributed")
+    from model_explorer.exploration.dask_runner import DaskRunner
+
+    class KillingDaskRunner(DaskRunner):
+        """Kills one worker process as the first result of the second generation arrives."""
+
+        generations = 0
+        killed = False
+
+        def evaluate(self, problem, genomes, done) -> None:  # noqa: ANN001
+            self.generations += 1
+
+            def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
+                if self.generations == 2 and not self.killed:
+                    pid = sorted(self.client.run(os.getpid).values())[0]
+                    os.kill(pid, signal.SIGKILL)
+                    self.killed = True
+                done(position, configuration, evaluation)
+
+            super().evaluate(problem, genomes, kill_once)
+
+    workload = with_runner(digits_search, tmp_path, None)
+    runner = KillingDaskRunner(workers=2)
+    output = tmp_path / "killed.pkl"
+    try:
+        explore(workload, ExploreOptions(output=str(output)), runner=runner)
+    finally:
+        runner.close()
+    assert runner.killed
+    assert comparable(output) == digits_search["serial"]
+
+
+def test_the_dask_runner_without_dask_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "model_explorer.exploration.dask_runner", raising=False)
+    with pytest.raises(UserError, match=r"pip install 'model_explorer\[dask\]'"):
+        build_runner(RunnerSpec(type="dask"))
+
+
+def test_runner_settings_are_validated(default_workload_data: dict) -> None:
+    exploration = default_workload_data["workload"]["exploration"]
+    assert Workload.from_dict(default_workload_data, check_paths=False).exploration.runner == (
+        RunnerSpec(type="serial")
+    )
+    exploration["runner"] = {"type": "processes", "address": "tcp://10.0.0.1:8786"}
+    with pytest.raises(WorkloadError, match="exploration.runner.address: only the dask runner"):
+        Workload.from_dict(default_workload_data, check_paths=False)
+    exploration["runner"] = {"type": "threads"}
+    with pytest.raises(WorkloadError, match="exploration.runner.type: must be one of"):
+        Workload.from_dict(default_workload_data, check_paths=False)
+    exploration["runner"] = {"type": "dask", "workers": 0}
+    with pytest.raises(WorkloadError, match="exploration.runner.workers: must be a positive"):
+        Workload.from_dict(default_workload_data, check_paths=False)
