@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from prepared import prepared_context
+
 from model_explorer.context import WorkloadContext
 from model_explorer.exploration.run import ExploreOptions, explore
-from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.results import ExplorationResult
-from model_explorer.training import train_baseline
-from model_explorer.workload import DatasetSpec, RunnerSpec, Workload, resolve_path
+from model_explorer.workload import DatasetSpec, RunnerSpec, Workload
 
 
 def heavy(workload: Workload) -> Workload:
@@ -57,11 +57,7 @@ def main() -> None:
     parser.add_argument("--runner", choices=["processes", "dask"], default="processes")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args()
-    workload = Workload.load(args.workload)
-    context = WorkloadContext(workload)
-    if not resolve_path(workload.model.weights).is_file():
-        train_baseline(context, progress=False)
-    calibrate_workload(context, if_missing=True)
+    workload, _ = prepared_context(args.workload)
     workload = heavy(workload)
     with tempfile.TemporaryDirectory() as folder:
         serial, reference = timed(workload, RunnerSpec(), Path(folder))

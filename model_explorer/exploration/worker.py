@@ -103,6 +103,8 @@ def build_problem(recipe: ProblemRecipe) -> Problem:
                 "the exploration started with; give every worker the same files at the same path"
             )
     workload = Workload.from_dict(recipe.workload)
+    if workload.exploration is not None:  # seeds matter only where the search runs
+        workload.exploration.initialization = "random"
     log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
     builder = PROBLEMS.get(workload.problem.problem_function).builder
     return builder(WorkloadContext(workload), recipe.minimum_accuracy)
