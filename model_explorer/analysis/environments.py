@@ -205,10 +205,11 @@ class OnnxRuntimeEnvironment(Environment):
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
         try:
+            import onnx  # noqa: F401 - the exporter needs it
             import onnxruntime
         except ImportError:
             raise EnvironmentSkipped(
-                "onnxruntime is not installed; install the onnx extra: "
+                "onnx and onnxruntime are needed and not installed; install the onnx extra: "
                 "pip install 'model_explorer[onnx]'"
             ) from None
         from model_explorer.onnx_export import INPUT_NAME, export_onnx
