@@ -276,11 +276,19 @@ class Comparer:
             "intermediates_of": [source_a, source_b],
             "samples": samples,
         }
+        stand_ins = [
+            env.name for env, source in ((a, source_a), (b, source_b)) if source != env.name
+        ]
         if source_a == source_b:
             notes.append("both sides are the same model here: the difference is the backend's")
             return {**found, "first": None, "operators": [], "note": "; ".join(notes)}
         found.update(localise(first, second, self.tolerance))
-        if found["first"] is None:
+        if found["first"] is None and stand_ins:
+            notes.append(
+                f"no operator differs above {self.tolerance:g}: the difference arises inside "
+                f"{' and '.join(stand_ins)}, whose operators are not visible"
+            )
+        elif found["first"] is None:
             notes.append(f"no operator's relative error exceeds {self.tolerance:g}")
         found["note"] = "; ".join(notes)
         return found
@@ -306,6 +314,8 @@ def compare(
     Environment objects), compare every pair, localise the pairs that disagree."""
     if repeats < 1:
         raise UserError("--repeats: repeat every environment at least once")
+    if not tolerance >= 0:
+        raise UserError(f"--tolerance: a relative error is at least 0, got {tolerance}")
     envs = [e if isinstance(e, Environment) else environment(e, context) for e in environments]
     names = [e.name for e in envs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
