@@ -150,11 +150,7 @@ def _layer(name: str) -> str:
     return name.partition("/")[0] if "/" in name else ""
 
 
-def localise(
-    a: np.ndarray | dict[str, Tensor],
-    b: dict[str, Tensor],
-    tolerance: float,
-) -> dict[str, Any]:
+def localise(a: dict[str, Tensor], b: dict[str, Tensor], tolerance: float) -> dict[str, Any]:
     """Per-operator errors of two environments' intermediates, compared by operator name in
     A's execution order, and the first operator whose relative error exceeds `tolerance`."""
     layers = []
@@ -175,7 +171,7 @@ def localise(
             "relative_error": relative,
         }
         layers.append(row)
-        if first is None and relative > tolerance:
+        if first is None and not relative <= tolerance:  # NaN counts as above
             first = row
     return {"first": first, "operators": layers, "unmatched": missing, "tolerance": tolerance}
 
@@ -314,6 +310,8 @@ def compare(
     Environment objects), compare every pair, localise the pairs that disagree."""
     if repeats < 1:
         raise UserError("--repeats: repeat every environment at least once")
+    if len(inputs) == 0:
+        raise UserError("compare: there are no samples to run")
     if not tolerance >= 0:
         raise UserError(f"--tolerance: a relative error is at least 0, got {tolerance}")
     envs = [e if isinstance(e, Environment) else environment(e, context) for e in environments]

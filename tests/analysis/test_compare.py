@@ -284,3 +284,25 @@ def test_compile_agrees_with_eager() -> None:
     pair = comparison.pairs[0]
     assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] <= TOLERANCE
     assert not comparison.runs["compile"].has_intermediates
+
+
+class PlantedNaN(Perturbed):
+    """One weight of a layer is NaN."""
+
+    def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+        with torch.no_grad():
+            model.get_submodule(self.layer).weight.view(-1)[0] = float("nan")
+        self.inner.prepare(model, example)
+
+
+def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
+    from model_explorer.analysis.compare_render import to_dict
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    comparison = compare(model, torch.randn(9, 6), ["eager", PlantedNaN("2")], repeats=1)
+
+    found = comparison.localisations[("eager", "perturbed-2")]
+    assert found["first"]["name"] == "2/FullyConnected#0"
+    text = json.dumps(to_dict(comparison), allow_nan=False)
+    assert json.loads(text)["pairs"][0]["max_rel_error"] == "nan"
