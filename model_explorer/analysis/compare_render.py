@@ -152,8 +152,10 @@ def plot_localisation(found: dict[str, Any]) -> Any:
         axes.axvline(first, color="tab:orange", label=f"first above: {found['first']['name']}")
     axes.set_xticks(range(len(operators)), [o["name"] for o in operators], rotation=90)
     axes.set_ylabel("relative error")
-    sources = " vs ".join(found["intermediates_of"])
-    axes.set_title(f"{found['a']} vs {found['b']} per operator ({sources})")
+    title = f"{found['a']} vs {found['b']} per operator"
+    if found["intermediates_of"] != [found["a"], found["b"]]:
+        title += f" (intermediates of {' vs '.join(found['intermediates_of'])})"
+    axes.set_title(title)
     axes.legend()
     return figure
 
