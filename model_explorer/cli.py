@@ -737,7 +737,12 @@ def build_parser() -> argparse.ArgumentParser:
         "eager-fp64, half, onnxruntime)",
     )
     compare.add_argument("--samples", type=_positive, default=256, help="first N samples (256)")
-    compare.add_argument("--dataset", default="exploration", help="dataset role (exploration)")
+    compare.add_argument(
+        "--dataset",
+        default="exploration",
+        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        help="dataset role whose samples to run (default: exploration)",
+    )
     compare.add_argument("--batch-size", type=_positive, help="default: the dataset's")
     compare.add_argument("--repeats", type=_positive, default=5, help="timed passes (5)")
     compare.add_argument(
