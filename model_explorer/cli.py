@@ -501,6 +501,38 @@ def retrain_individuals_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("compare")
+def compare_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.compare import compare, workload_samples
+    from model_explorer.analysis.compare_render import table, write_comparison
+    from model_explorer.analysis.environments import environment
+    from model_explorer.context import WorkloadContext
+
+    workload = _load(args)
+    context = WorkloadContext(workload, device="cpu")  # the cuda environment moves its own copy
+    specs = args.env or ["eager", "eager-fp64", "half", "onnxruntime"]
+    environments = [environment(spec, context) for spec in specs]  # every name checked first
+    inputs, targets, batch_size = workload_samples(context, args.dataset, args.samples)
+    comparison = compare(
+        context.build_model(),
+        inputs,
+        environments,
+        targets,
+        context,
+        batch_size=args.batch_size or batch_size,
+        repeats=args.repeats,
+        tolerance=args.tolerance,
+        localise_disagreements=not args.no_localise,
+    )
+    out = Path(args.out) if args.out else Path("results") / f"compare_{workload.name}"
+    about = {"workload": str(args.workload), "model": workload.model.type}
+    about["dataset"] = context.describe(args.dataset)
+    written = write_comparison(comparison, out, **about)
+    print(table(comparison))
+    print(f"wrote {', '.join(p.name for p in written)} to {out}/")
+    return 0
+
+
 @command("list")
 def list_command(args: argparse.Namespace) -> int:
     if args.kind == "models":
@@ -734,6 +766,35 @@ def build_parser() -> argparse.ArgumentParser:
     retrain.add_argument(
         "--if-missing", action="store_true", help="do nothing when model.weights already exists"
     )
+
+    compare = commands.add_parser(
+        "compare",
+        parents=[common],
+        help="run the model in several environments, compare outputs, timing, stability",
+    )
+    compare.add_argument("workload", help="workload YAML file")
+    compare.add_argument(
+        "--env",
+        action="append",
+        metavar="ENV",
+        help="eager, eager-fp64, half, bfloat16, compile, onnxruntime, cuda, threads=N, "
+        "quantized:RESULTS#ID or package.module:factory (repeatable; default: eager, "
+        "eager-fp64, half, onnxruntime)",
+    )
+    compare.add_argument("--samples", type=_positive, default=256, help="first N samples (256)")
+    compare.add_argument(
+        "--dataset",
+        default="exploration",
+        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        help="dataset role whose samples to run (default: exploration)",
+    )
+    compare.add_argument("--batch-size", type=_positive, help="default: the dataset's")
+    compare.add_argument("--repeats", type=_positive, default=5, help="timed passes (5)")
+    compare.add_argument(
+        "--tolerance", type=float, default=1e-4, help="relative error of an agreeing pair (1e-4)"
+    )
+    compare.add_argument("--no-localise", action="store_true", help="skip localisation")
+    compare.add_argument("--out", help="folder (default: results/compare_<workload name>)")
 
     listing = commands.add_parser("list", parents=[common], help="list registered names")
     listing.add_argument("kind", choices=["models", "datasets", "metrics"])

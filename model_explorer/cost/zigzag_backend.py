@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from torch import nn
 from model_explorer.cost.energy import ENERGY_BACKENDS, LayerEnergy, energy_layers
 from model_explorer.cost.layers import measure_layers
 from model_explorer.errors import UserError
+from model_explorer.onnx_export import export_onnx
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,8 @@ def _export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
     import onnx
     from onnx import shape_inference
 
-    # The TorchScript exporter folds batch norms into convolutions in eval mode, as a deployed
-    # network has them, and names nodes by module path; torch deprecates it in favour of the
-    # torch.export-based exporter, hence the silenced warning. ZigZag's parser needs the
-    # inferred shapes.
-    model.eval()
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=13)
+    # ZigZag's parser needs the inferred shapes.
+    export_onnx(model, example, path)
     onnx.save(shape_inference.infer_shapes(onnx.load(str(path))), str(path))
     return path
 

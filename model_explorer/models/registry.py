@@ -36,7 +36,9 @@ def register_model(name: str, input_shape: tuple[int, ...]) -> Callable[[Any], A
     return MODELS.register(name, options=ModelInfo(tuple(input_shape)))
 
 
-def _import_factory(path: str, where: str) -> Callable[..., nn.Module]:
+def _import_factory(path: str, where: str, what: str = "model factory") -> Callable[..., Any]:
+    """The callable named by 'package.module:factory', imported (from the working directory
+    too); also used for user-defined comparison environments."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise UserError(f"{where}: '{path}' is not of the form 'package.module:factory'")
@@ -50,12 +52,12 @@ def _import_factory(path: str, where: str) -> Callable[..., nn.Module]:
                 "directory that holds it"
             ) from error
         sys.path.insert(0, os.getcwd())
-        return _import_factory(path, where)
+        return _import_factory(path, where, what)
     factory = getattr(module, attribute, None)
     if factory is None:
         raise UserError(f"{where}: module '{module_name}' has no attribute '{attribute}'")
     if not callable(factory):
-        raise UserError(f"{where}: '{path}' is a {type(factory).__name__}, not a model factory")
+        raise UserError(f"{where}: '{path}' is a {type(factory).__name__}, not a {what}")
     return factory
 
 

@@ -1,0 +1,361 @@
+"""Cross-environment comparison: the same model and inputs in several environments (precisions,
+compilers, runtimes, quantized configurations), their agreement pair by pair, and where a
+disagreeing pair starts to diverge.
+
+Collect (`compare` runs every environment, timed and repeated), aggregate (`pair_metrics`,
+`localise`), render (`compare_render`). Metrics of a pair (A, B) over the logits a, b of the
+same samples, symmetric in A and B:
+
+- top-1 agreement: share of samples whose arg-max class is the same;
+- top-5 agreement: share of samples whose sets of the 5 highest classes are the same
+  (k = the number of classes when there are fewer);
+- max absolute error: max |a - b| over every logit;
+- max relative error: max |a - b| / max(max |a|, max |b|), relative to the output's range, so
+  that logits near zero do not blow it up;
+- cosine similarity of each sample's logit vectors, mean and minimum over the samples.
+
+A pair agrees when its top-1 agreement is 1 and its max relative error is at most the tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model_explorer.analysis.environments import (
+    Environment,
+    EnvironmentSkipped,
+    TorchEnvironment,
+    environment,
+)
+from model_explorer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOLERANCE = 1e-4
+TOP_K = 5
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(max |a - b|, that divided by max(max |a|, max |b|)); 0 relative error for two zeros."""
+    if a.size == 0:
+        return 0.0, 0.0
+    largest = float(np.abs(a - b).max())
+    scale = max(float(np.abs(a).max()), float(np.abs(b).max()))
+    if scale == 0.0:
+        return largest, 0.0 if largest == 0.0 else float("inf")
+    return largest, largest / scale
+
+
+def pair_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str, float]:
+    """The metrics of two environments' logits (samples x classes), see the module docstring."""
+    if a.shape != b.shape:
+        raise ValueError(f"logits of different shapes {a.shape} and {b.shape}")
+    k = min(k, a.shape[1])
+    top_a = np.sort(np.argsort(-a, axis=1, kind="stable")[:, :k], axis=1)
+    top_b = np.sort(np.argsort(-b, axis=1, kind="stable")[:, :k], axis=1)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
+    cosine = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), both_zero.astype(float))
+    absolute, relative = relative_error(a, b)
+    return {
+        "top1_agreement": float(np.mean(a.argmax(axis=1) == b.argmax(axis=1))),
+        f"top{TOP_K}_agreement": float(np.mean(np.all(top_a == top_b, axis=1))),
+        "top_k": k,
+        "max_abs_error": absolute,
+        "max_rel_error": relative,
+        "cosine_similarity_mean": float(cosine.mean()),
+        "cosine_similarity_min": float(cosine.min()),
+    }
+
+
+@dataclass
+class Run:
+    """What one environment produced: logits of the first repeat, seconds per sample of every
+    repeat, whether every repeat gave bitwise identical logits."""
+
+    name: str
+    description: str
+    logits: np.ndarray
+    seconds_per_sample: list[float]
+    bitwise_stable: bool
+    prepare_seconds: float
+    has_intermediates: bool
+    accuracy: float | None = None
+
+    @property
+    def median_seconds_per_sample(self) -> float:
+        return statistics.median(self.seconds_per_sample)
+
+
+@dataclass
+class Comparison:
+    """Every environment's run, the skipped ones with their reasons, every pair's metrics and
+    the localisations of the pairs that disagree."""
+
+    runs: dict[str, Run]
+    skipped: dict[str, str]
+    pairs: list[dict[str, Any]]
+    samples: int
+    batch_size: int
+    repeats: int
+    tolerance: float
+    localisations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def _batches(inputs: Tensor, batch_size: int) -> list[Tensor]:
+    return [inputs[i : i + batch_size] for i in range(0, len(inputs), batch_size)]
+
+
+def measure(
+    env: Environment, model: nn.Module, inputs: Tensor, batch_size: int, repeats: int
+) -> Run:
+    """Prepare `env` from a copy of `model`, run it once untimed over every batch (warm-up:
+    compilation, one-time allocations), then `repeats` timed passes."""
+    batches = _batches(inputs, batch_size)
+    start = time.perf_counter()
+    env.prepare(copy.deepcopy(model), batches[0])
+    for batch in batches:  # every batch size once, so that no repeat includes recompilation
+        env.run(batch)
+    prepared = time.perf_counter() - start
+    outputs: list[np.ndarray] = []
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = torch.cat([env.run(batch) for batch in batches])
+        seconds.append((time.perf_counter() - start) / len(inputs))
+        outputs.append(result.numpy())
+    stable = all(o.tobytes() == outputs[0].tobytes() for o in outputs[1:])
+    return Run(
+        env.name,
+        env.description,
+        outputs[0],
+        seconds,
+        stable,
+        prepared,
+        env.exposes_intermediates,
+    )
+
+
+def _layer(name: str) -> str:
+    return name.partition("/")[0] if "/" in name else ""
+
+
+def localise(a: dict[str, Tensor], b: dict[str, Tensor], tolerance: float) -> dict[str, Any]:
+    """Per-operator errors of two environments' intermediates, compared by operator name in
+    A's execution order, and the first operator whose relative error exceeds `tolerance`."""
+    layers = []
+    first = None
+    missing = 0
+    for name, value in a.items():
+        other = b.get(name)
+        if other is None or other.shape != value.shape:
+            missing += 1
+            continue
+        absolute, relative = relative_error(value.numpy(), other.numpy())
+        row = {
+            "name": name,
+            "layer": _layer(name),
+            "opcode": name.rpartition("/")[2].partition("#")[0],
+            "shape": list(value.shape),
+            "max_abs_error": absolute,
+            "relative_error": relative,
+        }
+        layers.append(row)
+        if first is None and not relative <= tolerance:  # NaN counts as above
+            first = row
+    return {"first": first, "operators": layers, "unmatched": missing, "tolerance": tolerance}
+
+
+def _localisation_samples(a: np.ndarray, b: np.ndarray, count: int) -> list[int]:
+    """Samples whose top-1 differs first (in order), then those with the largest error."""
+    differ = np.flatnonzero(a.argmax(axis=1) != b.argmax(axis=1)).tolist()
+    error = np.abs(a - b).max(axis=1)
+    rest = [int(i) for i in np.argsort(-error, kind="stable") if int(i) not in set(differ)]
+    return sorted((differ + rest)[:count])
+
+
+class Comparer:
+    """Runs environments on the same inputs and compares them (see `compare`)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inputs: Tensor,
+        targets: Tensor | None = None,
+        batch_size: int = 64,
+        repeats: int = 3,
+        tolerance: float = DEFAULT_TOLERANCE,
+        localise_samples: int = 8,
+    ) -> None:
+        self.model = copy.deepcopy(model).to("cpu", torch.float32).eval()
+        self.inputs = inputs.detach().to("cpu", torch.float32)
+        self.targets = targets
+        self.batch_size = batch_size
+        self.repeats = repeats
+        self.tolerance = tolerance
+        self.localise_samples = localise_samples
+        self._eager: TorchEnvironment | None = None
+
+    def eager(self) -> TorchEnvironment:
+        """The eager float32 model: the stand-in for environments without intermediates."""
+        if self._eager is None:
+            self._eager = TorchEnvironment("eager")
+            self._eager.prepare(copy.deepcopy(self.model), self.inputs[:1])
+        return self._eager
+
+    def _accuracy(self, logits: np.ndarray) -> float | None:
+        targets = self.targets
+        if targets is None or not isinstance(targets, Tensor) or targets.dim() != 1:
+            return None
+        if len(targets) != len(logits):
+            return None
+        return float(np.mean(logits.argmax(axis=1) == targets.cpu().numpy()))
+
+    def run_all(self, envs: list[Environment]) -> tuple[dict[str, Run], dict[str, str]]:
+        runs: dict[str, Run] = {}
+        skipped: dict[str, str] = {}
+        for env in envs:
+            log.info("running environment %s", env.name)
+            try:
+                run = measure(env, self.model, self.inputs, self.batch_size, self.repeats)
+            except EnvironmentSkipped as reason:
+                skipped[env.name] = str(reason)
+                env.close()
+                continue
+            except UserError:
+                env.close()
+                raise
+            except Exception as error:  # a backend that fails on this model is a finding
+                first = str(error).splitlines()[0] if str(error) else ""
+                skipped[env.name] = f"failed: {type(error).__name__}: {first}"
+                log.warning("environment %s failed", env.name, exc_info=True)
+                env.close()
+                continue
+            run.accuracy = self._accuracy(run.logits)
+            runs[env.name] = run
+        return runs, skipped
+
+    def _intermediates(
+        self, env: Environment, inputs: Tensor
+    ) -> tuple[dict[str, Tensor] | None, str]:
+        found = env.intermediates(inputs)
+        if found is not None:
+            return found, env.name
+        return self.eager().intermediates(inputs), "eager (float32, stand-in)"
+
+    def localise_pair(self, a: Environment, b: Environment, runs: dict[str, Run]) -> dict[str, Any]:
+        """Where the pair (a, b) diverges, on its most disagreeing samples."""
+        samples = _localisation_samples(
+            runs[a.name].logits, runs[b.name].logits, self.localise_samples
+        )
+        inputs = self.inputs[samples]
+        first, source_a = self._intermediates(a, inputs)
+        second, source_b = self._intermediates(b, inputs)
+        notes = [
+            f"{env.name} exposes no intermediates; the eager float32 model stands in for it"
+            for env, source in ((a, source_a), (b, source_b))
+            if source != env.name
+        ]
+        found = {
+            "a": a.name,
+            "b": b.name,
+            "intermediates_of": [source_a, source_b],
+            "samples": samples,
+        }
+        stand_ins = [
+            env.name for env, source in ((a, source_a), (b, source_b)) if source != env.name
+        ]
+        if source_a == source_b:
+            notes.append("both sides are the same model here: the difference is the backend's")
+            return {**found, "first": None, "operators": [], "note": "; ".join(notes)}
+        found.update(localise(first, second, self.tolerance))
+        if found["first"] is None and stand_ins:
+            notes.append(
+                f"no operator differs above {self.tolerance:g}: the difference arises inside "
+                f"{' and '.join(stand_ins)}, whose operators are not visible"
+            )
+        elif found["first"] is None:
+            notes.append(f"no operator's relative error exceeds {self.tolerance:g}")
+        found["note"] = "; ".join(notes)
+        return found
+
+
+def disagrees(pair: dict[str, Any], tolerance: float) -> bool:
+    return pair["top1_agreement"] < 1.0 or not pair["max_rel_error"] <= tolerance
+
+
+def compare(
+    model: nn.Module,
+    inputs: Tensor,
+    environments: list[str | Environment],
+    targets: Tensor | None = None,
+    context: Any = None,
+    batch_size: int = 64,
+    repeats: int = 3,
+    tolerance: float = DEFAULT_TOLERANCE,
+    localise_disagreements: bool = True,
+    localise_samples: int = 8,
+) -> Comparison:
+    """Run `model` on `inputs` in every environment (names as in `environment()`, or
+    Environment objects), compare every pair, localise the pairs that disagree."""
+    if repeats < 1:
+        raise UserError("--repeats: repeat every environment at least once")
+    if len(inputs) == 0:
+        raise UserError("compare: there are no samples to run")
+    if not tolerance >= 0:
+        raise UserError(f"--tolerance: a relative error is at least 0, got {tolerance}")
+    envs = [e if isinstance(e, Environment) else environment(e, context) for e in environments]
+    names = [e.name for e in envs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UserError(f"--env: {', '.join(duplicates)} given twice; name each environment once")
+    comparer = Comparer(model, inputs, targets, batch_size, repeats, tolerance, localise_samples)
+    try:
+        runs, skipped = comparer.run_all(envs)
+        pairs = []
+        localisations = {}
+        ran = [e for e in envs if e.name in runs]
+        for i, a in enumerate(ran):
+            for b in ran[i + 1 :]:
+                pair = {"a": a.name, "b": b.name}
+                pair.update(pair_metrics(runs[a.name].logits, runs[b.name].logits))
+                pair["agree"] = not disagrees(pair, tolerance)
+                if localise_disagreements and not pair["agree"]:
+                    localisations[(a.name, b.name)] = comparer.localise_pair(a, b, runs)
+                pairs.append(pair)
+    finally:
+        for env in envs:
+            env.close()
+    return Comparison(
+        runs,
+        skipped,
+        pairs,
+        len(inputs),
+        batch_size,
+        repeats,
+        tolerance,
+        localisations,
+    )
+
+
+def workload_samples(
+    context: Any, role: str, samples: int | None
+) -> tuple[Tensor, Tensor | None, int]:
+    """The first `samples` inputs and targets of a workload's dataset role (all when None), and
+    the role's batch size."""
+    cache = context.batches(role)
+    if not isinstance(cache.inputs, Tensor):
+        raise UserError(f"--dataset {role}: compare runs models with one input tensor")
+    count = cache.num_samples if samples is None else min(samples, cache.num_samples)
+    targets = cache.targets[:count] if isinstance(cache.targets, Tensor) else None
+    return cache.inputs[:count], targets, cache.batch_size

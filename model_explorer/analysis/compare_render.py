@@ -1,0 +1,221 @@
+"""Rendering a Comparison: comparison.json, the agreement matrix, timings, localisation plots
+and the printed table."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_explorer.analysis.compare import TOP_K, Comparison
+from model_explorer.fileio import atomic_path
+
+METRICS = {
+    "top1_agreement": "share of samples with the same arg-max class",
+    f"top{TOP_K}_agreement": f"share of samples with the same set of the {TOP_K} highest classes "
+    "(k = top_k, fewer when the model has fewer classes)",
+    "max_abs_error": "max |a - b| over every logit",
+    "max_rel_error": "max |a - b| / max(max |a|, max |b|)",
+    "cosine_similarity_mean": "mean over samples of the cosine similarity of the logit vectors",
+    "cosine_similarity_min": "its minimum over the samples",
+    "agree": "top1_agreement == 1 and max_rel_error <= tolerance",
+    "seconds_per_sample": "median over the repeats of one pass's time / samples (after an "
+    "untimed warm-up pass)",
+    "bitwise_stable": "every repeat gave bitwise identical logits",
+    "localisation": "per-operator relative error (as max_rel_error) of the intermediates, in "
+    "execution order; first = the first above the tolerance",
+}
+
+
+def file_name(name: str) -> str:
+    """An environment name usable in a file name (quantized:x.pkl#3 -> quantized_x.pkl_3)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "environment"
+
+
+def localisation_file(a: str, b: str) -> str:
+    return f"localisation_{file_name(a)}_vs_{file_name(b)}.png"
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: non-finite floats become strings ('nan', 'inf'), numpy scalars plain."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def to_dict(comparison: Comparison, **about: Any) -> dict[str, Any]:
+    """Everything of a comparison as plain data; `about` (workload, dataset, ...) goes first."""
+    environments = {}
+    for name, run in comparison.runs.items():
+        environments[name] = {
+            "description": run.description,
+            "seconds_per_sample": run.median_seconds_per_sample,
+            "seconds_per_sample_repeats": run.seconds_per_sample,
+            "bitwise_stable": run.bitwise_stable,
+            "prepare_seconds": run.prepare_seconds,
+            "intermediates": run.has_intermediates,
+            "top1_accuracy": run.accuracy,
+        }
+    pairs = []
+    for pair in comparison.pairs:
+        found = comparison.localisations.get((pair["a"], pair["b"]))
+        if found is not None:
+            found = {**found, "plot": localisation_file(pair["a"], pair["b"])}
+        pairs.append({**pair, "localisation": found})
+    return _plain(
+        {
+            **about,
+            "samples": comparison.samples,
+            "batch_size": comparison.batch_size,
+            "repeats": comparison.repeats,
+            "tolerance": comparison.tolerance,
+            "environments": environments,
+            "skipped": comparison.skipped,
+            "pairs": pairs,
+            "metrics": METRICS,
+        }
+    )
+
+
+def agreement_matrix(comparison: Comparison, key: str = "top1_agreement") -> np.ndarray:
+    """N x N matrix of a pair metric; the diagonal is 1 (an environment agrees with itself;
+    run-to-run stability is reported separately)."""
+    names = list(comparison.runs)
+    matrix = np.eye(len(names))
+    index = {n: i for i, n in enumerate(names)}
+    for pair in comparison.pairs:
+        i, j = index[pair["a"]], index[pair["b"]]
+        matrix[i, j] = matrix[j, i] = pair[key]
+    return matrix
+
+
+def plot_agreement(comparison: Comparison) -> Any:
+    from model_explorer.plotting import _pyplot
+
+    plt = _pyplot()
+    names = list(comparison.runs)
+    matrix = agreement_matrix(comparison)
+    size = 1.2 + 0.8 * len(names)
+    figure, axes = plt.subplots(figsize=(size + 1.5, size))
+    image = axes.imshow(matrix, vmin=min(0.0, float(matrix.min())), vmax=1.0, cmap="viridis")
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            color = "black" if matrix[i, j] > 0.6 else "white"
+            axes.text(j, i, f"{matrix[i, j]:.3f}", ha="center", va="center", color=color)
+    figure.colorbar(image, ax=axes, label="top-1 agreement")
+    axes.set_title(f"top-1 agreement on {comparison.samples} samples")
+    return figure
+
+
+def plot_timing(comparison: Comparison) -> Any:
+    from model_explorer.plotting import _pyplot
+
+    plt = _pyplot()
+    names = list(comparison.runs)
+    runs = [comparison.runs[n] for n in names]
+    medians = np.array([r.median_seconds_per_sample for r in runs]) * 1e3
+    low = medians - np.array([min(r.seconds_per_sample) for r in runs]) * 1e3
+    high = np.array([max(r.seconds_per_sample) for r in runs]) * 1e3 - medians
+    figure, axes = plt.subplots(figsize=(1.5 + 0.9 * len(names), 3.5))
+    axes.bar(range(len(names)), medians, yerr=[low, high], capsize=4, color="tab:blue")
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_ylabel("ms per sample")
+    axes.set_title(
+        f"median of {comparison.repeats} repeats (bars: min to max), batch {comparison.batch_size}"
+    )
+    return figure
+
+
+def plot_localisation(found: dict[str, Any]) -> Any:
+    from model_explorer.plotting import _pyplot
+
+    plt = _pyplot()
+    operators = found["operators"]
+    errors = [max(o["relative_error"], 1e-18) for o in operators]
+    figure, axes = plt.subplots(figsize=(max(5.0, 0.28 * len(operators) + 2), 4))
+    axes.semilogy(range(len(errors)), errors, marker="o")
+    axes.axhline(found["tolerance"], color="tab:red", linestyle="--", label="tolerance")
+    if found["first"] is not None:
+        first = operators.index(found["first"])
+        axes.axvline(first, color="tab:orange", label=f"first above: {found['first']['name']}")
+    axes.set_xticks(range(len(operators)), [o["name"] for o in operators], rotation=90)
+    axes.set_ylabel("relative error")
+    title = f"{found['a']} vs {found['b']} per operator"
+    if found["intermediates_of"] != [found["a"], found["b"]]:
+        title += f" (intermediates of {' vs '.join(found['intermediates_of'])})"
+    axes.set_title(title)
+    axes.legend()
+    return figure
+
+
+def write_comparison(comparison: Comparison, out: Path, **about: Any) -> list[Path]:
+    """comparison.json first (so that a failing plot loses nothing), then the plots."""
+    from model_explorer.plotting import _pyplot, save
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "comparison.json"
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(to_dict(comparison, **about), indent=2, allow_nan=False))
+    figures = {}
+    if comparison.runs:
+        figures["agreement.png"] = lambda: plot_agreement(comparison)
+        figures["timing.png"] = lambda: plot_timing(comparison)
+    for (a, b), found in comparison.localisations.items():
+        if found["operators"]:
+            figures[localisation_file(a, b)] = lambda found=found: plot_localisation(found)
+    written = [path]
+    for name, draw in figures.items():
+        figure = draw()
+        try:
+            written.append(save(figure, out / name))
+        finally:
+            _pyplot().close(figure)
+    return written
+
+
+def table(comparison: Comparison) -> str:
+    """The environments' timings and stability, then every pair's metrics and localisation."""
+    lines = [f"{'environment':28s} {'ms/sample':>10s} {'stable':>7s} {'top1 acc':>9s}  description"]
+    for name, run in comparison.runs.items():
+        accuracy = f"{run.accuracy:.4f}" if run.accuracy is not None else "-"
+        lines.append(
+            f"{name:28s} {run.median_seconds_per_sample * 1e3:>10.4f} "
+            f"{'yes' if run.bitwise_stable else 'NO':>7s} {accuracy:>9s}  {run.description}"
+        )
+    for name, reason in comparison.skipped.items():
+        lines.append(f"{name:28s} skipped: {reason}")
+    lines.append("")
+    lines.append(
+        f"{'A':20s} {'B':20s} {'top1':>7s} {f'top{TOP_K}':>7s} {'max abs':>10s} "
+        f"{'max rel':>10s} {'cos min':>9s}  agree"
+    )
+    for pair in comparison.pairs:
+        lines.append(
+            f"{pair['a']:20s} {pair['b']:20s} {pair['top1_agreement']:>7.4f} "
+            f"{pair[f'top{TOP_K}_agreement']:>7.4f} {pair['max_abs_error']:>10.3g} "
+            f"{pair['max_rel_error']:>10.3g} {pair['cosine_similarity_min']:>9.6f}  "
+            f"{'yes' if pair['agree'] else 'no'}"
+        )
+    for (a, b), found in comparison.localisations.items():
+        first = found["first"]
+        where = (
+            f"first above {comparison.tolerance:g}: {first['name']} "
+            f"(relative error {first['relative_error']:.3g})"
+            if first
+            else "not localised"
+        )
+        note = f"; {found['note']}" if found.get("note") else ""
+        lines.append(f"{a} vs {b}: {where}{note}")
+    return "\n".join(lines)

@@ -1,0 +1,308 @@
+"""Cross-environment comparison: pair metrics by hand, backends that must agree, planted faults."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from conftest import write_workload
+from model_explorer.analysis import environments
+from model_explorer.analysis.compare import compare, pair_metrics
+from model_explorer.analysis.environments import Environment, TorchEnvironment
+from model_explorer.cli import main
+
+TOLERANCE = 1e-4  # the command's default relative error of an agreeing pair
+
+
+def test_pair_metrics_match_a_hand_computation() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 7))
+    b = a.copy()
+    b[1, [2, 5]] = b[1, [5, 2]]  # swap two classes of sample 1
+    b[2] += 0.01 * rng.normal(size=7)
+    b[3] = -a[3]  # opposite direction: cosine -1
+    order = np.argsort(-a[4])
+    b[4, order[0]], b[4, order[1]] = a[4, order[1]], a[4, order[0]]  # same top-5 set, new top-1
+    b[5, order_6 := np.argsort(-a[5])[5]] = a[5].max() + 1.0  # the 6th class enters the top 5
+    del order_6
+
+    metrics = pair_metrics(a, b)
+
+    top1 = np.mean([np.argmax(x) == np.argmax(y) for x, y in zip(a, b, strict=True)])
+    top5 = np.mean(
+        [set(np.argsort(-x)[:5]) == set(np.argsort(-y)[:5]) for x, y in zip(a, b, strict=True)]
+    )
+    cosines = [x @ y / np.sqrt((x @ x) * (y @ y)) for x, y in zip(a, b, strict=True)]
+    largest = max(abs(x - y) for x, y in zip(a.ravel(), b.ravel(), strict=True))
+    scale = max(max(abs(a.ravel())), max(abs(b.ravel())))
+    assert metrics["top1_agreement"] == pytest.approx(top1)
+    assert metrics["top5_agreement"] == pytest.approx(top5)
+    assert metrics["max_abs_error"] == pytest.approx(largest)
+    assert metrics["max_rel_error"] == pytest.approx(largest / scale)
+    assert metrics["cosine_similarity_mean"] == pytest.approx(np.mean(cosines))
+    assert metrics["cosine_similarity_min"] == pytest.approx(-1.0)
+    assert 0 < top1 < 1 and 0 < top5 < 1  # the planted changes touch both metrics
+
+
+def test_top_k_falls_back_to_the_number_of_classes() -> None:
+    a = np.array([[1.0, 2.0, 3.0]])
+    metrics = pair_metrics(a, a[:, ::-1].copy())
+    assert metrics["top_k"] == 3 and metrics["top5_agreement"] == 1.0
+    assert metrics["top1_agreement"] == 0.0
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_eager_fp64_and_onnxruntime_agree_on_the_digits_cnn(
+    trained_digits, tmp_path: Path, capsys
+) -> None:
+    pytest.importorskip("onnxruntime")
+    workload, _ = trained_digits
+    names = ["eager", "eager-fp64", "onnxruntime"]
+    argv = ["compare", str(workload), "--samples", "96", "--repeats", "3", "--out", str(tmp_path)]
+    for name in names:
+        argv += ["--env", name]
+
+    status, out, _ = _run(argv, capsys)
+
+    assert status == 0
+    data = json.loads((tmp_path / "comparison.json").read_text())
+    pairs = {(p["a"], p["b"]): p for p in data["pairs"]}
+    assert set(pairs) == set(itertools.combinations(names, 2))
+    for pair in pairs.values():
+        assert pair["top1_agreement"] == 1.0
+        assert pair["max_rel_error"] <= TOLERANCE
+        assert pair["agree"] and pair["localisation"] is None
+    assert data["samples"] == 96 and data["tolerance"] == TOLERANCE
+    for name in names:
+        run = data["environments"][name]
+        assert len(run["seconds_per_sample_repeats"]) == 3
+        assert run["seconds_per_sample"] == statistics.median(run["seconds_per_sample_repeats"])
+        assert run["bitwise_stable"] is True
+    assert (tmp_path / "agreement.png").stat().st_size > 0
+    assert (tmp_path / "timing.png").stat().st_size > 0
+    assert "eager-fp64" in out and "onnxruntime" in out
+
+
+class Perturbed(Environment):
+    """Eager float32 with one layer's weights shifted: a planted difference."""
+
+    def __init__(self, layer: str) -> None:
+        super().__init__(f"perturbed-{layer}")
+        self.layer = layer
+        self.inner = TorchEnvironment(self.name)
+
+    def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+        weight = model.get_submodule(self.layer).weight
+        with torch.no_grad():
+            weight += 0.5 * weight.std()
+        self.inner.prepare(model, example)
+
+    def run(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.inner.run(inputs)
+
+    def intermediates(self, inputs: torch.Tensor):
+        return self.inner.intermediates(inputs)
+
+
+@pytest.mark.parametrize("layer, opcode", [("3", "Conv2D"), ("12", "FullyConnected")])
+def test_a_perturbed_layer_is_localised(layer: str, opcode: str) -> None:
+    torch.manual_seed(0)
+    from model_explorer.models import create_model
+
+    model = create_model("digits_cnn").eval()
+    inputs = torch.randn(40, 1, 8, 8)
+
+    comparison = compare(model, inputs, ["eager", Perturbed(layer)], repeats=1, batch_size=16)
+
+    found = comparison.localisations[("eager", f"perturbed-{layer}")]
+    assert found["first"]["name"] == f"{layer}/{opcode}#0"
+    before = found["operators"][: found["operators"].index(found["first"])]
+    assert before and all(o["relative_error"] == 0.0 for o in before)
+
+
+def test_a_user_environment_by_import_path_is_localised_and_plotted(
+    trained_digits, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    (tmp_path / "planted_environment.py").write_text(
+        "import torch\n\n"
+        "def shift_conv7(model, example):\n"
+        "    with torch.no_grad():\n"
+        "        model[7].weight += 0.3 * model[7].weight.std()\n"
+        "    return model\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workload, _ = trained_digits
+    spec = "planted_environment:shift_conv7"
+    out = tmp_path / "out"
+    argv = ["compare", str(workload), "--env", "eager", "--env", spec, "--samples", "64"]
+    status, printed, _ = _run(argv + ["--repeats", "1", "--out", str(out)], capsys)
+
+    assert status == 0
+    pair = json.loads((out / "comparison.json").read_text())["pairs"][0]
+    assert not pair["agree"]
+    assert pair["localisation"]["first"]["layer"] == "7"
+    assert (out / pair["localisation"]["plot"]).stat().st_size > 0
+    assert (
+        pair["localisation"]["plot"] == "localisation_eager_vs_planted_environment_shift_conv7.png"
+    )
+    assert "7/Conv2D#0" in printed
+    sys.modules.pop("planted_environment", None)
+
+
+def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.workload import Workload
+
+    source, _ = trained_digits
+    data = yaml.safe_load(source.read_text())
+    data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    path = write_workload(data, tmp_path / "workload.yaml")
+    calibrate_workload(WorkloadContext(Workload.load(path), device="cpu"))
+    return path
+
+
+def _result_with_uniform_bits(workload: Path, bits: list[int], path: Path) -> Path:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.problems import PROBLEMS
+    from model_explorer.results import ExplorationResult, Individual
+    from model_explorer.workload import Workload
+
+    loaded = Workload.load(workload)
+    problem = PROBLEMS.get(loaded.problem.problem_function).builder(
+        WorkloadContext(loaded, device="cpu"), None
+    )
+    genes = len(problem.variables)
+    records = [
+        asdict(Individual(i, 0, i, [float(b)] * genes, [b] * genes, {}, [], True))
+        for i, b in enumerate(bits)
+    ]
+    ExplorationResult(loaded.to_dict(), problem.describe(), individuals=records).save(path)
+    return path
+
+
+def test_a_quantized_individual_at_low_bits_agrees_less_than_at_16_bits(
+    trained_digits, tmp_path: Path, capsys
+) -> None:
+    workload = _calibrated_workload(trained_digits, tmp_path)
+    result = _result_with_uniform_bits(workload, [2, 16], tmp_path / "result.pkl")
+    out = tmp_path / "out"
+    low, high = f"quantized:{result}#0", f"quantized:{result}#1"
+    argv = ["compare", str(workload), "--env", "eager", "--env", low, "--env", high]
+    status, _, _ = _run(argv + ["--samples", "128", "--repeats", "1", "--out", str(out)], capsys)
+
+    assert status == 0
+    data = json.loads((out / "comparison.json").read_text())
+    pairs = {(p["a"], p["b"]): p for p in data["pairs"]}
+    at_low, at_high = pairs[("eager", low)], pairs[("eager", high)]
+    assert at_low["top1_agreement"] < at_high["top1_agreement"]
+    assert at_low["cosine_similarity_mean"] < at_high["cosine_similarity_mean"]
+    assert at_high["top1_agreement"] >= 0.95
+    # the 2-bit model's first layer already quantizes its input and weights coarsely
+    assert at_low["localisation"]["first"]["name"] == "0/Conv2D#0"
+
+    status, _, err = _run(["compare", str(workload), "--env", f"quantized:{result}#7"], capsys)
+    assert status == 2 and "has no individual 7" in err and err.count("\n") == 1
+
+
+def test_an_unknown_environment_is_one_line_with_a_suggestion(trained_digits, capsys) -> None:
+    workload, _ = trained_digits
+    status, _, err = _run(["compare", str(workload), "--env", "onnxrutime"], capsys)
+    assert status == 2
+    assert err.count("\n") == 1
+    assert "unknown environment 'onnxrutime' (did you mean 'onnxruntime'?)" in err
+    assert "eager-fp64" in err and "threads=N" in err
+
+
+def test_environments_that_cannot_run_here_are_skipped_with_a_reason(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(environments, "_compiler", lambda: None)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+
+    comparison = compare(
+        model, torch.randn(8, 1, 2, 2), ["eager", "cuda", "compile", "onnxruntime"], repeats=1
+    )
+
+    assert list(comparison.runs) == ["eager"]
+    assert "CUDA" in comparison.skipped["cuda"]
+    assert "C++ compiler" in comparison.skipped["compile"]
+    assert "pip install 'model_explorer[onnx]'" in comparison.skipped["onnxruntime"]
+    assert comparison.pairs == []
+
+
+class Noisy(Environment):
+    """Different logits on every call: a planted run-to-run instability."""
+
+    def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+        self.model = model
+
+    def run(self, inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            output = self.model(inputs)
+        return (output + 1e-2 * torch.randn_like(output)).double()
+
+
+def test_repeats_report_bitwise_stability_and_median_timings() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    comparison = compare(
+        model, torch.randn(10, 1, 2, 2), ["eager", "threads=1", Noisy("noisy")], repeats=4
+    )
+    assert comparison.runs["eager"].bitwise_stable
+    assert comparison.runs["threads=1"].bitwise_stable
+    assert not comparison.runs["noisy"].bitwise_stable
+    for run in comparison.runs.values():
+        assert len(run.seconds_per_sample) == 4
+        assert run.median_seconds_per_sample == statistics.median(run.seconds_per_sample)
+    pair = next(p for p in comparison.pairs if p["b"] == "noisy" and p["a"] == "eager")
+    note = comparison.localisations[("eager", "noisy")]["note"]
+    assert note.startswith("noisy exposes no") and "arises inside noisy" in note
+    assert pair["max_abs_error"] > 0
+
+
+@pytest.mark.skipif(environments._compiler() is None, reason="torch.compile needs a C++ compiler")
+def test_compile_agrees_with_eager() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    comparison = compare(model, torch.randn(12, 1, 4, 4), ["eager", "compile"], repeats=1)
+    assert comparison.skipped == {}
+    pair = comparison.pairs[0]
+    assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] <= TOLERANCE
+    assert not comparison.runs["compile"].has_intermediates
+
+
+class PlantedNaN(Perturbed):
+    """One weight of a layer is NaN."""
+
+    def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+        with torch.no_grad():
+            model.get_submodule(self.layer).weight.view(-1)[0] = float("nan")
+        self.inner.prepare(model, example)
+
+
+def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
+    from model_explorer.analysis.compare_render import to_dict
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    comparison = compare(model, torch.randn(9, 6), ["eager", PlantedNaN("2")], repeats=1)
+
+    found = comparison.localisations[("eager", "perturbed-2")]
+    assert found["first"]["name"] == "2/FullyConnected#0"
+    text = json.dumps(to_dict(comparison), allow_nan=False)
+    assert json.loads(text)["pairs"][0]["max_rel_error"] == "nan"
