@@ -62,22 +62,31 @@ def test_process_runner_gives_the_serial_result(digits_search: dict, tmp_path: P
     assert comparable(output) == digits_search["serial"]
 
 
-class KillingProcessRunner(ProcessRunner):
-    """Kills one worker process as the first result of the second generation arrives."""
+class KillsOnce:
+    """Runner mixin: kills one worker process as the first result of the second generation
+    arrives."""
 
     generations = 0
     killed = False
+
+    def worker_pid(self) -> int:
+        raise NotImplementedError
 
     def evaluate(self, problem, genomes, done) -> None:  # noqa: ANN001
         self.generations += 1
 
         def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
             if self.generations == 2 and not self.killed:
-                os.kill(self.worker_pids()[0], signal.SIGKILL)
+                os.kill(self.worker_pid(), signal.SIGKILL)
                 self.killed = True
             done(position, configuration, evaluation)
 
         super().evaluate(problem, genomes, kill_once)
+
+
+class KillingProcessRunner(KillsOnce, ProcessRunner):
+    def worker_pid(self) -> int:
+        return self.worker_pids()[0]
 
 
 def test_a_killed_worker_process_is_replaced_and_the_result_unchanged(
@@ -132,23 +141,9 @@ def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
     pytest.importorskip("distributed")
     from model_explorer.exploration.dask_runner import DaskRunner
 
-    class KillingDaskRunner(DaskRunner):
-        """Kills one worker process as the first result of the second generation arrives."""
-
-        generations = 0
-        killed = False
-
-        def evaluate(self, problem, genomes, done) -> None:  # noqa: ANN001
-            self.generations += 1
-
-            def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
-                if self.generations == 2 and not self.killed:
-                    pid = sorted(self.client.run(os.getpid).values())[0]
-                    os.kill(pid, signal.SIGKILL)
-                    self.killed = True
-                done(position, configuration, evaluation)
-
-            super().evaluate(problem, genomes, kill_once)
+    class KillingDaskRunner(KillsOnce, DaskRunner):
+        def worker_pid(self) -> int:
+            return sorted(self.client.run(os.getpid).values())[0]
 
     workload = with_runner(digits_search, tmp_path, None)
     runner = KillingDaskRunner(workers=2)
