@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from model_explorer.context import WorkloadContext
 from model_explorer.cost.energy_workload import build_energy_model
 from model_explorer.errors import UserError
@@ -11,24 +13,28 @@ from model_explorer.quantization.pipeline import build_quantized_model
 from model_explorer.sparsity import SparseModel
 
 
-def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
+def _exploration(context: WorkloadContext) -> Any:
+    """The exploration section, checked before anything is built."""
     exploration = context.workload.require("exploration")
     if exploration.initialization == "sensitivity":
         raise UserError(
             "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
-            f"quantization_problem and energy_aware_quant_problem, not "
+            "quantization_problem and energy_aware_quant_problem, not "
             f"{context.workload.problem.problem_function}; use 'random'"
         )
-    return SparseModel.from_spec(
-        model, context.workload.sparsity, exploration.extra_args.block_size
-    )
+    return exploration
+
+
+def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
+    block = context.workload.require("exploration").extra_args.block_size
+    return SparseModel.from_spec(model, context.workload.sparsity, block)
 
 
 @register_problem("sparsity_problem")
 def build_sparsity_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> SparsityThresholdProblem:
-    exploration = context.workload.require("exploration")
+    exploration = _exploration(context)
     limits = exploration.extra_args
     return SparsityThresholdProblem(
         _sparse(context, context.build_model()),
@@ -48,7 +54,7 @@ def build_sparsity_problem(
 def build_joint_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:
-    exploration = context.workload.require("exploration")
+    exploration = _exploration(context)
     limits = exploration.extra_args
     quantized = build_quantized_model(context)
     objectives = exploration.objectives or ["accuracy", "effective_bops"]
