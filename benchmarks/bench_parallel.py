@@ -3,9 +3,9 @@
     python benchmarks/bench_parallel.py [WORKLOAD] [--runner processes|dask] [--workers 1 2 4]
 
 The workload's search is made heavy enough for evaluation to dominate: every candidate is
-scored on the whole digits set (1797 samples, no early rejection), 24 + 4 x 24 genomes. Each
-run's wall time includes starting the workers and building the problem in each of them. The
-baseline checkpoint and calibration file are made first if missing.
+scored on the whole digits set (1797 samples, no early rejection), 24 + 20 x 24 genomes
+(`--generations`). Each run's wall time includes starting the workers and building the problem
+in each of them. The baseline checkpoint and calibration file are made first if missing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from model_explorer.results import ExplorationResult
 from model_explorer.workload import DatasetSpec, RunnerSpec, Workload
 
 
-def heavy(workload: Workload) -> Workload:
+def heavy(workload: Workload, generations: int) -> Workload:
     spec = workload.model_copy(deep=True)
     exploration = spec.exploration
     exploration.datasets.exploration = DatasetSpec.model_validate(
@@ -33,7 +33,7 @@ def heavy(workload: Workload) -> Workload:
     )
     exploration.early_reject = False
     exploration.nsga = exploration.nsga.model_copy(
-        update={"pop_size": 24, "offsprings": 24, "generations": 4}
+        update={"pop_size": 24, "offsprings": 24, "generations": generations}
     )
     return spec
 
@@ -56,9 +56,12 @@ def main() -> None:
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
     parser.add_argument("--runner", choices=["processes", "dask"], default="processes")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--generations", type=int, default=20, help="after the first; each asks 24 genomes"
+    )
     args = parser.parse_args()
     workload, _ = prepared_context(args.workload)
-    workload = heavy(workload)
+    workload = heavy(workload, args.generations)
     with tempfile.TemporaryDirectory() as folder:
         serial, reference = timed(workload, RunnerSpec(), Path(folder))
         evaluations = reference.stats["evaluations"]

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import dask
 import distributed
 import numpy as np
 from distributed.comm import get_address_host
@@ -33,6 +34,7 @@ from model_explorer.problems.base import Problem
 log = logging.getLogger(__name__)
 _CHATTER = logging.getLogger("distributed")
 
+PRE_SPAWN = "distributed.nanny.pre-spawn-environ"
 # How often, at most, the scheduler is asked which workers are alive (to report departures).
 WORKER_CHECK_SECONDS = 1.0
 
@@ -71,12 +73,16 @@ class DaskRunner(Runner):
         if not log.isEnabledFor(logging.DEBUG):
             _CHATTER.setLevel(max(self._chatter_level, logging.WARNING))
         if address is None:
-            self.cluster = distributed.LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-            )
+            # Dask's nannies set MALLOC_TRIM_THRESHOLD_ for their workers (and in this process);
+            # a fixed trim threshold turns off glibc's adaptive mmap threshold, so every large
+            # tensor is mapped and unmapped again: evaluations measured 1.6x slower with it.
+            with dask.config.set({f"{PRE_SPAWN}.MALLOC_TRIM_THRESHOLD_": None}):
+                self.cluster = distributed.LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                )
             self.client = distributed.Client(self.cluster)
             self.default_threads = threads_per_worker or cores_per_worker(os.cpu_count(), workers)
         else:
