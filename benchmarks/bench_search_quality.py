@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
     parser.add_argument("--budget", type=int, default=160, help="evaluations per method")
-    parser.add_argument("--repeats", type=int, default=3, help="seeds of the random methods")
+    parser.add_argument("--repeats", type=int, default=10, help="seeds of the random methods")
     args = parser.parse_args()
 
     workload, context = prepared_context(args.workload)
