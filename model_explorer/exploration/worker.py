@@ -66,26 +66,13 @@ _PROBLEMS: dict[str, Problem] = {}
 _LOCK = threading.Lock()
 
 
-# Torch threads of this worker process. With OpenMP the setting belongs to the thread that
-# makes it, and a Dask worker runs tasks in other threads than the one its setup runs in, so
-# every task applies it in its own thread.
-_THREADS: int | None = None
-
-
 def install(recipe: ProblemRecipe, threads: int | None) -> None:
-    """Per-worker setup: remember the recipe and this worker's share of cores."""
-    global _THREADS
-    _THREADS = threads
-    _limit_threads()
-    _RECIPES[recipe.key] = recipe
-
-
-def _limit_threads() -> None:
-    if _THREADS is not None:
+    """Per-worker setup: remember the recipe and limit torch to this worker's share of cores."""
+    if threads is not None:
         import torch
 
-        if torch.get_num_threads() != _THREADS:
-            torch.set_num_threads(_THREADS)
+        torch.set_num_threads(threads)
+    _RECIPES[recipe.key] = recipe
 
 
 def uninstall(key: str) -> None:
@@ -116,8 +103,6 @@ def build_problem(recipe: ProblemRecipe) -> Problem:
                 "the exploration started with; give every worker the same files at the same path"
             )
     workload = Workload.from_dict(recipe.workload)
-    if workload.exploration is not None:  # seeds matter only where the search runs
-        workload.exploration.initialization = "random"
     log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
     builder = PROBLEMS.get(workload.problem.problem_function).builder
     return builder(WorkloadContext(workload), recipe.minimum_accuracy)
@@ -126,7 +111,6 @@ def build_problem(recipe: ProblemRecipe) -> Problem:
 def evaluate_genome(key: str, genome: Any) -> tuple[list[Any], Evaluation]:
     """One task: the decoded configuration and Evaluation of a genome."""
     with _LOCK:
-        _limit_threads()
         return problem_for(key).evaluate(genome)
 
 

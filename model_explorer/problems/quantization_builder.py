@@ -17,7 +17,7 @@ def _quantization_problem(
     limits = exploration.extra_args
     model = build_quantized_model(context)
     energy = build_energy_model(context, list(model.layers)) if "energy" in objectives else None
-    problem = LayerwiseQuantizationProblem(
+    return LayerwiseQuantizationProblem(
         model,
         context.batches("exploration"),
         context.workload.metric,
@@ -29,9 +29,6 @@ def _quantization_problem(
         early_reject=exploration.early_reject,
         energy=energy,
     )
-    if exploration.initialization == "sensitivity":
-        problem.seed_from_sensitivity(exploration.nsga.pop_size // 2)
-    return problem
 
 
 @register_problem("quantization_problem")
