@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,19 @@ class QuantizedModel(nn.Module):
         for name in names if names is not None else quantizers:
             quantizers[name].enabled = enabled
 
+    @contextmanager
+    def preserved_settings(self) -> Iterator[QuantizedModel]:
+        """Within the block, bit widths and on/off states may change; on leaving it every
+        quantizer has its bit width and state back."""
+        bits = self.bit_widths
+        enabled = {name: quantizer.enabled for name, quantizer in self.quantizers.items()}
+        try:
+            yield self
+        finally:
+            self.bit_widths = bits
+            for name, quantizer in self.quantizers.items():
+                quantizer.enabled = enabled[name]
+
     # -- calibration ----------------------------------------------------------------------
     def calibrate(
         self,
@@ -166,14 +180,11 @@ class QuantizedModel(nn.Module):
         training = self.model.training
         # Calibrate on float activations (weights unquantized too), as modelopt does, so that
         # amax does not depend on the bit widths in place at calibration time.
-        weights_enabled = {
-            name: layer.weight_quantizer.enabled for name, layer in self.layers.items()
-        }
-        for layer in self.layers.values():
-            layer.weight_quantizer.enabled = False
         self.model.eval()
         try:
-            with torch.no_grad():
+            with self.preserved_settings(), torch.no_grad():
+                for layer in self.layers.values():
+                    layer.weight_quantizer.enabled = False
                 for batch in batches:
                     data = batch[0] if isinstance(batch, (tuple, list)) else batch
                     self.model(data.to(device))
@@ -182,8 +193,6 @@ class QuantizedModel(nn.Module):
             self.model.train(training)
             for quantizer in inputs:
                 quantizer.calibrating = False
-            for name, layer in self.layers.items():
-                layer.weight_quantizer.enabled = weights_enabled[name]
         if seen == 0:
             raise UserError("calibration: the calibration data holds no batches")
         for layer in self.layers.values():

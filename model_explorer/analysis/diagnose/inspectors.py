@@ -189,17 +189,14 @@ def _largest_magnitudes(context: DiagnosisContext, count: int) -> dict[str, list
                 keep(name, tensors_in(args)[0])
 
             handles.append(quantizer.register_forward_pre_hook(pre))
-    enabled = {n: q.enabled for n, q in model.quantizers.items()}
-    model.set_enabled(False)
     try:
-        with torch.no_grad():
+        with model.preserved_settings(), torch.no_grad():
+            model.set_enabled(False)
             for (x,) in context.input_batches():
                 model(x)
     finally:
         for handle in handles:
             handle.remove()
-        for n, q in model.quantizers.items():
-            q.enabled = enabled[n]
     return {name: values.tolist() for name, values in found.items()}
 
 
@@ -426,49 +423,43 @@ def layer_sqnr(context: DiagnosisContext) -> dict[str, float]:
     """SQNR (dB) of each quantized layer's output with only that layer quantized (at the
     model's current bit widths)."""
     model = context.quantized_model
-    saved_bits = model.bit_widths
-    saved_enabled = {n: q.enabled for n, q in model.quantizers.items()}
-    layers = list(model.layers)
-    modules = {name: model.model.get_submodule(name) for name in layers}
     batches = [x for (x,) in context.input_batches()]
-    try:
+    with model.preserved_settings(), torch.no_grad():
         model.set_enabled(False)
-        reference: dict[str, list[Tensor]] = {name: [] for name in layers}
+        reference: dict[str, list[Tensor]] = {name: [] for name in model.layers}
         handles = [
-            module.register_forward_hook(
+            layer.register_forward_hook(
                 lambda m, a, out, name=name: reference[name].append(out.detach().clone())
             )
-            for name, module in modules.items()
+            for name, layer in model.layers.items()
         ]
-        with torch.no_grad():
+        try:
             for x in batches:
                 model(x)
-        for handle in handles:
-            handle.remove()
+        finally:
+            for handle in handles:
+                handle.remove()
         table = {}
-        for name in layers:
+        for name, layer in model.layers.items():
             outputs: list[Tensor] = []
 
             def stop(module: nn.Module, args: Any, out: Tensor, outputs: list = outputs) -> None:
                 outputs.append(out.detach().clone())
                 raise _Stop  # nothing after this layer is needed
 
-            handle = modules[name].register_forward_hook(stop)
+            handle = layer.register_forward_hook(stop)
             model.set_enabled(True, [f"{name}.input_quantizer", f"{name}.weight_quantizer"])
-            with torch.no_grad():
+            try:
                 for x in batches:
                     try:
                         model(x)
                     except _Stop:
                         pass
-            handle.remove()
+            finally:
+                handle.remove()
             model.set_enabled(False)
             table[name] = channel_sqnr(torch.cat(reference[name]), torch.cat(outputs))
         return table
-    finally:
-        model.bit_widths = saved_bits
-        for n, q in model.quantizers.items():
-            q.enabled = saved_enabled[n]
 
 
 @register_inspector

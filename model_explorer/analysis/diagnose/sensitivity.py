@@ -67,19 +67,13 @@ def _mean(values: Sequence[float]) -> float:
 
 def _alone(model: Any, batches: Iterable[Any], metric: Any, name: str | None, bits: int) -> float:
     """Accuracy with only quantizer `name` on at `bits` (None: every quantizer off)."""
-    saved_bits = model.bit_widths
-    saved = {n: q.enabled for n, q in model.quantizers.items()}
-    try:
+    with model.preserved_settings():
         model.set_enabled(False)
         if name is not None:
             quantizer = model.quantizers[name]
             quantizer.num_bits = bits
             quantizer.enabled = True
         return _mean(score(model, batches, metric).accuracies)
-    finally:
-        model.bit_widths = saved_bits
-        for n, q in model.quantizers.items():
-            q.enabled = saved[n]
 
 
 def layer_sensitivity(
