@@ -13,7 +13,7 @@ from model_explorer.errors import UserError
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.runners import Runner, build_runner
 from model_explorer.exploration.worker import ProblemRecipe, model_files
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import ExplorationSpec, Workload, dataset_spec, resolve_path
 
@@ -146,6 +146,19 @@ def explore(
             runner.close()
 
 
+def _seed_from_sensitivity(problem: Problem, workload: Workload) -> None:
+    """`exploration.initialization: sensitivity`: only the exploring process asks for genomes,
+    so only it measures the sensitivity table (never a worker or a re-evaluation)."""
+    seed = getattr(problem, "seed_from_sensitivity", None)
+    if seed is None:
+        raise UserError(
+            "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
+            "quantization_problem and energy_aware_quant_problem, not "
+            f"{workload.problem.problem_function}; use 'random'"
+        )
+    seed(workload.exploration.nsga.pop_size // 2)
+
+
 def _search(
     workload: Workload,
     context: WorkloadContext,
@@ -159,6 +172,8 @@ def _search(
     minimum = minimum_accuracy(spec, baseline)
     problem = PROBLEMS.get(workload.problem.problem_function, "workload.problem.problem_function")
     built = problem.builder(context, minimum)
+    if spec.initialization == "sensitivity":
+        _seed_from_sensitivity(built, workload)
     built.recipe = ProblemRecipe(search_definition(workload), minimum, model_files(workload))
     explorer = Explorer(
         built,

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from model_explorer.context import WorkloadContext
 from model_explorer.cost.energy_workload import build_energy_model
-from model_explorer.errors import UserError
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.quantization.pipeline import build_quantized_model
 from model_explorer.sparsity import SparseModel
-
-
-def _exploration(context: WorkloadContext) -> Any:
-    """The exploration section, checked before anything is built."""
-    exploration = context.workload.require("exploration")
-    if exploration.initialization == "sensitivity":
-        raise UserError(
-            "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
-            "quantization_problem and energy_aware_quant_problem, not "
-            f"{context.workload.problem.problem_function}; use 'random'"
-        )
-    return exploration
 
 
 def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
@@ -34,7 +19,7 @@ def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
 def build_sparsity_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> SparsityThresholdProblem:
-    exploration = _exploration(context)
+    exploration = context.workload.require("exploration")
     limits = exploration.extra_args
     return SparsityThresholdProblem(
         _sparse(context, context.build_model()),
@@ -54,7 +39,7 @@ def build_sparsity_problem(
 def build_joint_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:
-    exploration = _exploration(context)
+    exploration = context.workload.require("exploration")
     limits = exploration.extra_args
     quantized = build_quantized_model(context)
     objectives = exploration.objectives or ["accuracy", "effective_bops"]

@@ -413,16 +413,18 @@ def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
 
 
 def test_sensitivity_initialization_needs_a_quantization_problem(
-    default_workload_data: dict, tmp_path: Path
+    trained_digits, tmp_path: Path
 ) -> None:
-    body = default_workload_data["workload"]
-    body["problem"]["problem_function"] = "sparsity_problem"
-    body["exploration"]["initialization"] = "sensitivity"
-    workload = Workload.load(write_workload(default_workload_data, tmp_path / "w.yaml"), False)
-    from model_explorer.problems.sparsity_builder import build_sparsity_problem
+    from model_explorer.exploration.run import ExploreOptions, explore
 
-    with pytest.raises(UserError, match="exploration.initialization"):
-        build_sparsity_problem(WorkloadContext(workload, device="cpu"), None)
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(Path(workload_file).read_text())
+    data["workload"]["problem"]["problem_function"] = "sparsity_problem"
+    data["workload"]["exploration"]["initialization"] = "sensitivity"
+    data["workload"]["exploration"]["objectives"] = None  # the sparsity problem's default
+    workload = Workload.load(write_workload(data, tmp_path / "w.yaml"))
+    with pytest.raises(UserError, match="exploration.initialization: 'sensitivity'"):
+        explore(workload, ExploreOptions(output=str(tmp_path / "r.pkl")))
 
 
 def test_user_inspector_by_import_path_and_unknown_names(clean: dict, tmp_path: Path) -> None:
