@@ -3,18 +3,32 @@ exploration data and bit limits, with DRAM energy when an objective needs it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from model_explorer.context import WorkloadContext
 from model_explorer.cost.energy_workload import build_energy_model
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.problems.registry import register_problem
 from model_explorer.quantization.pipeline import build_quantized_model
+from model_explorer.workload import ExplorationSpec
+
+
+def bit_settings(exploration: ExplorationSpec) -> dict[str, Any]:
+    """The problem keywords the workload's bit limits, bounds, weighting and early rejection
+    set, shared by every problem with bit widths in its genome."""
+    limits = exploration.extra_args
+    return {
+        "bits": (limits.num_bits_lower_limit, limits.num_bits_upper_limit),
+        "layer_bounds": exploration.layer_bounds,
+        "weighting": limits.bit_weighting_function,
+        "early_reject": exploration.early_reject,
+    }
 
 
 def _quantization_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None, objectives: list[str]
 ) -> LayerwiseQuantizationProblem:
     exploration = context.workload.require("exploration")
-    limits = exploration.extra_args
     model = build_quantized_model(context)
     energy = build_energy_model(context, list(model.layers)) if "energy" in objectives else None
     return LayerwiseQuantizationProblem(
@@ -23,11 +37,8 @@ def _quantization_problem(
         context.workload.metric,
         objectives=objectives,
         minimum_accuracy=minimum_accuracy,
-        bits=(limits.num_bits_lower_limit, limits.num_bits_upper_limit),
-        layer_bounds=exploration.layer_bounds,
-        weighting=limits.bit_weighting_function,
-        early_reject=exploration.early_reject,
         energy=energy,
+        **bit_settings(exploration),
     )
 
 

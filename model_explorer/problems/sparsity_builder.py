@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from model_explorer.context import WorkloadContext
 from model_explorer.cost.energy_workload import build_energy_model
+from model_explorer.problems.quantization_builder import bit_settings
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.quantization.pipeline import build_quantized_model
 from model_explorer.sparsity import SparseModel
+from model_explorer.workload import ExplorationSpec
 
 
 def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
@@ -15,23 +19,31 @@ def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001
     return SparseModel.from_spec(model, context.workload.sparsity, block)
 
 
+def threshold_settings(exploration: ExplorationSpec) -> dict[str, Any]:
+    """The problem keywords the workload's threshold discretization and predefined
+    individuals set, shared by both problems with thresholds in their genome."""
+    limits = exploration.extra_args
+    return {
+        "threshold_limit": limits.threshold_limit,
+        "steps": limits.discrete_threshold_steps,
+        "method": limits.discrete_threshold_method,
+        "predefined": exploration.predefined_parameters,
+    }
+
+
 @register_problem("sparsity_problem")
 def build_sparsity_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> SparsityThresholdProblem:
     exploration = context.workload.require("exploration")
-    limits = exploration.extra_args
     return SparsityThresholdProblem(
         _sparse(context, context.build_model()),
         context.batches("exploration"),
         context.workload.metric,
         objectives=exploration.objectives or ["accuracy", "created_blocks"],
         minimum_accuracy=minimum_accuracy,
-        threshold_limit=limits.threshold_limit,
-        steps=limits.discrete_threshold_steps,
-        method=limits.discrete_threshold_method,
-        predefined=exploration.predefined_parameters,
         early_reject=exploration.early_reject,
+        **threshold_settings(exploration),
     )
 
 
@@ -40,7 +52,6 @@ def build_joint_problem(
     context: WorkloadContext, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:
     exploration = context.workload.require("exploration")
-    limits = exploration.extra_args
     quantized = build_quantized_model(context)
     objectives = exploration.objectives or ["accuracy", "effective_bops"]
     energy = build_energy_model(context, list(quantized.layers)) if "energy" in objectives else None
@@ -50,14 +61,8 @@ def build_joint_problem(
         context.batches("exploration"),
         context.workload.metric,
         objectives=objectives,
-        threshold_limit=limits.threshold_limit,
-        steps=limits.discrete_threshold_steps,
-        method=limits.discrete_threshold_method,
-        predefined=exploration.predefined_parameters,
         minimum_accuracy=minimum_accuracy,
-        bits=(limits.num_bits_lower_limit, limits.num_bits_upper_limit),
-        layer_bounds=exploration.layer_bounds,
-        weighting=limits.bit_weighting_function,
-        early_reject=exploration.early_reject,
         energy=energy,
+        **threshold_settings(exploration),
+        **bit_settings(exploration),
     )
