@@ -77,9 +77,15 @@ def calibrate_workload(
             model.load_calibration(path, where="workload.calibration.file")
             return model.to(context.device), path, False
         log.warning("%s was made for other weights; recalibrating", path)
-    model.to(context.device)
+    calibrate_in_memory(model.to(context.device), context)
+    model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
+    return model, path, True
+
+
+def calibrate_in_memory(model: QuantizedModel, context: WorkloadContext) -> QuantizedModel:
+    """Calibrate `model` as `calibration:` says, without writing a file."""
+    spec: CalibrationSpec = context.workload.require("calibration")
     model.calibrate(
         context.loader("calibrate"), spec.method, percentile=spec.percentile, num_bins=spec.num_bins
     )
-    model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
-    return model, path, True
+    return model

@@ -129,21 +129,18 @@ class DiagnosisContext:
         """The workload's QuantizedModel, calibrated from `calibration.file`, or calibrated here
         (not saved) when the file does not exist yet."""
         from model_explorer.quantization import QuantizedModel
-        from model_explorer.quantization.pipeline import build_quantized_model, calibration_file
+        from model_explorer.quantization.pipeline import (
+            build_quantized_model,
+            calibrate_in_memory,
+            calibration_file,
+        )
 
         spec = self.workload.require("calibration")
         if spec.file is not None and calibration_file(self.context).exists():
             return build_quantized_model(self.context).eval()
         log.info("no calibration file yet: calibrating in memory for the diagnosis")
         model = QuantizedModel.from_spec(self.context.build_model(), self.workload.quantization)
-        model.to(self.device)
-        model.calibrate(
-            self.context.loader("calibrate"),
-            spec.method,
-            percentile=spec.percentile,
-            num_bins=spec.num_bins,
-        )
-        return model.eval()
+        return calibrate_in_memory(model.to(self.device), self.context).eval()
 
     @cached_property
     def inputs(self) -> list[Tensor]:
