@@ -17,7 +17,7 @@ import torch
 from prepared import prepared_context
 
 from model_explorer.context import WorkloadContext
-from model_explorer.exploration.run import ExploreOptions, explore
+from model_explorer.exploration.explore import ExploreOptions, explore
 from model_explorer.metrics import evaluate
 
 

@@ -20,9 +20,11 @@ from pathlib import Path
 from prepared import prepared_context
 
 from model_explorer.context import WorkloadContext
-from model_explorer.exploration.run import ExploreOptions, explore
+from model_explorer.datasets import DatasetSpec
+from model_explorer.exploration.explore import ExploreOptions, explore
+from model_explorer.exploration.runners import RunnerSpec
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import DatasetSpec, RunnerSpec, Workload
+from model_explorer.workload import Workload
 
 
 def heavy(workload: Workload, generations: int) -> Workload:
@@ -45,7 +47,8 @@ def comparable(result: ExplorationResult) -> list[dict]:
 def timed(workload: Workload, runner: RunnerSpec, folder: Path) -> tuple[float, ExplorationResult]:
     spec = workload.model_copy(deep=True)
     spec.exploration.runner = runner
-    output = folder / f"{runner.type}_{runner.workers}.pkl"
+    workers = runner.options.workers if runner.options is not None else 1
+    output = folder / f"{runner.type}_{workers}.pkl"
     started = time.perf_counter()
     result, _ = explore(spec, ExploreOptions(output=str(output)), context=WorkloadContext(spec))
     return time.perf_counter() - started, result

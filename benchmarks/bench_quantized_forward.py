@@ -61,7 +61,7 @@ def main() -> None:
     device = torch.device(args.device)
     float_model = build(args.model).to(device)
     shape = (
-        MODELS.get(args.model).options.input_shape
+        MODELS.get(args.model).info.input_shape
         if args.model in MODELS
         else (3, args.size, args.size)
     )

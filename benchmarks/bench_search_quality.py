@@ -20,8 +20,8 @@ from prepared import prepared_context
 from pymoo.indicators.hv import HV
 
 from model_explorer.analysis.diagnose.sensitivity import greedy_configurations, layer_sensitivity
+from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
-from model_explorer.exploration.run import measure_baseline, minimum_accuracy
 from model_explorer.problems import PROBLEMS
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from model_explorer.context import WorkloadContext
 from model_explorer.quantization.pipeline import calibrate_workload
-from model_explorer.training import train_baseline
+from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload, resolve_path
 
 

@@ -140,7 +140,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
 
 @command("explore")
 def explore_command(args: argparse.Namespace) -> int:
-    from model_explorer.exploration.run import ExploreOptions, Interrupted, explore
+    from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
     from model_explorer.reporting import pareto_table
 
     workload = _load(args)
@@ -302,7 +302,7 @@ def _cost_model(args: argparse.Namespace):  # noqa: ANN202
                 raise UserError(
                     f"--input-shape: give the input shape of '{args.model}', e.g. 1 3 224 224"
                 )
-            shape = (1, *MODELS.get(args.model).options.input_shape)
+            shape = (1, *MODELS.get(args.model).info.input_shape)
         return model.eval(), tuple(shape), args.model
     from model_explorer.context import WorkloadContext
 
@@ -322,7 +322,7 @@ def _cost_model(args: argparse.Namespace):  # noqa: ANN202
 @command("energy-analysis")
 def energy_analysis_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
-    from model_explorer.cost.energy_workload import (
+    from model_explorer.cost.energy.workload import (
         analyze_energy,
         default_csv_path,
         write_energy_csv,
@@ -448,8 +448,8 @@ def analyze_command(args: argparse.Namespace) -> int:
 @command("retrain")
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
-    from model_explorer.training import train_baseline
-    from model_explorer.workload import resolve_path
+    from model_explorer.retraining import train_baseline
+    from model_explorer.schema import resolve_path
 
     if not args.baseline:
         return retrain_individuals_command(args)
@@ -503,9 +503,13 @@ def retrain_individuals_command(args: argparse.Namespace) -> int:
 
 @command("compare")
 def compare_command(args: argparse.Namespace) -> int:
-    from model_explorer.analysis.compare import compare, workload_samples
-    from model_explorer.analysis.compare_render import table, write_comparison
-    from model_explorer.analysis.environments import environment
+    from model_explorer.analysis.compare import (
+        compare,
+        environment,
+        table,
+        workload_samples,
+        write_comparison,
+    )
     from model_explorer.context import WorkloadContext
 
     workload = _load(args)

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from model_explorer.datasets import TensorCache, build_loader
+from model_explorer.datasets import DatasetSpec, TensorCache, build_loader
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
 from model_explorer.metrics import evaluate
 from model_explorer.models import build_model
-from model_explorer.workload import DATASET_ROLES, DatasetSpec, Workload, dataset_spec
+from model_explorer.workload import DATASET_ROLES, Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 

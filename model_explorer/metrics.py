@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from model_explorer.registry import Registry
-from model_explorer.workload import MetricSpec, NonNegativeInt, PositiveInt, Spec
+from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
 
 class Metric:
@@ -38,6 +38,13 @@ class Metric:
 
 MetricBuilder = Callable[[Any], Metric]
 METRICS: Registry[MetricBuilder] = Registry("metric")
+
+
+class MetricSpec(TypedSpec):
+    """The accuracy function, by name (`top1`) or with options (`{type: topk, k: 5}`)."""
+
+    registry: ClassVar[Registry[Any]] = METRICS
+    type: str
 
 
 def topk_correct(output: Tensor, target: Tensor, k: int) -> Tensor:

@@ -1,8 +1,18 @@
-"""A name -> builder registry with a decorator, used for models, datasets, metrics and more."""
+"""A name -> builder registry with a decorator, for every extension point of the project.
+
+An entry has a builder, optionally the pydantic model of the options it accepts (checked where a
+workload names it) and `info` (plain facts, e.g. a model's input shape). Besides fixed names a
+registry may resolve a namespace (`torchvision:<name>`, `threads=<N>`: the builder receives the
+item first) and, when it accepts import paths, `package.module:attribute` names of user code.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import functools
+import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -11,58 +21,103 @@ from model_explorer.errors import UserError, did_you_mean
 
 T = TypeVar("T")
 
+IMPORT_PATH = "package.module:factory"
+
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One registered builder and the pydantic model of the options it accepts (if any)."""
+    """One registered builder, the pydantic model of the options it accepts, and facts about it."""
 
     name: str
     builder: T
     options: Any = None
+    info: Any = None
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """Names `<prefix><separator><item>`; `placeholder` shows the item's form in listings."""
+
+    prefix: str
+    separator: str
+    builder: Callable[..., Any]
+    placeholder: str
+
+    @property
+    def form(self) -> str:
+        return f"{self.prefix}{self.separator}{self.placeholder}"
 
 
 class Registry(Generic[T]):
-    """Maps names to builders; an unknown name lists the known ones and suggests the closest."""
+    """Maps names to builders; an unknown name lists the known ones and suggests the closest.
 
-    def __init__(self, kind: str) -> None:
+    `imports` (e.g. "model factory") lets `resolve` import `package.module:attribute` names."""
+
+    def __init__(self, kind: str, imports: str | None = None) -> None:
         self.kind = kind
+        self.imports = imports
+        self.adapt_import: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
         self._entries: dict[str, Entry[T]] = {}
-        self._namespaces: dict[str, Entry[Callable[..., Any]]] = {}
+        self._namespaces: dict[str, Namespace] = {}
 
-    def register(self, name: str, *, options: Any = None) -> Callable[[T], T]:
-        """Decorator registering `builder` under `name` (and its options model)."""
+    def register(self, name: str, *, options: Any = None, info: Any = None) -> Callable[[T], T]:
+        """Decorator registering `builder` under `name` (with its options model and info)."""
 
         def decorator(builder: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(name, builder, options)
+            self._entries[name] = Entry(name, builder, options, info)
             return builder
 
         return decorator
 
-    def register_namespace(self, prefix: str, *, options: Any = None) -> Callable[[T], T]:
-        """Decorator for a builder of every name `prefix:<item>`; it receives `<item>` first."""
+    def register_namespace(
+        self, prefix: str, *, separator: str = ":", placeholder: str = "<name>"
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator for the builder of every name `prefix<separator><item>` (item first)."""
 
-        def decorator(builder: T) -> T:
-            self._namespaces[prefix] = Entry(prefix, builder, options)  # type: ignore[arg-type]
+        def decorator(builder: Callable[..., Any]) -> Callable[..., Any]:
+            self._namespaces[prefix] = Namespace(prefix, separator, builder, placeholder)
             return builder
 
         return decorator
+
+    def adapt_imports(
+        self, adapter: Callable[[Callable[..., Any]], Callable[..., Any]]
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: `adapter(imported)` turns an imported callable into this registry's kind of
+        builder (without it, the imported callable is the builder)."""
+        self.adapt_import = adapter
+        return adapter
 
     def names(self, pattern: str | None = None) -> list[str]:
         """Registered names, sorted, optionally filtered by a shell-style pattern."""
         names = sorted(self._entries)
         return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]
 
+    def forms(self) -> list[str]:
+        """The forms of names beyond the registered ones: namespaces, then import paths."""
+        forms = [space.form for space in self._namespaces.values()]
+        return forms + ([IMPORT_PATH] if self.imports else [])
+
+    def entries(self) -> list[Entry[T]]:
+        return [self._entries[name] for name in self.names()]
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def namespace(self, name: str) -> tuple[Entry[Any], str] | None:
-        """The namespace entry and item for `prefix:item` names, else None."""
-        prefix, sep, item = name.partition(":")
-        if sep and prefix in self._namespaces:
-            return self._namespaces[prefix], item
+    def namespace(self, name: str) -> tuple[Namespace, str] | None:
+        """The namespace and item of a `prefix<separator>item` name, else None."""
+        for space in self._namespaces.values():
+            head = space.prefix + space.separator
+            if name.startswith(head):
+                return space, name[len(head) :]
         return None
+
+    def accepts(self, name: str) -> bool:
+        """Whether `resolve` may find `name`: registered, in a namespace or an import path."""
+        imported = bool(self.imports) and ":" in name
+        return name in self or self.namespace(name) is not None or imported
 
     def get(self, name: str, where: str | None = None) -> Entry[T]:
         """The entry for `name`; `where` names the workload key for the error message."""
@@ -70,8 +125,46 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             prefix = f"{where}: " if where else ""
-            known = ", ".join(self.names())
+            known = ", ".join(self.names() + self.forms())
             raise UserError(
                 f"{prefix}unknown {self.kind} '{name}'{did_you_mean(name, self._entries)}; "
                 f"known: {known}"
             ) from None
+
+    def resolve(self, name: str, where: str | None = None) -> Callable[..., Any]:
+        """The builder of any name this registry accepts: registered, namespaced (the item bound
+        as first argument) or, for registries that take them, an imported callable."""
+        if name in self._entries:
+            return self._entries[name].builder  # type: ignore[return-value]
+        found = self.namespace(name)
+        if found is not None:
+            space, item = found
+            return functools.partial(space.builder, item)
+        if self.imports and ":" in name:
+            imported = import_object(name, where or self.kind, self.imports)
+            return self.adapt_import(imported) if self.adapt_import else imported
+        return self.get(name, where).builder  # type: ignore[return-value]
+
+
+def import_object(path: str, where: str, what: str = "factory") -> Callable[..., Any]:
+    """The callable named by 'package.module:attribute', imported (from the working directory
+    too, where research code usually sits)."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise UserError(f"{where}: '{path}' is not of the form '{IMPORT_PATH}'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if os.getcwd() in sys.path or error.name != module_name.split(".")[0]:
+            raise UserError(
+                f"{where}: cannot import '{module_name}' ({error}); install it or run from the "
+                "directory that holds it"
+            ) from error
+        sys.path.insert(0, os.getcwd())
+        return import_object(path, where, what)
+    found = getattr(module, attribute, None)
+    if found is None:
+        raise UserError(f"{where}: module '{module_name}' has no attribute '{attribute}'")
+    if not callable(found):
+        raise UserError(f"{where}: '{path}' is a {type(found).__name__}, not a {what}")
+    return found

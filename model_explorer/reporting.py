@@ -82,7 +82,7 @@ def write_report(
         "dram_analysis_file"
     )
     if energy_file and Path(energy_file).is_file():
-        from model_explorer.cost.energy_workload import read_energy_csv
+        from model_explorer.cost.energy.workload import read_energy_csv
 
         written.append(
             plotting.save(

@@ -1,4 +1,5 @@
-"""Fine-tuning chosen individuals of a result, each from the same baseline.
+"""Training with a workload's settings: the float baseline, and fine-tuning chosen individuals
+of a result, each from the same baseline.
 
 Every individual gets a model built afresh from the baseline checkpoint and the calibration
 file, its decoded configuration (bit widths, thresholds), a new optimizer and the seed reset:
@@ -16,15 +17,17 @@ from typing import Any
 
 import pandas as pd
 import torch
+from torch import nn
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.reevaluate import check_same_model, primary_cost
 from model_explorer.fileio import atomic_path
-from model_explorer.models import load_checkpoint
+from model_explorer.models import load_checkpoint, save_checkpoint
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult, Individual
-from model_explorer.training import train_in_context
+from model_explorer.schema import resolve_path
+from model_explorer.training import TrainingResult, train
 from model_explorer.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -164,3 +167,55 @@ def load_retrained(
     load_checkpoint(network, file, where="--retrained")
     problem.apply(checkpoint["configuration"])
     return problem, checkpoint
+
+
+def train_in_context(
+    context: WorkloadContext, model: nn.Module, epochs: int | None = None, progress: bool = True
+) -> TrainingResult:
+    """`train` with the workload's settings: `retraining:` options, its train data (shuffled,
+    seeded), its validation data when it has some, its metric, device and seed."""
+    workload = context.workload
+    validation = context.batches("validation") if context.has_dataset("validation") else None
+    return train(
+        model,
+        context.loader("train", shuffle=True),
+        validation,
+        workload.require("retraining"),
+        workload.metric,
+        context.device,
+        workload.seed,
+        epochs,
+        progress,
+    )
+
+
+def train_baseline(
+    context: WorkloadContext,
+    from_scratch: bool = False,
+    epochs: int | None = None,
+    progress: bool = True,
+) -> tuple[TrainingResult, Path]:
+    """Train the workload's float model on `retraining.datasets.train` (from the checkpoint
+    `model.weights` when it exists, else from scratch), validate on
+    `retraining.datasets.validation` each epoch, and save the best epoch to `model.weights`."""
+    workload = context.workload
+    workload.require("retraining")  # before anything else: the command needs that section
+    if workload.model.weights is None:
+        raise UserError(
+            "workload.model.weights: name the checkpoint file that baseline training should write"
+        )
+    path = resolve_path(workload.model.weights)
+    resume = path.is_file() and not from_scratch
+    log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
+    model = context.build_model(load_weights=resume)
+    result = train_in_context(context, model, epochs, progress)
+    save_checkpoint(
+        model,
+        path,
+        model_spec=workload.model.model_dump(mode="json"),
+        best_epoch=result.best_epoch,
+        validation_accuracy=result.best_accuracy,
+        epochs=len(result.history),
+        workload=workload.name,
+    )
+    return result, path

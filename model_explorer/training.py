@@ -1,5 +1,5 @@
-"""Training loop for the float baseline: optimizer and schedule from the workload, validation
-every epoch, the best epoch's weights kept, deterministic for a seed."""
+"""The training loop and the workload's `retraining:` settings: optimizer and schedule,
+validation every epoch, the best epoch's weights kept, deterministic for a seed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -17,15 +16,29 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from model_explorer.errors import UserError
-from model_explorer.metrics import evaluate, output_list, to_device
-from model_explorer.models import save_checkpoint
-from model_explorer.workload import MetricSpec, RetrainingSpec, resolve_path
-
-if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
+from model_explorer.datasets.base import DatasetSpec
+from model_explorer.metrics import MetricSpec, evaluate, output_list, to_device
+from model_explorer.schema import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, Spec
 
 log = logging.getLogger(__name__)
+
+
+class RetrainingDatasets(Spec):
+    train: DatasetSpec
+    validation: DatasetSpec | None = None
+
+
+class RetrainingSpec(Spec):
+    epochs: PositiveInt = 10
+    optimizer: Literal["sgd", "adam", "adamw"] = "adam"
+    learning_rate: PositiveFloat = 1e-3
+    momentum: Fraction = 0.9
+    weight_decay: NonNegativeFloat = 0.0
+    scheduler: Literal["none", "cosine"] = "cosine"
+    gradient_clip: PositiveFloat | None = None  # maximal gradient norm
+    recalibrate_batchnorm: bool = False  # re-estimate batch-norm statistics before training
+    batchnorm_batches: PositiveInt = 20
+    datasets: RetrainingDatasets
 
 
 @dataclass
@@ -157,55 +170,3 @@ def train(
     model.load_state_dict(best_state)
     model.eval()
     return TrainingResult(best_epoch=best[1], best_accuracy=best[2], history=history)
-
-
-def train_in_context(
-    context: WorkloadContext, model: nn.Module, epochs: int | None = None, progress: bool = True
-) -> TrainingResult:
-    """`train` with the workload's settings: `retraining:` options, its train data (shuffled,
-    seeded), its validation data when it has some, its metric, device and seed."""
-    workload = context.workload
-    validation = context.batches("validation") if context.has_dataset("validation") else None
-    return train(
-        model,
-        context.loader("train", shuffle=True),
-        validation,
-        workload.require("retraining"),
-        workload.metric,
-        context.device,
-        workload.seed,
-        epochs,
-        progress,
-    )
-
-
-def train_baseline(
-    context: WorkloadContext,
-    from_scratch: bool = False,
-    epochs: int | None = None,
-    progress: bool = True,
-) -> tuple[TrainingResult, Path]:
-    """Train the workload's float model on `retraining.datasets.train` (from the checkpoint
-    `model.weights` when it exists, else from scratch), validate on
-    `retraining.datasets.validation` each epoch, and save the best epoch to `model.weights`."""
-    workload = context.workload
-    workload.require("retraining")  # before anything else: the command needs that section
-    if workload.model.weights is None:
-        raise UserError(
-            "workload.model.weights: name the checkpoint file that baseline training should write"
-        )
-    path = resolve_path(workload.model.weights)
-    resume = path.is_file() and not from_scratch
-    log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
-    model = context.build_model(load_weights=resume)
-    result = train_in_context(context, model, epochs, progress)
-    save_checkpoint(
-        model,
-        path,
-        model_spec=workload.model.model_dump(mode="json"),
-        best_epoch=result.best_epoch,
-        validation_accuracy=result.best_accuracy,
-        epochs=len(result.history),
-        workload=workload.name,
-    )
-    return result, path

@@ -27,7 +27,7 @@ def write_workload(data: dict, path: Path) -> Path:
 def trained_digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(workload file, checkpoint) for the default workload, trained once into a temp folder."""
     from model_explorer.context import WorkloadContext
-    from model_explorer.training import train_baseline
+    from model_explorer.retraining import train_baseline
     from model_explorer.workload import Workload
 
     folder = tmp_path_factory.mktemp("digits")

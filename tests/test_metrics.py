@@ -9,8 +9,7 @@ from torch import nn
 
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
-from model_explorer.metrics import METRICS, create_metric, evaluate
-from model_explorer.workload import MetricSpec
+from model_explorer.metrics import METRICS, MetricSpec, create_metric, evaluate
 
 
 def test_hand_worked_top_k() -> None:

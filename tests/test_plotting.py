@@ -17,9 +17,9 @@ from model_explorer import plotting
 from model_explorer.cli import main
 from model_explorer.cost.energy import analytic_energy
 from model_explorer.exploration import Explorer
+from model_explorer.exploration.spec import NSGASpec
 from model_explorer.models import create_model
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import NSGASpec
 from tests_support import Synthetic
 
 matplotlib.use("Agg")

@@ -11,8 +11,8 @@ from pymoo.indicators.hv import HV
 
 from model_explorer.errors import UserError
 from model_explorer.exploration import Explorer
+from model_explorer.exploration.spec import NSGASpec
 from model_explorer.results import ExplorationResult, compare_results, merge_results
-from model_explorer.workload import NSGASpec
 from tests_support import Synthetic
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import model_explorer.retraining as retraining
 import model_explorer.training as training
 from model_explorer.context import WorkloadContext
 from model_explorer.models import load_checkpoint
@@ -35,7 +36,7 @@ def test_training_is_reproducible_for_a_seed(tmp_path: Path, default_workload_da
     states = []
     for run in range(2):
         context = _context(tmp_path / str(run), default_workload_data)
-        training.train_baseline(context, progress=False)
+        retraining.train_baseline(context, progress=False)
         states.append(
             torch.load(tmp_path / str(run) / "weights.pt", weights_only=True)["state_dict"]
         )
@@ -55,7 +56,7 @@ def test_the_best_validation_epoch_is_kept(
 
     monkeypatch.setattr(training, "evaluate", scripted_evaluate)
     context = _context(tmp_path, default_workload_data, epochs=3)
-    result, path = training.train_baseline(context, progress=False)
+    result, path = retraining.train_baseline(context, progress=False)
     assert (result.best_epoch, result.best_accuracy) == (2, 0.9)
     assert [r.validation_accuracy for r in result.history] == [0.5, 0.9, 0.7]
     saved = torch.load(path, weights_only=True)["state_dict"]
@@ -70,15 +71,15 @@ def test_training_continues_from_existing_weights(
     context = _context(tmp_path, default_workload_data, epochs=1)
     (tmp_path / "weights.pt").write_bytes(checkpoint.read_bytes())
     starts = []
-    real_train = training.train
+    real_train = retraining.train
 
     def recording_train(model, *args, **kwargs):
         starts.append({k: v.clone() for k, v in model.state_dict().items()})
         return real_train(model, *args, **kwargs)
 
-    monkeypatch.setattr(training, "train", recording_train)
-    training.train_baseline(context, progress=False)
-    training.train_baseline(context, from_scratch=True, progress=False)
+    monkeypatch.setattr(retraining, "train", recording_train)
+    retraining.train_baseline(context, progress=False)
+    retraining.train_baseline(context, from_scratch=True, progress=False)
     reference = context.build_model(load_weights=False)
     load_checkpoint(reference, checkpoint)
     expected = reference.state_dict()

@@ -9,6 +9,7 @@ from model_explorer.datasets import digits as _digits  # noqa: E402,F401
 from model_explorer.datasets import vision as _vision  # noqa: E402,F401
 from model_explorer.datasets.base import (
     DATASETS,
+    DatasetSpec,
     build_dataset,
     build_loader,
     register_dataset,
@@ -18,6 +19,7 @@ from model_explorer.datasets.cache import TensorCache
 
 __all__ = [
     "DATASETS",
+    "DatasetSpec",
     "TensorCache",
     "build_dataset",
     "build_loader",

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from model_explorer.datasets.base import register_dataset
+from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
-from model_explorer.workload import DatasetSpec, Spec, resolve_path
+from model_explorer.schema import Spec, resolve_path
 
 SUFFIXES = (".npz", ".npy", ".h5", ".hdf5")
 

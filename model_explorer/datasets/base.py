@@ -1,24 +1,53 @@
-"""Dataset registry, seeded subset selection, and DataLoaders built from a dataset spec."""
+"""Dataset registry, the dataset spec, seeded subset selection, and DataLoaders built from it."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from pydantic import ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from model_explorer.registry import Registry
-from model_explorer.workload import DatasetSpec
+from model_explorer.schema import NonNegativeInt, PositiveInt, TypedSpec, check_existing_path
 
 log = logging.getLogger(__name__)
 
 # A builder takes the validated spec and the key path it came from (for error messages) and
 # returns a map-style dataset of (input, target) pairs: the whole split, before subsetting.
-DatasetBuilder = Callable[[DatasetSpec, str], Dataset]
+DatasetBuilder = Callable[["DatasetSpec", str], Dataset]
 DATASETS: Registry[DatasetBuilder] = Registry("dataset")
+
+
+class DatasetSpec(TypedSpec):
+    """Where one set of samples comes from and how it is batched; `type` names a registered
+    dataset whose own options sit beside these keys."""
+
+    registry: ClassVar[Registry[Any]] = DATASETS
+    type: str
+    batch_size: PositiveInt = 64
+    sample_limit: PositiveInt | None = None
+    randomize: bool = False
+    path: str | None = None
+    workers: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _check_path(self, info: ValidationInfo) -> DatasetSpec:
+        entry = DATASETS.get(self.type)
+        needs_path = getattr(entry.options, "requires_path", False)
+        if needs_path and self.path is None:
+            raise PydanticCustomError(
+                "path_required",
+                "dataset type '{name}' needs a 'path' to its local files",
+                {"name": self.type},
+            )
+        if self.path is not None:
+            check_existing_path(self.path, info, "dataset path", key="path")
+        return self
 
 
 def register_dataset(name: str, options: Any = None) -> Callable[[DatasetBuilder], DatasetBuilder]:

@@ -8,8 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from model_explorer.datasets.base import build_loader
-from model_explorer.workload import DatasetSpec
+from model_explorer.datasets.base import DatasetSpec, build_loader
 
 
 def _concat(parts: list[Any]) -> Any:

@@ -1,8 +1,33 @@
-"""The search: NSGA-II over a Problem, every evaluation recorded, resumable."""
+"""The search: NSGA-II over a Problem, every evaluation recorded, resumable.
+
+Importing the package does no work (the workload schema imports its settings from here): the
+names below load their modules on first use.
+"""
 
 from __future__ import annotations
 
-from model_explorer.exploration.explorer import Explorer, make_algorithm
-from model_explorer.exploration.runners import ProcessRunner, Runner, SerialRunner, build_runner
+import importlib
+from typing import Any
 
-__all__ = ["Explorer", "ProcessRunner", "Runner", "SerialRunner", "build_runner", "make_algorithm"]
+_LAZY = {
+    "Explorer": "model_explorer.exploration.explorer",
+    "make_algorithm": "model_explorer.exploration.explorer",
+    "ExploreOptions": "model_explorer.exploration.explore",
+    "explore": "model_explorer.exploration.explore",
+    "Runner": "model_explorer.exploration.runners",
+    "SerialRunner": "model_explorer.exploration.runners",
+    "ProcessRunner": "model_explorer.exploration.runners",
+    "build_runner": "model_explorer.exploration.runners",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'model_explorer.exploration' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -33,10 +33,11 @@ from pymoo.operators.sampling.rnd import FloatRandomSampling, IntegerRandomSampl
 from pymoo.problems.static import StaticProblem
 from tqdm.auto import tqdm
 
-from model_explorer.exploration.runners import Runner, SerialRunner
+from model_explorer.exploration.runners.base import Runner
+from model_explorer.exploration.runners.serial import SerialRunner
+from model_explorer.exploration.spec import NSGASpec
 from model_explorer.problems.base import Evaluation, Problem
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import NSGASpec
 
 log = logging.getLogger(__name__)
 

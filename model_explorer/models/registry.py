@@ -1,24 +1,19 @@
-"""Building models from a workload's `model:` spec and loading their checkpoints."""
+"""The model registry, the workload's `model:` settings, and models built by name."""
 
 from __future__ import annotations
 
-import functools
-import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import torch
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 from torch import nn
 
-from model_explorer.errors import UserError
-from model_explorer.fileio import atomic_path
+from model_explorer.errors import UserError, did_you_mean
 from model_explorer.registry import Registry
-from model_explorer.workload import ModelSpec, resolve_path
+from model_explorer.schema import PositiveInt, Spec
 
 
 @dataclass(frozen=True)
@@ -28,56 +23,43 @@ class ModelInfo:
     input_shape: tuple[int, ...]
 
 
-MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model", imports="model factory")
 
 
 def register_model(name: str, input_shape: tuple[int, ...]) -> Callable[[Any], Any]:
     """Register a model factory `f(num_classes=..., **kwargs) -> nn.Module` under `name`."""
-    return MODELS.register(name, options=ModelInfo(tuple(input_shape)))
+    return MODELS.register(name, info=ModelInfo(tuple(input_shape)))
 
 
-def _import_factory(path: str, where: str, what: str = "model factory") -> Callable[..., Any]:
-    """The callable named by 'package.module:factory', imported (from the working directory
-    too); also used for user-defined comparison environments."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise UserError(f"{where}: '{path}' is not of the form 'package.module:factory'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        # Research code usually sits in the directory the command runs from.
-        if os.getcwd() in sys.path or error.name != module_name.split(".")[0]:
-            raise UserError(
-                f"{where}: cannot import '{module_name}' ({error}); install it or run from the "
-                "directory that holds it"
-            ) from error
-        sys.path.insert(0, os.getcwd())
-        return _import_factory(path, where, what)
-    factory = getattr(module, attribute, None)
-    if factory is None:
-        raise UserError(f"{where}: module '{module_name}' has no attribute '{attribute}'")
-    if not callable(factory):
-        raise UserError(f"{where}: '{path}' is a {type(factory).__name__}, not a {what}")
-    return factory
+class ModelSpec(Spec):
+    """`type` is a registered name, `torchvision:<name>`, or `package.module:factory`."""
 
+    type: str
+    weights: str | None = None
+    num_classes: PositiveInt | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Fold batch norms into the convolutions before them once the weights are loaded.
+    fold_batchnorm: bool = False
 
-def _factory(name: str, where: str) -> Callable[..., nn.Module]:
-    if name in MODELS:
-        return MODELS.get(name).builder
-    namespaced = MODELS.namespace(name)
-    if namespaced is not None:
-        entry, item = namespaced
-        return functools.partial(entry.builder, item)
-    if ":" in name:
-        return _import_factory(name, where)
-    return MODELS.get(name, where).builder  # raises with the known names
+    @field_validator("type")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if MODELS.accepts(value):
+            return value
+        names = MODELS.names()
+        raise PydanticCustomError(
+            "unknown_model",
+            "unknown model '{name}'{hint}; use one of {known}, 'torchvision:<name>' or "
+            "'package.module:factory'",
+            {"name": value, "hint": did_you_mean(value, names), "known": ", ".join(names)},
+        )
 
 
 def create_model(
     name: str, num_classes: int | None = None, where: str = "model", **kwargs: Any
 ) -> nn.Module:
     """A freshly initialised model by name; `num_classes` is passed on when given."""
-    factory = _factory(name, f"{where}.type")
+    factory = MODELS.resolve(name, f"{where}.type")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     try:
@@ -94,103 +76,3 @@ def create_model(
             f"{where}.type: '{name}' returned {type(model).__name__}, not a torch.nn.Module"
         )
     return model
-
-
-def build_model(
-    spec: ModelSpec, where: str = "workload.model", load_weights: bool = True
-) -> nn.Module:
-    """The workload's model in eval mode, with the checkpoint named by `weights` loaded."""
-    model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
-    if load_weights:
-        if spec.weights is None:
-            raise UserError(
-                f"{where}.weights: no checkpoint is named; set it to a file made by "
-                "`model-explorer retrain --baseline WORKLOAD`"
-            )
-        load_checkpoint(model, spec.weights, where=f"{where}.weights")
-        if spec.fold_batchnorm:
-            return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
-    return model.eval()
-
-
-def fold_batchnorm(model: nn.Module, where: str = "fold_batchnorm") -> nn.Module:
-    """The trained `model` with every batch norm that only follows a convolution folded into
-    it (torch.fx's conv-bn fusion), as an integer deployment would run it. Module names of the
-    convolutions are kept, so quantization patterns still match."""
-    from torch.fx.experimental.optimization import fuse
-
-    try:
-        return fuse(model.eval()).eval()
-    except Exception as error:  # symbolic tracing fails in many ways on dynamic code
-        raise UserError(
-            f"{where}: torch.fx cannot trace the model to fold its batch norms "
-            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
-            "fold them in the model's code or set fold_batchnorm: false"
-        ) from error
-
-
-def _state_dict_of(checkpoint: Any) -> dict[str, torch.Tensor] | None:
-    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
-        checkpoint = checkpoint["state_dict"]
-    if isinstance(checkpoint, dict) and all(
-        isinstance(v, torch.Tensor) for v in checkpoint.values()
-    ):
-        return checkpoint
-    return None
-
-
-def load_checkpoint(model: nn.Module, path: str | os.PathLike[str], where: str = "weights") -> dict:
-    """Load a state dict (plain, or under 'state_dict') into `model`; return the checkpoint."""
-    file = resolve_path(path)
-    if not file.is_file():
-        raise UserError(
-            f"{where}: checkpoint '{file}' does not exist; train one with "
-            "`model-explorer retrain --baseline WORKLOAD` or point the key at an existing file"
-        )
-    try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle, zip and torch errors all mean "not a checkpoint"
-        raise UserError(
-            f"{where}: '{file}' is not a readable PyTorch checkpoint ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''})"
-        ) from error
-    state = _state_dict_of(checkpoint)
-    if state is None:
-        raise UserError(
-            f"{where}: '{file}' holds no state dict (expected tensors, plain or under 'state_dict')"
-        )
-    _check_fits(model, state, file, where)
-    model.load_state_dict(state)
-    return checkpoint if isinstance(checkpoint, dict) else {"state_dict": state}
-
-
-def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], file: Path, where: str) -> None:
-    expected = model.state_dict()
-    missing = [key for key in expected if key not in state]
-    unexpected = [key for key in state if key not in expected]
-    if missing or unexpected:
-        detail = []
-        if missing:
-            detail.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        if unexpected:
-            detail.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
-        raise UserError(
-            f"{where}: '{file}' does not fit the model ({'; '.join(detail)}); is it a checkpoint "
-            "of this model type?"
-        )
-    for key, tensor in state.items():
-        if tensor.shape != expected[key].shape:
-            raise UserError(
-                f"{where}: '{file}' does not fit the model: '{key}' has shape "
-                f"{list(tensor.shape)} in the file and {list(expected[key].shape)} in the model "
-                "(check model.num_classes and model.kwargs)"
-            )
-
-
-def save_checkpoint(model: nn.Module, path: str | os.PathLike[str], **metadata: Any) -> Path:
-    """Write the model's weights and plain metadata atomically; loadable with weights_only=True."""
-    file = resolve_path(path)
-    state = {key: value.detach().cpu() for key, value in model.state_dict().items()}
-    with atomic_path(file) as temporary:
-        torch.save({"state_dict": state, **metadata}, temporary)
-    return file

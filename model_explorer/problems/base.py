@@ -71,9 +71,6 @@ class Problem(ABC):
 
     name: str = "problem"
     model: Any = None
-    # Plain data from which a worker process builds this same problem (set when it is built
-    # from a workload; see exploration/worker.py); None: it is evaluated where it lives.
-    recipe: Any = None
     variables: list[Variable]
     objectives: list[Objective]
     constraints: list[Constraint]

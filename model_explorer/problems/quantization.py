@@ -9,12 +9,11 @@ from typing import Any
 import torch
 
 from model_explorer.cost import LayerCost, measure_layers
-from model_explorer.cost.energy_model import EnergyModel
+from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.errors import UserError
-from model_explorer.metrics import output_list
+from model_explorer.metrics import MetricSpec, output_list
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.quantization import QuantizedModel
-from model_explorer.workload import MetricSpec
 
 # Every quantity the problem measures, and whether more is better when it is an objective.
 QUANTITIES = {

@@ -3,14 +3,16 @@ exploration data and bit limits, with DRAM energy when an objective needs it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from model_explorer.context import WorkloadContext
-from model_explorer.cost.energy_workload import build_energy_model
+from model_explorer.cost.energy.workload import build_energy_model
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.problems.registry import register_problem
 from model_explorer.quantization.pipeline import build_quantized_model
-from model_explorer.workload import ExplorationSpec
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.exploration.spec import ExplorationSpec
 
 
 def bit_settings(exploration: ExplorationSpec) -> dict[str, Any]:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from model_explorer.context import WorkloadContext
-from model_explorer.cost.energy_workload import build_energy_model
+from model_explorer.cost.energy.workload import build_energy_model
 from model_explorer.problems.quantization_builder import bit_settings
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.quantization.pipeline import build_quantized_model
 from model_explorer.sparsity import SparseModel
-from model_explorer.workload import ExplorationSpec
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.exploration.spec import ExplorationSpec
 
 
 def _sparse(context: WorkloadContext, model) -> SparseModel:  # noqa: ANN001

@@ -26,7 +26,7 @@ from model_explorer.quantization.calibrators import (
 )
 from model_explorer.quantization.layers import QUANT_LAYERS, QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
-from model_explorer.workload import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
+from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.quantization.model import QuantizedModel
-from model_explorer.workload import CalibrationSpec, resolve_path
+from model_explorer.quantization.spec import CalibrationSpec
+from model_explorer.schema import resolve_path
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,8 @@ import yaml
 from torch import nn
 
 from conftest import write_workload
-from model_explorer.analysis import environments
 from model_explorer.analysis.compare import compare, pair_metrics
-from model_explorer.analysis.environments import Environment, TorchEnvironment
+from model_explorer.analysis.compare.environments import Environment, TorchEnvironment, eager
 from model_explorer.cli import main
 
 TOLERANCE = 1e-4  # the command's default relative error of an agreeing pair
@@ -231,7 +230,7 @@ def test_an_unknown_environment_is_one_line_with_a_suggestion(trained_digits, ca
 
 def test_environments_that_cannot_run_here_are_skipped_with_a_reason(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(environments, "_compiler", lambda: None)
+    monkeypatch.setattr(eager, "compiler", lambda: None)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
 
@@ -275,7 +274,7 @@ def test_repeats_report_bitwise_stability_and_median_timings() -> None:
     assert pair["max_abs_error"] > 0
 
 
-@pytest.mark.skipif(environments._compiler() is None, reason="torch.compile needs a C++ compiler")
+@pytest.mark.skipif(eager.compiler() is None, reason="torch.compile needs a C++ compiler")
 def test_compile_agrees_with_eager() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
@@ -296,7 +295,7 @@ class PlantedNaN(Perturbed):
 
 
 def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
-    from model_explorer.analysis.compare_render import to_dict
+    from model_explorer.analysis.compare.render import to_dict
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))

@@ -32,7 +32,7 @@ from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
 from model_explorer.models import build_model
-from model_explorer.training import train_baseline
+from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 
 
@@ -394,7 +394,7 @@ def test_greedy_path_lowers_the_least_sensitive_first() -> None:
 def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
     clean: dict, tmp_path: Path
 ) -> None:
-    from model_explorer.exploration.run import ExploreOptions, explore
+    from model_explorer.exploration.explore import ExploreOptions, explore
     from model_explorer.quantization.pipeline import calibrate_workload
 
     data, body = _variant(clean)
@@ -415,7 +415,7 @@ def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
 def test_sensitivity_initialization_needs_a_quantization_problem(
     trained_digits, tmp_path: Path
 ) -> None:
-    from model_explorer.exploration.run import ExploreOptions, explore
+    from model_explorer.exploration.explore import ExploreOptions, explore
 
     workload_file, _ = trained_digits
     data = yaml.safe_load(Path(workload_file).read_text())

@@ -15,8 +15,8 @@ from torch import nn
 from conftest import REPOSITORY
 from model_explorer.cli import main
 from model_explorer.cost.energy import CSV_COLUMNS, Accelerator, analytic_energy, energy_layers
-from model_explorer.cost.energy_model import EnergyModel
-from model_explorer.cost.energy_workload import read_energy_csv, write_energy_csv
+from model_explorer.cost.energy.model import EnergyModel
+from model_explorer.cost.energy.workload import read_energy_csv, write_energy_csv
 from model_explorer.cost.graph import layer_producers
 from model_explorer.models import create_model
 from model_explorer.results import ExplorationResult
@@ -49,7 +49,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     importlib.util.find_spec("zigzag") is None, reason="the zigzag extra is not installed"
 )
 def test_zigzag_backend_writes_the_same_columns(tmp_path: Path) -> None:
-    from model_explorer.cost.zigzag_backend import zigzag_energy
+    from model_explorer.cost.energy.zigzag import zigzag_energy
 
     model = create_model("digits_cnn").eval()
     example = torch.zeros(1, 1, 8, 8)

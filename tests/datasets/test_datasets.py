@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 
 from model_explorer.datasets import (
     DATASETS,
+    DatasetSpec,
     TensorCache,
     build_dataset,
     build_loader,
@@ -20,7 +21,6 @@ from model_explorer.datasets import (
 )
 from model_explorer.datasets.digits import digits_split_indices
 from model_explorer.errors import UserError
-from model_explorer.workload import DatasetSpec
 
 
 def spec(**fields) -> DatasetSpec:

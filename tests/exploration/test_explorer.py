@@ -14,9 +14,9 @@ from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from model_explorer.errors import UserError
 from model_explorer.exploration import Explorer
+from model_explorer.exploration.spec import NSGASpec
 from model_explorer.problems import Problem
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import NSGASpec
 from tests_support import Synthetic
 
 NSGA = NSGASpec(pop_size=12, offsprings=8, generations=6)

@@ -138,7 +138,7 @@ def _write_golden_files() -> None:
     sys.path.insert(0, str(REPOSITORY / "tests"))
     from conftest import DEFAULT_WORKLOAD, write_workload
     from model_explorer.context import WorkloadContext
-    from model_explorer.training import train_baseline
+    from model_explorer.retraining import train_baseline
     from model_explorer.workload import Workload
 
     with tempfile.TemporaryDirectory() as name:

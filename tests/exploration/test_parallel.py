@@ -13,10 +13,10 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.errors import UserError, WorkloadError
-from model_explorer.exploration.run import ExploreOptions, explore
-from model_explorer.exploration.runners import ProcessRunner, build_runner
+from model_explorer.exploration.explore import ExploreOptions, explore
+from model_explorer.exploration.runners import ProcessRunner, RunnerSpec, build_runner
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import RunnerSpec, Workload
+from model_explorer.workload import Workload
 
 
 def comparable(path: Path) -> dict:
@@ -139,7 +139,7 @@ def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
     digits_search: dict, tmp_path: Path
 ) -> None:
     pytest.importorskip("distributed")
-    from model_explorer.exploration.dask_runner import DaskRunner
+    from model_explorer.exploration.runners.dask_cluster import DaskRunner
 
     class KillingDaskRunner(KillsOnce, DaskRunner):
         def worker_pid(self) -> int:
@@ -158,7 +158,9 @@ def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
 
 def test_the_dask_runner_without_dask_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if it were not installed
-    monkeypatch.delitem(sys.modules, "model_explorer.exploration.dask_runner", raising=False)
+    monkeypatch.delitem(
+        sys.modules, "model_explorer.exploration.runners.dask_cluster", raising=False
+    )
     with pytest.raises(UserError, match=r"pip install 'model_explorer\[dask\]'"):
         build_runner(RunnerSpec(type="dask"))
 

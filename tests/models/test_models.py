@@ -12,12 +12,12 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.models import (
     MODELS,
+    ModelSpec,
     build_model,
     create_model,
     load_checkpoint,
     save_checkpoint,
 )
-from model_explorer.workload import ModelSpec
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -26,7 +26,7 @@ def parameter_count(model: nn.Module) -> int:
 
 @pytest.mark.parametrize("name", MODELS.names())
 def test_every_registered_model_builds_and_runs(name: str) -> None:
-    shape = MODELS.get(name).options.input_shape
+    shape = MODELS.get(name).info.input_shape
     model = create_model(name, num_classes=7).eval()
     with torch.no_grad():
         output = model(torch.randn(2, *shape))

@@ -111,9 +111,9 @@ def test_objectives_are_checked(digits) -> None:
 
 def test_result_size_does_not_grow_with_the_model(digits, tmp_path: Path) -> None:
     from model_explorer.exploration import Explorer
+    from model_explorer.exploration.spec import NSGASpec
     from model_explorer.models import create_model
     from model_explorer.quantization import QuantizedModel
-    from model_explorer.workload import NSGASpec
 
     context, _ = digits
     batches = context.batches("exploration")

@@ -14,7 +14,7 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.quantization import QuantizedModel, WeightQuantizer, fake_quantize
 from model_explorer.quantization.export import modelopt_config, quantization_plan
-from model_explorer.workload import QuantizerSpec
+from model_explorer.quantization.spec import QuantizerSpec
 
 
 def torchvision_model(name: str) -> nn.Module:

@@ -14,14 +14,16 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from model_explorer.cost.energy import ENERGY_BACKENDS, LayerEnergy, energy_layers
+from model_explorer.cost.energy.base import LayerEnergy, energy_layers, register_energy_backend
 from model_explorer.cost.layers import measure_layers
 from model_explorer.errors import UserError
 from model_explorer.onnx_export import export_onnx
+from model_explorer.schema import Spec
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +58,43 @@ def _export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
     return path
 
 
-@ENERGY_BACKENDS.register("zigzag")
+class ZigZagOptions(Spec):
+    """The zigzag backend's options: a hardware description shipped with ZigZag."""
+
+    hardware: str = "eyeriss_like"
+
+
+@register_energy_backend("zigzag", options=ZigZagOptions)
 def zigzag_energy(
     model: nn.Module,
     example: torch.Tensor,
-    hardware: str = "eyeriss_like",
+    options: ZigZagOptions | None = None,
     layers: list[str] | None = None,
 ) -> list[LayerEnergy]:
     """DRAM accesses and energy of every convolution/linear layer, from one ZigZag run."""
-    accelerator, mapping = _zigzag_inputs(hardware)
-    from zigzag.api import get_hardware_performance_zigzag
-
+    accelerator, mapping = _zigzag_inputs((options or ZigZagOptions()).hardware)
     chosen = energy_layers(model, layers)
     # ZigZag reports the layers in graph order, which is the order they run in.
     order = list(measure_layers(model, example, chosen))
+    evaluations = _run_zigzag(model, example, accelerator, mapping)
+    if len(evaluations) != len(order):
+        raise UserError(
+            f"zigzag reported {len(evaluations)} layers for {len(order)} convolution/linear "
+            "layers; use the analytic backend for this model"
+        )
+    return [
+        _row(index, name, chosen[name], evaluation)
+        for index, (name, evaluation) in enumerate(zip(order, evaluations, strict=True))
+    ]
+
+
+def _run_zigzag(model: nn.Module, example: torch.Tensor, accelerator: str, mapping: str) -> list:
+    """ZigZag's per-layer evaluations of the model exported to ONNX, its logging quietened."""
+    from zigzag.api import get_hardware_performance_zigzag
+
     with tempfile.TemporaryDirectory() as folder:
         onnx_path = _export(model, example, Path(folder) / "model.onnx")
-        quiet = logging.getLogger("zigzag").level, logging.getLogger().level
+        quiet = logging.getLogger("zigzag").level
         logging.getLogger("zigzag").setLevel(logging.ERROR)
         try:
             _, _, results = get_hardware_performance_zigzag(
@@ -84,38 +106,31 @@ def zigzag_energy(
                 loma_show_progress_bar=False,
             )
         finally:
-            logging.getLogger("zigzag").setLevel(quiet[0])
+            logging.getLogger("zigzag").setLevel(quiet)
     evaluations = results[0][1] if results and isinstance(results[0], tuple) else results
-    evaluations = [e[0] if isinstance(e, tuple) else e for e in evaluations]
-    if len(evaluations) != len(order):
-        raise UserError(
-            f"zigzag reported {len(evaluations)} layers for {len(order)} convolution/linear "
-            "layers; use the analytic backend for this model"
-        )
-    rows = []
-    for index, (name, evaluation) in enumerate(zip(order, evaluations, strict=True)):
-        counts = {}
-        energy = {}
-        for kind, operand in (("w", "W"), ("i", "I"), ("o", "O")):
-            found = next(op for op in evaluation.memory_word_access if str(op) == operand)
-            top = evaluation.memory_word_access[found][-1].__jsonrepr__()
-            counts[f"{kind}_reads"] = float(top["rd_out_to_low"] + top["rd_out_to_high"])
-            counts[f"{kind}_updates"] = float(top["wr_in_by_low"])
-            counts[f"{kind}_fills"] = float(top["wr_in_by_high"])
-            energy[kind] = float(evaluation.mem_energy_breakdown[found][-1])
-        precision = {str(k): v for k, v in evaluation.layer.operand_precision.data.items()}
-        module = chosen[name]
-        rows.append(
-            LayerEnergy(
-                layer_idx=index,
-                layer_type=getattr(module, "float_type", type(module)).__name__,
-                **counts,
-                w_energy=energy["w"],
-                i_energy=energy["i"],
-                o_energy=energy["o"],
-                total_dram_energy=sum(energy.values()),
-                bitwidth=int(precision.get("I", 8)),
-                layer_name=name,
-            )
-        )
-    return rows
+    return [e[0] if isinstance(e, tuple) else e for e in evaluations]
+
+
+def _row(index: int, name: str, module: nn.Module, evaluation: Any) -> LayerEnergy:
+    """The DRAM level (the last memory level) of one layer's ZigZag evaluation."""
+    counts = {}
+    energy = {}
+    for kind, operand in (("w", "W"), ("i", "I"), ("o", "O")):
+        found = next(op for op in evaluation.memory_word_access if str(op) == operand)
+        top = evaluation.memory_word_access[found][-1].__jsonrepr__()
+        counts[f"{kind}_reads"] = float(top["rd_out_to_low"] + top["rd_out_to_high"])
+        counts[f"{kind}_updates"] = float(top["wr_in_by_low"])
+        counts[f"{kind}_fills"] = float(top["wr_in_by_high"])
+        energy[kind] = float(evaluation.mem_energy_breakdown[found][-1])
+    precision = {str(k): v for k, v in evaluation.layer.operand_precision.data.items()}
+    return LayerEnergy(
+        layer_idx=index,
+        layer_type=getattr(module, "float_type", type(module)).__name__,
+        **counts,
+        w_energy=energy["w"],
+        i_energy=energy["i"],
+        o_energy=energy["o"],
+        total_dram_energy=sum(energy.values()),
+        bitwidth=int(precision.get("I", 8)),
+        layer_name=name,
+    )

@@ -11,11 +11,13 @@ from pathlib import Path
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.explorer import Explorer
-from model_explorer.exploration.runners import Runner, build_runner
-from model_explorer.exploration.worker import ProblemRecipe, model_files
+from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
+from model_explorer.exploration.runners.recipe import model_files
+from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import ExplorationSpec, Workload, dataset_spec, resolve_path
+from model_explorer.schema import resolve_path
+from model_explorer.workload import Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +176,7 @@ def _search(
     built = problem.builder(context, minimum)
     if spec.initialization == "sensitivity":
         _seed_from_sensitivity(built, workload)
-    built.recipe = ProblemRecipe(search_definition(workload), minimum, model_files(workload))
+    runner.attach(ProblemRecipe(search_definition(workload), minimum, model_files(workload)))
     explorer = Explorer(
         built,
         spec.nsga,

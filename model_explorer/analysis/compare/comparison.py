@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model_explorer.analysis.environments import (
+from model_explorer.analysis.compare.environments import (
     Environment,
     EnvironmentSkipped,
     TorchEnvironment,

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.analysis.compare import TOP_K, Comparison
+from model_explorer.analysis.compare.comparison import TOP_K, Comparison
 from model_explorer.fileio import atomic_path
 
 METRICS = {

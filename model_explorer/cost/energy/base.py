@@ -1,33 +1,26 @@
 """Per-layer DRAM accesses and energy of convolution and linear layers, from interchangeable
 backends with one interface (the original tool read them from Timeloop runs).
 
-Every backend returns one `LayerEnergy` per layer with DRAM word accesses for weights (w),
-inputs (i) and outputs (o), split into reads, updates (writes of results) and fills (writes of
-data arriving from outside), the energy of each data type in pJ and the word width they assume.
-The CSV written by `energy_analysis` has the original tool's columns plus the layer name.
-
-`analytic` (default, no extra dependency) is a data-movement model of an accelerator with a
-global buffer between DRAM and the processing elements:
-
-- half of the buffer holds weights: a layer's weights are read from DRAM once, in
-  `ceil(weight bytes / (buffer / 2))` tiles of output channels;
-- the layer's input is streamed from DRAM once per weight tile;
-- the output is written to DRAM once (updates);
-- every access moves one word of `word_bits` and costs `dram_pj_per_word`.
+Every backend is registered in ENERGY_BACKENDS with the pydantic model of its own options and is
+called as `backend(model, example, options, layers)`. It returns one `LayerEnergy` per layer with
+DRAM word accesses for weights (w), inputs (i) and outputs (o), split into reads, updates (writes
+of results) and fills (writes of data arriving from outside), the energy of each data type in pJ
+and the word width they assume. The CSV written by `energy_analysis` has the original tool's
+columns plus the layer name. `exploration.energy_evaluation` names the backend (`backend`) and
+holds its options beside the keys every backend shares.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
-from model_explorer.cost.layers import WEIGHT_LAYERS, measure_layers
+from model_explorer.cost.layers import WEIGHT_LAYERS
 from model_explorer.registry import Registry
+from model_explorer.schema import PositiveInt, TypedSpec
 
 CSV_COLUMNS = [
     "layer_idx",
@@ -76,17 +69,25 @@ class LayerEnergy:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """The analytic backend's accelerator: global buffer, DRAM word, energy per DRAM access."""
-
-    global_buffer_kib: float = 108.0  # Eyeriss' global buffer
-    word_bits: int = 16
-    dram_pj_per_word: float = 200.0  # about 200 times a 16-bit MAC (Eyeriss' energy ratios)
-
-
 EnergyBackend = Callable[..., list[LayerEnergy]]
 ENERGY_BACKENDS: Registry[EnergyBackend] = Registry("energy backend")
+
+
+def register_energy_backend(name: str, options: Any) -> Callable[[EnergyBackend], EnergyBackend]:
+    """Register `backend(model, example, options=None, layers=None) -> list[LayerEnergy]` with
+    the pydantic model of its options (keys of `energy_evaluation` beside `backend`)."""
+    return ENERGY_BACKENDS.register(name, options=options)
+
+
+class EnergyEvaluationSpec(TypedSpec):
+    """Per-layer DRAM accesses: read from `dram_analysis_file` (written by `energy-analysis`),
+    else computed by `backend` when a problem needs them; the backend's options sit beside."""
+
+    registry: ClassVar[Registry[Any]] = ENERGY_BACKENDS
+    type_key: ClassVar[str] = "backend"
+    backend: str = "analytic"
+    dram_analysis_file: str | None = None
+    input_shape: list[PositiveInt] | None = None
 
 
 def energy_layers(model: nn.Module, include: Sequence[str] | None = None) -> dict[str, nn.Module]:
@@ -99,7 +100,7 @@ def energy_layers(model: nn.Module, include: Sequence[str] | None = None) -> dic
     return found
 
 
-def _entry(
+def layer_energy(
     index: int, name: str, module: nn.Module, counts: dict[str, float], pj: float, bits: int
 ) -> LayerEnergy:
     energy = {
@@ -118,41 +119,6 @@ def _entry(
         bitwidth=bits,
         layer_name=name,
     )
-
-
-@ENERGY_BACKENDS.register("analytic")
-def analytic_energy(
-    model: nn.Module,
-    example: torch.Tensor,
-    accelerator: Accelerator | None = None,
-    layers: Sequence[str] | None = None,
-) -> list[LayerEnergy]:
-    """DRAM accesses of every convolution/linear layer for one forward pass of `example`."""
-    accelerator = accelerator or Accelerator()
-    chosen = energy_layers(model, layers)
-    costs = measure_layers(model, example, chosen)
-    batch = example.shape[0]
-    word_bytes = accelerator.word_bits / 8
-    half_buffer = accelerator.global_buffer_kib * 1024 / 2
-    rows = []
-    for index, (name, module) in enumerate(chosen.items()):
-        cost = costs[name]
-        weight_tiles = max(1, math.ceil(cost.weight_elements * word_bytes / half_buffer))
-        counts = {
-            "w_reads": float(cost.weight_elements),
-            "w_updates": 0.0,
-            "w_fills": 0.0,
-            "i_reads": float(cost.input_elements * batch * weight_tiles),
-            "i_updates": 0.0,
-            "i_fills": 0.0,
-            "o_reads": 0.0,
-            "o_updates": float(cost.output_elements * batch),
-            "o_fills": 0.0,
-        }
-        rows.append(
-            _entry(index, name, module, counts, accelerator.dram_pj_per_word, accelerator.word_bits)
-        )
-    return rows
 
 
 def rows_from_records(records: list[dict[str, Any]]) -> list[LayerEnergy]:

@@ -7,56 +7,17 @@ keyed by the recipe's hash. Tasks then carry that key and one genome; the model 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from model_explorer.errors import UserError
+from model_explorer.exploration.runners.recipe import ProblemRecipe, file_digest
 from model_explorer.problems.base import Evaluation, Problem
+from model_explorer.schema import resolve_path
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ProblemRecipe:
-    """What defines a problem: the workload (as plain data), the minimum accuracy the exploring
-    process derived from its baseline, and the hashes of the files the model is built from."""
-
-    workload: dict[str, Any]
-    minimum_accuracy: list[float] | None = None
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def file_digest(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def model_files(workload: Any) -> dict[str, str]:
-    """path -> hash of the files a Workload's problem is built from (weights, calibration), so
-    that a worker holding other files refuses to evaluate rather than answer differently."""
-    from model_explorer.workload import resolve_path
-
-    paths = [workload.model.weights]
-    if workload.calibration is not None:
-        paths.append(workload.calibration.file)
-    return {
-        str(path): file_digest(resolve_path(path))
-        for path in paths
-        if path is not None and resolve_path(path).is_file()
-    }
 
 
 # Per worker process: recipes installed by the parent, problems built from them on first use.
@@ -93,7 +54,7 @@ def problem_for(key: str) -> Problem:
 def build_problem(recipe: ProblemRecipe) -> Problem:
     from model_explorer.context import WorkloadContext
     from model_explorer.problems import PROBLEMS
-    from model_explorer.workload import Workload, resolve_path
+    from model_explorer.workload import Workload
 
     for path, expected in recipe.files.items():
         resolved = resolve_path(path)

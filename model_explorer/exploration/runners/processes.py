@@ -1,63 +1,37 @@
-"""Runners evaluate a generation's new genomes: in this process, in local processes, or on Dask.
+"""The `processes` runner: local worker processes, each building the problem once.
 
-A parallel runner ships each worker process a ProblemRecipe once (see `worker.py`); the worker
-builds the problem from it and receives only genomes. `done` may be called in any completion
-order: the Explorer records in the order pymoo asked, so parallelism cannot change a result.
+Each worker process receives the ProblemRecipe once (see `worker.py`), builds the problem from it
+and then receives only genomes. When a worker process dies, the pool breaks: the genomes not yet
+answered are evaluated again in a new pool.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from typing import Any
 
 import numpy as np
 
-from model_explorer.errors import UserError
-from model_explorer.exploration.worker import (
-    ProblemRecipe,
+from model_explorer.exploration.runners.base import Done, Runner, register_runner
+from model_explorer.exploration.runners.recipe import ProblemRecipe
+from model_explorer.exploration.runners.worker import (
     cores_per_worker,
     evaluate_genome,
     install,
 )
-from model_explorer.problems.base import Evaluation, Problem
-from model_explorer.workload import RunnerSpec
+from model_explorer.problems.base import Problem
+from model_explorer.schema import PositiveInt, Spec
 
 log = logging.getLogger(__name__)
 
-# Called as each genome finishes: (position in the list, configuration, evaluation).
-Done = Callable[[int, list[Any], Evaluation], None]
 
-
-class Runner:
-    """Evaluates genomes of a Problem and reports each as it finishes."""
-
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release workers, if any."""
-
-
-class SerialRunner(Runner):
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
-        for position, genome in enumerate(genomes):
-            configuration, evaluation = problem.evaluate(genome)
-            done(position, configuration, evaluation)
-
-
-def recipe_of(problem: Problem) -> ProblemRecipe:
-    recipe = getattr(problem, "recipe", None)
-    if not isinstance(recipe, ProblemRecipe):
-        raise ValueError(
-            "parallel runners evaluate problems built from a workload (with a `recipe`); "
-            "use SerialRunner for this problem"
-        )
-    return recipe
+class ProcessesOptions(Spec):
+    workers: PositiveInt = 2
+    threads_per_worker: PositiveInt | None = None  # torch threads; None: cores // workers
 
 
 class ProcessRunner(Runner):
@@ -93,7 +67,7 @@ class ProcessRunner(Runner):
         return [] if self._pool is None else [p.pid for p in self._pool._processes.values()]
 
     def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
-        recipe = recipe_of(problem)
+        recipe = self.attached_recipe()
         waiting = dict(enumerate(genomes))
         for restart in range(self.restarts + 1):
             if self._attempt(self._pool_for(recipe), recipe.key, waiting, done):
@@ -145,20 +119,6 @@ class ProcessRunner(Runner):
             self._key = None
 
 
-def build_runner(spec: RunnerSpec) -> Runner:
-    """The runner `exploration.runner` asks for."""
-    if spec.type == "processes":
-        return ProcessRunner(spec.workers, spec.threads_per_worker)
-    if spec.type == "dask":
-        try:
-            from model_explorer.exploration.dask_runner import DaskRunner
-        except ImportError as error:
-            if error.name is None or not error.name.startswith(("dask", "distributed")):
-                raise
-            raise UserError(
-                "exploration.runner: type 'dask' needs Dask's distributed package; install it "
-                "with `pip install 'model_explorer[dask]'`, or choose type 'processes'"
-            ) from None
-
-        return DaskRunner(spec.workers, spec.address, spec.threads_per_worker)
-    return SerialRunner()
+@register_runner("processes", options=ProcessesOptions)
+def processes_runner(options: ProcessesOptions) -> ProcessRunner:
+    return ProcessRunner(options.workers, options.threads_per_worker)

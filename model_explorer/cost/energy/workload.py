@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from model_explorer.context import WorkloadContext
-from model_explorer.cost.energy import (
+from model_explorer.cost.energy.base import (
     CSV_COLUMNS,
     ENERGY_BACKENDS,
-    Accelerator,
+    EnergyEvaluationSpec,
     LayerEnergy,
     energy_layers,
     rows_from_records,
 )
-from model_explorer.cost.energy_model import EnergyModel
+from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.graph import layer_producers
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
-from model_explorer.workload import EnergyEvaluationSpec, resolve_path
+from model_explorer.schema import resolve_path
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
 
 
 def energy_spec(context: WorkloadContext) -> EnergyEvaluationSpec:
@@ -43,16 +46,15 @@ def example_input(context: WorkloadContext) -> torch.Tensor:
 
 
 def analyze_energy(context: WorkloadContext, backend: str | None = None) -> list[LayerEnergy]:
-    """Per-layer DRAM accesses and energy of the workload's float model."""
+    """Per-layer DRAM accesses and energy of the workload's float model, by the workload's
+    backend with its options, or by `backend` (with that backend's default options unless it
+    is the workload's)."""
     spec = energy_spec(context)
     name = backend or spec.backend
-    builder = ENERGY_BACKENDS.get(name, "--backend").builder
+    entry = ENERGY_BACKENDS.get(name, "--backend")
+    options = spec.options if name == spec.backend else entry.options()
     model = context.build_model(load_weights=False)
-    example = example_input(context)
-    if name == "analytic":
-        accelerator = Accelerator(spec.global_buffer_kib, spec.word_bits, spec.dram_pj_per_word)
-        return builder(model, example, accelerator)
-    return builder(model, example, hardware=spec.hardware)
+    return entry.builder(model, example_input(context), options)
 
 
 def write_energy_csv(rows: list[LayerEnergy], path: str | Path) -> Path:

@@ -1,9 +1,10 @@
 """Evaluation on a Dask cluster: a scheduler at an address, or a local cluster of processes.
 
-Imported only when a workload asks for `runner: {type: dask}`; Dask's `distributed` is the
-optional `dask` extra. A worker plugin installs the problem's recipe on every worker, also on
-one that joins or restarts later; tasks carry a genome. When a worker dies, the scheduler runs
-its tasks again on others (up to `distributed.scheduler.allowed-failures` times per task).
+Imported only when a workload asks for `runner: {type: dask}` (see `dask.py`); Dask's
+`distributed` is the optional `dask` extra. A worker plugin installs the problem's recipe on
+every worker, also on one that joins or restarts later; tasks carry a genome. When a worker
+dies, the scheduler runs its tasks again on others (up to
+`distributed.scheduler.allowed-failures` times per task).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import numpy as np
 from distributed.comm import get_address_host
 
 from model_explorer.errors import UserError
-from model_explorer.exploration.runners import Done, Runner, recipe_of
-from model_explorer.exploration.worker import (
-    ProblemRecipe,
+from model_explorer.exploration.runners.base import Done, Runner
+from model_explorer.exploration.runners.recipe import ProblemRecipe
+from model_explorer.exploration.runners.worker import (
     cores_per_worker,
     evaluate_genome,
     install,
@@ -130,7 +131,7 @@ class DaskRunner(Runner):
         return set(self.client.scheduler_info()["workers"])
 
     def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
-        recipe = recipe_of(problem)
+        recipe = self.attached_recipe()
         self._install(recipe)
         futures = {
             self.client.submit(evaluate_genome, recipe.key, genome, pure=False): position

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from model_explorer.cost.energy import LayerEnergy
+from model_explorer.cost.energy.base import LayerEnergy
 from model_explorer.cost.graph import MODEL_INPUT
 
 log = logging.getLogger(__name__)

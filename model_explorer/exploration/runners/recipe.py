@@ -1,0 +1,47 @@
+"""ProblemRecipe: the plain data from which another process builds the problem being explored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from model_explorer.schema import resolve_path
+
+
+@dataclass(frozen=True)
+class ProblemRecipe:
+    """What defines a problem: the workload (as plain data), the minimum accuracy the exploring
+    process derived from its baseline, and the hashes of the files the model is built from."""
+
+    workload: dict[str, Any]
+    minimum_accuracy: list[float] | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def model_files(workload: Any) -> dict[str, str]:
+    """path -> hash of the files a Workload's problem is built from (weights, calibration), so
+    that a worker holding other files refuses to evaluate rather than answer differently."""
+    paths = [workload.model.weights]
+    if workload.calibration is not None:
+        paths.append(workload.calibration.file)
+    return {
+        str(path): file_digest(resolve_path(path))
+        for path in paths
+        if path is not None and resolve_path(path).is_file()
+    }

@@ -1,0 +1,75 @@
+"""The workload's `exploration:` settings: the search (NSGA-II), its objectives and constraint,
+the bit and threshold limits of the genes (`extra_args`), its data, energy and runner."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from model_explorer.cost.energy.base import EnergyEvaluationSpec
+from model_explorer.datasets.base import DatasetSpec
+from model_explorer.exploration.runners.base import RunnerSpec
+from model_explorer.schema import (
+    Bits,
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Spec,
+)
+
+
+class NSGASpec(Spec):
+    pop_size: PositiveInt = 15
+    offsprings: PositiveInt | None = None
+    generations: PositiveInt = 30
+    mutation_eta: PositiveFloat = 10.0
+    mutation_prob: Fraction = 1.0
+    crossover_eta: PositiveFloat = 5.0
+    crossover_prob: Fraction = 1.0
+
+
+class ExtraArgs(Spec):
+    num_bits_lower_limit: Bits = 4
+    num_bits_upper_limit: Bits = 14
+    bit_weighting_function: Literal["bits_weighted_linear", "bits_weighted_per_layer"] = (
+        "bits_weighted_linear"
+    )
+    discrete_threshold_steps: PositiveInt = 20
+    discrete_threshold_method: Literal["linear", "log"] = "linear"
+    threshold_limit: PositiveFloat = 1.0
+    block_size: tuple[PositiveInt, PositiveInt] = (8, 8)
+
+    @model_validator(mode="after")
+    def _ordered_limits(self) -> ExtraArgs:
+        if self.num_bits_lower_limit > self.num_bits_upper_limit:
+            raise PydanticCustomError(
+                "limits_order",
+                "num_bits_lower_limit ({low}) is above num_bits_upper_limit ({high})",
+                {"low": self.num_bits_lower_limit, "high": self.num_bits_upper_limit},
+            )
+        return self
+
+
+class ExplorationDatasets(Spec):
+    exploration: DatasetSpec
+    baseline: DatasetSpec | None = None
+
+
+class ExplorationSpec(Spec):
+    nsga: NSGASpec = Field(default_factory=NSGASpec)
+    objectives: list[str] | None = None  # None: the problem's default
+    early_reject: bool = True
+    # sensitivity: half the first population comes from the one-at-a-time sensitivity of each
+    # quantizer (quantization problems); random: all of it is random.
+    initialization: Literal["random", "sensitivity"] = "random"
+    layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
+    minimum_accuracy: Fraction | list[Fraction] | None = None
+    allowable_accuracy_drop: Fraction | None = None
+    predefined_parameters: list[NonNegativeFloat] = Field(default_factory=list)
+    datasets: ExplorationDatasets
+    energy_evaluation: EnergyEvaluationSpec | None = None
+    extra_args: ExtraArgs = Field(default_factory=ExtraArgs)
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)

@@ -1,0 +1,115 @@
+"""Models of a workload: built from the `model:` spec, with checkpoints loaded and saved."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from model_explorer.errors import UserError
+from model_explorer.fileio import atomic_path
+from model_explorer.models.registry import ModelSpec, create_model
+from model_explorer.schema import resolve_path
+
+
+def build_model(
+    spec: ModelSpec, where: str = "workload.model", load_weights: bool = True
+) -> nn.Module:
+    """The workload's model in eval mode, with the checkpoint named by `weights` loaded."""
+    model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
+    if load_weights:
+        if spec.weights is None:
+            raise UserError(
+                f"{where}.weights: no checkpoint is named; set it to a file made by "
+                "`model-explorer retrain --baseline WORKLOAD`"
+            )
+        load_checkpoint(model, spec.weights, where=f"{where}.weights")
+        if spec.fold_batchnorm:
+            return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
+    return model.eval()
+
+
+def fold_batchnorm(model: nn.Module, where: str = "fold_batchnorm") -> nn.Module:
+    """The trained `model` with every batch norm that only follows a convolution folded into
+    it (torch.fx's conv-bn fusion), as an integer deployment would run it. Module names of the
+    convolutions are kept, so quantization patterns still match."""
+    from torch.fx.experimental.optimization import fuse
+
+    try:
+        return fuse(model.eval()).eval()
+    except Exception as error:  # symbolic tracing fails in many ways on dynamic code
+        raise UserError(
+            f"{where}: torch.fx cannot trace the model to fold its batch norms "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+            "fold them in the model's code or set fold_batchnorm: false"
+        ) from error
+
+
+def _state_dict_of(checkpoint: Any) -> dict[str, torch.Tensor] | None:
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
+        checkpoint = checkpoint["state_dict"]
+    if isinstance(checkpoint, dict) and all(
+        isinstance(v, torch.Tensor) for v in checkpoint.values()
+    ):
+        return checkpoint
+    return None
+
+
+def load_checkpoint(model: nn.Module, path: str | os.PathLike[str], where: str = "weights") -> dict:
+    """Load a state dict (plain, or under 'state_dict') into `model`; return the checkpoint."""
+    file = resolve_path(path)
+    if not file.is_file():
+        raise UserError(
+            f"{where}: checkpoint '{file}' does not exist; train one with "
+            "`model-explorer retrain --baseline WORKLOAD` or point the key at an existing file"
+        )
+    try:
+        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and torch errors all mean "not a checkpoint"
+        raise UserError(
+            f"{where}: '{file}' is not a readable PyTorch checkpoint ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from error
+    state = _state_dict_of(checkpoint)
+    if state is None:
+        raise UserError(
+            f"{where}: '{file}' holds no state dict (expected tensors, plain or under 'state_dict')"
+        )
+    _check_fits(model, state, file, where)
+    model.load_state_dict(state)
+    return checkpoint if isinstance(checkpoint, dict) else {"state_dict": state}
+
+
+def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], file: Path, where: str) -> None:
+    expected = model.state_dict()
+    missing = [key for key in expected if key not in state]
+    unexpected = [key for key in state if key not in expected]
+    if missing or unexpected:
+        detail = []
+        if missing:
+            detail.append(f"missing {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+        if unexpected:
+            detail.append(f"unexpected {unexpected[:3]}{' ...' if len(unexpected) > 3 else ''}")
+        raise UserError(
+            f"{where}: '{file}' does not fit the model ({'; '.join(detail)}); is it a checkpoint "
+            "of this model type?"
+        )
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            raise UserError(
+                f"{where}: '{file}' does not fit the model: '{key}' has shape "
+                f"{list(tensor.shape)} in the file and {list(expected[key].shape)} in the model "
+                "(check model.num_classes and model.kwargs)"
+            )
+
+
+def save_checkpoint(model: nn.Module, path: str | os.PathLike[str], **metadata: Any) -> Path:
+    """Write the model's weights and plain metadata atomically; loadable with weights_only=True."""
+    file = resolve_path(path)
+    state = {key: value.detach().cpu() for key, value in model.state_dict().items()}
+    with atomic_path(file) as temporary:
+        torch.save({"state_dict": state, **metadata}, temporary)
+    return file

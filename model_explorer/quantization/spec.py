@@ -1,0 +1,51 @@
+"""The workload's `quantization:` and `calibration:` settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from model_explorer.datasets.base import DatasetSpec
+from model_explorer.quantization.layers import QUANT_LAYERS
+from model_explorer.schema import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
+
+# Layer types (names as in torch.nn) that have a fake-quantized counterpart.
+QUANTIZABLE_LAYERS = tuple(QUANT_LAYERS)
+
+
+class QuantizerSpec(Spec):
+    """One quantizer's settings: `axis` null is per tensor; `unsigned: auto` makes a quantizer
+    unsigned when calibration saw no negative value (e.g. after a ReLU)."""
+
+    num_bits: Bits = 8
+    axis: int | None = None
+    unsigned: bool | Literal["auto"] = False
+    narrow_range: bool = False
+
+
+class QuantizationSpec(Spec):
+    """Which layers are swapped for fake-quantized ones and how their quantizers start out."""
+
+    layer_types: list[Literal[QUANTIZABLE_LAYERS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(QUANTIZABLE_LAYERS)
+    )
+    include: list[str] = Field(default_factory=lambda: ["*"])
+    exclude: list[str] = Field(default_factory=list)
+    input: QuantizerSpec = Field(default_factory=QuantizerSpec)
+    weight: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(axis=0))
+    weight_cache: NonNegativeInt | None = None
+
+
+class CalibrationDatasets(Spec):
+    calibrate: DatasetSpec
+
+
+class CalibrationSpec(Spec):
+    """How input quantizers get their amax; weights always use the max of |w| (per channel)."""
+
+    file: str | None = None
+    method: Literal["max", "percentile", "mse", "entropy"] = "percentile"
+    percentile: Percentage = 99.99
+    num_bins: PositiveInt = 2048
+    datasets: CalibrationDatasets | None = None

@@ -1,0 +1,292 @@
+"""The workload schema's building blocks: strict specs, registry-typed specs, checked value
+types, path resolution and the one-line error for a file that does not validate.
+
+This module imports no registry of its own: a `TypedSpec` subclass names the Registry object whose
+entries its `type` may take, and each section's settings live beside the code that uses them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from model_explorer.errors import did_you_mean
+from model_explorer.registry import Registry
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        kind = "integer" if isinstance(value, int) else "number"
+        raise PydanticCustomError("not_positive", f"must be a positive {kind}")
+    return value
+
+
+def _non_negative(value: float) -> float:
+    if value < 0:
+        raise PydanticCustomError("negative", "must not be negative")
+    return value
+
+
+def _fraction(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise PydanticCustomError("not_fraction", "must be a fraction between 0 and 1")
+    return value
+
+
+def _bits(value: int) -> int:
+    if not 2 <= value <= 16:
+        raise PydanticCustomError("bits_range", "must be between 2 and 16 bits")
+    return value
+
+
+def _percentile(value: float) -> float:
+    if not 0 < value <= 100:
+        raise PydanticCustomError("percentile", "must be a percentage above 0 and at most 100")
+    return value
+
+
+Bits = Annotated[int, AfterValidator(_bits)]
+PositiveInt = Annotated[int, AfterValidator(_positive)]
+PositiveFloat = Annotated[float, AfterValidator(_positive)]
+NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
+NonNegativeFloat = Annotated[float, AfterValidator(_non_negative)]
+Fraction = Annotated[float, AfterValidator(_fraction)]
+Percentage = Annotated[float, AfterValidator(_percentile)]
+
+
+def resolve_path(path: str | os.PathLike[str]) -> Path:
+    """Expand `~` and `$VARS`; relative paths stay relative to the working directory."""
+    return Path(os.path.expandvars(os.path.expanduser(str(path))))
+
+
+def check_existing_path(value: str, info: ValidationInfo, what: str, key: str | None = None) -> str:
+    """Reject a path that does not exist, unless validation runs with `check_paths=False`."""
+    if not (info.context or {}).get("check_paths", True):
+        return value
+    resolved = resolve_path(value)
+    if not resolved.exists():
+        unset = [var for var in _env_vars(value) if var not in os.environ]
+        hint = f" (environment variable {', '.join(unset)} is not set)" if unset else ""
+        context = {"what": what, "path": str(resolved), "hint": hint}
+        if key is not None:
+            context["key"] = key
+        raise PydanticCustomError(
+            "path_missing",
+            "{what} '{path}' does not exist{hint}; point it at the local copy",
+            context,
+        )
+    return value
+
+
+def _env_vars(text: str) -> list[str]:
+    return [a or b for a, b in re.findall(r"\$\{(\w+)\}|\$(\w+)", text)]
+
+
+class Spec(BaseModel):
+    """A strict section of the workload: unknown keys are an error with a suggestion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.model_config.get("extra") != "allow":
+            _check_keys(data, set(cls.model_fields))
+        return data
+
+
+def _check_keys(data: dict[str, Any], known: set[str]) -> None:
+    for key in data:
+        if key not in known:
+            raise PydanticCustomError(
+                "unknown_key",
+                "unknown key",
+                {"key": str(key), "hint": did_you_mean(str(key), known), "known": sorted(known)},
+            )
+
+
+class TypedSpec(Spec):
+    """A spec whose `type` names an entry of `registry`; the entry's own options sit beside
+    `type` and its `options` model validates them: each kind declares its own keys, with no
+    dispatcher here. A key that only another entry takes is named as such. A subclass may name
+    the entry under another key (`type_key`), declaring that field itself."""
+
+    model_config = ConfigDict(extra="allow")
+    registry: ClassVar[Registry[Any]]
+    type_key: ClassVar[str] = "type"
+    _options: Any = PrivateAttr(default=None)
+
+    @classmethod
+    def _entry_name(cls, data: dict[str, Any]) -> Any:
+        if cls.type_key in data:
+            return data[cls.type_key]
+        field = cls.model_fields.get(cls.type_key)
+        return None if field is None or field.is_required() else field.default
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand_and_keys(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {cls.type_key: data}
+        if isinstance(data, dict) and isinstance(name := cls._entry_name(data), str):
+            registry = cls.registry
+            if name not in registry:
+                known = registry.names()
+                raise PydanticCustomError(
+                    "unknown_type",
+                    "must be one of {known}, got unknown {kind} type '{name}'{hint}",
+                    {
+                        "key": cls.type_key,
+                        "kind": registry.kind,
+                        "name": name,
+                        "hint": did_you_mean(name, known),
+                        "known": ", ".join(known),
+                    },
+                )
+            own = set(cls.model_fields) | _option_keys(registry.get(name))
+            foreign = [key for key in data if key not in own]
+            if foreign:
+                _reject_foreign_key(cls, registry, name, str(foreign[0]), own)
+        return data
+
+    @model_validator(mode="after")
+    def _validate_options(self, info: ValidationInfo) -> TypedSpec:
+        options = self.registry.get(getattr(self, self.type_key)).options
+        extra = dict(self.model_extra or {})
+        self._options = options.model_validate(extra, context=info.context) if options else None
+        return self
+
+    @property
+    def options(self) -> Any:
+        """The validated, entry-specific options (a pydantic model), or None."""
+        return self._options
+
+
+def _option_keys(entry: Any) -> set[str]:
+    return set(entry.options.model_fields) if entry.options is not None else set()
+
+
+def _reject_foreign_key(
+    cls: type[TypedSpec], registry: Registry[Any], name: str, key: str, own: set[str]
+) -> None:
+    """A key this entry does not take: say which entries do, else suggest the closest key."""
+    takers = [entry.name for entry in registry.entries() if key in _option_keys(entry)]
+    if takers:
+        raise PydanticCustomError(
+            "foreign_key",
+            "only the {takers} {kind} takes '{key}'; set '{type_key}: {first}' or remove '{key}'",
+            {
+                "key": key,
+                "takers": " and ".join(takers),
+                "kind": registry.kind,
+                "type_key": cls.type_key,
+                "first": takers[0],
+            },
+        )
+    _check_keys({key: None}, own)
+
+
+_MESSAGES = {
+    "missing": "is required",
+    "int_parsing": "must be an integer",
+    "int_type": "must be an integer",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a mapping of keys to values",
+    "model_type": "must be a mapping of keys to values",
+    "model_attributes_type": "must be a mapping of keys to values",
+    "literal_error": "must be one of {expected}",
+    "too_short": "needs {min_length} values",
+    "too_long": "needs {max_length} values",
+}
+
+
+def format_validation_error(error: ValidationError, data: Any, where: str = "workload") -> str:
+    """One line naming the first invalid key path as it is written in the file and what is wrong,
+    with the number of further problems."""
+    problems: dict[str, str] = {}
+    for item in _fitting_errors(error, data):
+        path, _ = _key_path(item["loc"], data)
+        ctx = item.get("ctx") or {}
+        value = item["input"]
+        if "key" in ctx:
+            path = path + [ctx["key"]]
+        if item["type"] == "unknown_key":
+            text = f"unknown key{ctx['hint']}; known keys: {', '.join(ctx['known'])}"
+        elif item["type"] == "missing" and path and isinstance(path[-1], int):
+            path = path[:-1]  # a fixed-length list with too few entries
+            text = f"has too few values, got {value!r}"
+        else:
+            template = _MESSAGES.get(item["type"])
+            text = template.format(**ctx) if template else item["msg"]
+            if text.startswith("Value error, "):
+                text = text[len("Value error, ") :]
+            # Messages that quote the value themselves carry it in their context.
+            quoted = "name" in ctx or "path" in ctx
+            if item["type"] != "missing" and not quoted and not isinstance(value, dict):
+                text += f", got {value!r}"
+        problems.setdefault(".".join(["workload", *map(str, path)]), text)
+    prefix = "" if where == "workload" else f"{where}: "
+    (dotted, text), *rest = problems.items()
+    more = (
+        f" (and {len(rest)} more problem{'s' if len(rest) > 1 else ''} after this one)"
+        if rest
+        else ""
+    )
+    return f"{prefix}{dotted}: {text}{more}"
+
+
+def _fitting_errors(error: ValidationError, data: Any) -> list[Any]:
+    """Of the members of a union (a number or a list of numbers), keep the errors of the member
+    whose kind matches what the file holds; pydantic reports every member."""
+    items = error.errors(include_url=False)
+    fitting = []
+    for item in items:
+        _, union = _key_path(item["loc"], data)
+        if union is None:
+            fitting.append(item)
+            continue
+        tag, node = union
+        if ("list[" in tag) == isinstance(node, list):
+            fitting.append(item)
+    return fitting or items
+
+
+def _key_path(loc: tuple[Any, ...], data: Any) -> tuple[list[Any], tuple[str, Any] | None]:
+    """Split pydantic's loc into the keys present in the file and the first union-member tag
+    (with the file's value at that point)."""
+    path: list[Any] = []
+    union: tuple[str, Any] | None = None
+    node = data
+    for position, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and isinstance(part, int):
+            path.append(part)
+            node = node[part] if part < len(node) else None
+        elif isinstance(node, dict) and position == len(loc) - 1:
+            path.append(part)  # a required key that the file leaves out
+            node = None
+        elif union is None:
+            union = (str(part), node)  # the member of a union that pydantic tried
+    return path, union

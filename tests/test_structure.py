@@ -1,0 +1,130 @@
+"""The package's shape: no import circle, small modules and functions.
+
+The import graph is read from the source with `ast`, every import statement counted wherever it
+stands (module level, inside functions, under `if TYPE_CHECKING:`): a module imports another of
+the package when it names it, or names a package and takes a submodule from it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "model_explorer"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that module `name` (at `path`) imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+                found.update(next(([p] for p in prefixes if p in modules), []))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                submodule = f"{origin}.{alias.name}"
+                if submodule in modules:
+                    found.add(submodule)
+                elif origin in modules:
+                    found.add(origin)
+    found.discard(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_checker_finds_a_planted_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_checker_reads_function_local_and_relative_imports(tmp_path: Path) -> None:
+    modules = {"p": tmp_path / "__init__.py", "p.x": tmp_path / "x.py", "p.y": tmp_path / "y.py"}
+    modules["p.x"].write_text("def f():\n    from p import y\n    from . import y as z\n")
+    assert imported_modules("p.x", modules["p.x"], modules) == {"p.y"}
+
+
+def test_no_import_circle_in_the_package() -> None:
+    found = circles(import_graph())
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_no_module_over_400_lines() -> None:
+    long = {
+        name: len(path.read_text().splitlines())
+        for name, path in package_modules().items()
+        if len(path.read_text().splitlines()) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_over_60_lines() -> None:
+    long = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name} ({lines})")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
