@@ -19,10 +19,10 @@ import numpy as np
 from prepared import prepared_context
 from pymoo.indicators.hv import HV
 
-from model_explorer.analysis.diagnose.sensitivity import greedy_configurations, layer_sensitivity
 from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.problems import PROBLEMS
+from model_explorer.quantization.sensitivity import greedy_configurations, layer_sensitivity
 
 
 class Scorer:

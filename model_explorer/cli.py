@@ -245,7 +245,7 @@ def blocks_command(args: argparse.Namespace) -> int:
 
 @command("cost")
 def cost_command(args: argparse.Namespace) -> int:
-    from model_explorer.cost import analyze_cost, bits_from_configuration
+    from model_explorer.cost import analyze_cost
     from model_explorer.cost.render import (
         conventions_text,
         cost_frame,
@@ -255,20 +255,14 @@ def cost_command(args: argparse.Namespace) -> int:
     from model_explorer.fileio import atomic_path
 
     model, shape, label = _cost_model(args)
-    bits = None
+    plan = None
     if args.individual:
-        from model_explorer.results import ExplorationResult
+        from model_explorer.results import load_individual
 
-        path, _, identifier = args.individual.rpartition("#")
-        if not path or not identifier.isdigit():
-            raise UserError(f"--individual: '{args.individual}' is not RESULTS#ID")
-        result = ExplorationResult.load(path)
-        if int(identifier) >= len(result):
-            raise UserError(f"--individual: {path} has no individual {identifier}")
-        individual = result.individuals[int(identifier)]
-        bits = bits_from_configuration(result.variable_names, individual.configuration)
-        label += f", bit widths of individual {identifier}"
-    report = analyze_cost(model, shape, bits=bits, leaf_modules_only=args.leaf_modules)
+        result, individual = load_individual(args.individual, "--individual")
+        plan = result.plan_of(individual)
+        label += f", bit widths of individual {individual.id}"
+    report = analyze_cost(model, shape, plan=plan, leaf_modules_only=args.leaf_modules)
     frame = cost_frame(report, args.depth, args.sort, args.top)
     print(f"{label}: cost per {'leaf module' if args.leaf_modules else 'operation'}")
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

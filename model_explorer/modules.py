@@ -1,9 +1,13 @@
-"""Small helpers over modules and tensors shared by the layer swaps, cost analysis and hooks."""
+"""Helpers over modules and tensors shared by the layer swaps, cost analysis, hooks and
+diagnostics: swapping a submodule, choosing modules by name, tensors of a structure, and forward
+hooks over a module tree."""
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
@@ -27,3 +31,78 @@ def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 def tensors_in(value: Any) -> list[Tensor]:
     """Every tensor in a (nested) structure of arguments or outputs."""
     return [v for v in tree_flatten(value)[0] if isinstance(v, Tensor)]
+
+
+@dataclass
+class ModuleTrace:
+    """What `module_hooks` knows while a forward pass runs: the modules whose forward is running
+    (outermost first), by name."""
+
+    stack: list[tuple[str, nn.Module]] = field(default_factory=list)
+
+    @property
+    def current(self) -> tuple[str, nn.Module] | None:
+        return self.stack[-1] if self.stack else None
+
+
+Before = Callable[[str, nn.Module, tuple[Any, ...]], None]
+After = Callable[[str, nn.Module, tuple[Any, ...], Any], None]
+
+
+@contextmanager
+def module_hooks(
+    model: nn.Module,
+    before: Before | None = None,
+    after: After | None = None,
+    modules: Iterable[tuple[str, nn.Module]] | None = None,
+    eval_mode: bool = True,
+) -> Iterator[ModuleTrace]:
+    """Forward hooks over a module tree for the duration of the block.
+
+    `before(name, module, args)` runs as a module's forward starts and `after(name, module,
+    args, output)` as it ends, for `modules` ((name, module) pairs; default every module of
+    `model`, named as `named_modules` names them). The model is put in eval mode (unless
+    `eval_mode` is False); on leaving, the hooks are removed and the model's train/eval mode is
+    restored, whatever happened. An exception raised inside a forward pass carries a note naming
+    the innermost module that was running (as torchinfo's "executed layers up to")."""
+    trace = ModuleTrace()
+    chosen = list(modules) if modules is not None else list(model.named_modules())
+    handles = []
+    training = model.training
+
+    def enter(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            trace.stack.append((name, module))
+            if before is not None:
+                before(name, module, args)
+
+        return hook
+
+    def leave(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if trace.stack and trace.stack[-1][1] is module:
+                trace.stack.pop()
+            if after is not None:
+                after(name, module, args, output)
+
+        return hook
+
+    try:
+        for name, module in chosen:
+            handles.append(module.register_forward_pre_hook(enter(name)))
+            handles.append(module.register_forward_hook(leave(name)))
+        if eval_mode:
+            model.eval()
+        yield trace
+    except Exception as error:
+        if trace.current is not None and hasattr(error, "add_note"):
+            name, module = trace.current
+            error.add_note(
+                f"model_explorer: raised while module '{name or '(the model)'}' "
+                f"({type(module).__name__}) was running"
+            )
+        raise
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(training)

@@ -24,7 +24,9 @@ from model_explorer.errors import UserError
 from model_explorer.exploration.reevaluate import check_same_model, primary_cost
 from model_explorer.fileio import atomic_path
 from model_explorer.models import load_checkpoint, save_checkpoint
-from model_explorer.problems import PROBLEMS, Problem
+from model_explorer.plan import plan_of
+from model_explorer.problems import Problem
+from model_explorer.problems.rebuild import individual_problem, rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
 from model_explorer.schema import resolve_path
 from model_explorer.training import TrainingResult, train
@@ -64,14 +66,6 @@ def select_individuals(
     raise UserError(f"--select: unknown rule '{rule}'; use one of {', '.join(SELECTIONS)}")
 
 
-def _problem(context: WorkloadContext, result: ExplorationResult) -> Problem:
-    """A problem built afresh: a new model from the baseline checkpoint and calibration."""
-    problem = PROBLEMS.get(result.problem["name"]).builder(context, None)
-    if [v.name for v in problem.variables] != result.variable_names:
-        raise UserError("RESULTS: its variables do not match this workload's model")
-    return problem
-
-
 def retrain_one(
     context: WorkloadContext,
     result: ExplorationResult,
@@ -83,12 +77,12 @@ def retrain_one(
     """Fine-tune one individual from the baseline; save its checkpoint; return its CSV row."""
     workload = context.workload
     workload.require("retraining")
-    problem = _problem(context, result)
-    problem.apply(individual.configuration)
+    problem = individual_problem(context, result, individual)
+    plan = result.plan_of(individual)
     model = problem.model
     before = context.evaluate(model, "reevaluate")
     trained = train_in_context(context, model, epochs, progress)
-    problem.apply(individual.configuration)
+    problem.apply_plan(plan)
     after = context.evaluate(model, "reevaluate")
     path = output_dir / f"retrained_{individual.id}.pt"
     network = getattr(model, "model", model)
@@ -100,6 +94,7 @@ def retrain_one(
                 "problem": result.problem["name"],
                 "variables": result.variable_names,
                 "configuration": individual.configuration,
+                "plan": plan,
                 "individual": individual.id,
                 "best_epoch": trained.best_epoch,
                 "workload": workload.name,
@@ -160,12 +155,12 @@ def load_retrained(
     checkpoint = torch.load(file, map_location="cpu", weights_only=True)
     if not isinstance(checkpoint, dict) or "configuration" not in checkpoint:
         raise UserError(f"--retrained: '{file}' is not a checkpoint written by `retrain`")
-    problem = PROBLEMS.get(checkpoint["problem"], "--retrained").builder(context, None)
-    if [v.name for v in problem.variables] != checkpoint["variables"]:
-        raise UserError(f"--retrained: '{file}' was made for another model than this workload's")
+    where = f"--retrained: '{file}'"
+    problem = rebuild_problem(context, checkpoint["problem"], checkpoint["variables"], where)
     network = getattr(problem.model, "model", problem.model)
     load_checkpoint(network, file, where="--retrained")
-    problem.apply(checkpoint["configuration"])
+    plan = checkpoint.get("plan") or plan_of(checkpoint["variables"], checkpoint["configuration"])
+    problem.apply_plan(plan)
     return problem, checkpoint
 
 

@@ -17,7 +17,7 @@ Conventions (stated in `CostReport.conventions`): MACs count multiply-accumulate
 convolution, linear, matmul and attention only (torchinfo, ptflops' aten backend, calflops;
 FLOPs = 2 x MACs); `other_ops` counts the elements produced by every other operation; memory
 read = inputs + parameters, write = outputs, storage = parameters, inference memory = outputs,
-in bytes (4 per element, or a layer's bit widths when given); MiB = 2**20 bytes.
+in bytes (4 per element, or a layer's bit widths when a plan gives them); MiB = 2**20 bytes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
-from model_explorer.modules import tensors_in
+from model_explorer.modules import ModuleTrace, module_hooks, tensors_in
+from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 
 CONVENTIONS = {
     "params": "parameter elements used by the operation",
@@ -129,20 +130,27 @@ def _attention_macs(args: Sequence[Any], out: Any) -> int:
     return heads * length * source * (embed + value.shape[-1])
 
 
+Plan = Mapping[str, Mapping[str, Any]]
+
+
+def _bytes(plan: Plan, name: str) -> tuple[float, float]:
+    """Bytes per input element and per weight element of layer `name` (4 unless the plan
+    gives its bit widths)."""
+    settings = plan.get(name, {})
+    return settings.get(INPUT_BITS, 32) / 8, settings.get(WEIGHT_BITS, 32) / 8
+
+
 class _Collector(TorchDispatchMode):
+    """One row per ATen operation, attributed to the innermost module running it."""
+
     def __init__(
-        self,
-        names: dict[int, str],
-        parameters: dict[int, nn.Parameter],
-        bits: Mapping[str, Mapping[str, int]],
-        sync,
-    ) -> None:  # noqa: ANN001
+        self, trace: ModuleTrace, parameters: dict[int, nn.Parameter], plan: Plan, sync: Any
+    ) -> None:
         super().__init__()
-        self.names = names
+        self.trace = trace
         self.parameters = parameters
-        self.bits = bits
+        self.plan = plan
         self.sync = sync
-        self.stack: list[tuple[str, str]] = [("", "model")]
         self.rows: list[CostRow] = []
         self.storage: dict[int, float] = {}  # parameter id -> bytes, at its first use
         self.alive: list[Tensor] = []  # views of parameters, kept so that their ids stay unique
@@ -155,9 +163,13 @@ class _Collector(TorchDispatchMode):
         self.sync()
         seconds = time.perf_counter() - started
         inputs = tensors_in((args, kwargs))
-        if not inputs:
-            return out  # factory functions allocate; they read nothing
-        name, module_type = self.stack[-1]
+        if inputs:  # factory functions allocate; they read nothing
+            self.rows.append(self._row(func, args, kwargs, inputs, out, seconds))
+        return out
+
+    def _row(self, func: Any, args: Any, kwargs: dict, inputs: list, out: Any, seconds: float):  # noqa: ANN202
+        current = self.trace.current
+        name, module_type = (current[0], type(current[1]).__name__) if current else ("", "model")
         operation = func.overloadpacket.__name__
         outputs = tensors_in(out)
         view = func.is_view or operation in _VIEWS
@@ -169,9 +181,7 @@ class _Collector(TorchDispatchMode):
                 self.parameters[id(output)] = params[0]
                 self.alive.append(output)
             params = []
-        layer_bits = self.bits.get(name, {})
-        in_bytes = layer_bits.get("input", 32) / 8
-        weight_bytes = layer_bits.get("weight", 32) / 8
+        in_bytes, weight_bytes = _bytes(self.plan, name)
         macs = 0
         if func.overloadpacket in flop_registry:
             macs = int(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out)) // 2
@@ -180,24 +190,22 @@ class _Collector(TorchDispatchMode):
         param_elements = sum(p.numel() for p in params)
         for parameter in params:
             self.storage.setdefault(id(parameter), parameter.numel() * weight_bytes)
-        self.rows.append(
-            CostRow(
-                name=name,
-                module_type=module_type,
-                operation=operation,
-                params=param_elements,
-                macs=macs,
-                other_ops=0 if macs or view else sum(o.numel() for o in outputs),
-                read_bytes=0.0
-                if view
-                else sum(t.numel() for t in activations) * in_bytes + param_elements * weight_bytes,
-                write_bytes=0.0 if view else sum(o.numel() for o in outputs) * 4.0,
-                storage_bytes=param_elements * weight_bytes,
-                inference_bytes=0.0 if view else sum(o.numel() for o in outputs) * 4.0,
-                seconds=seconds,
-            )
+        produced = 0.0 if view else sum(o.numel() for o in outputs) * 4.0
+        return CostRow(
+            name=name,
+            module_type=module_type,
+            operation=operation,
+            params=param_elements,
+            macs=macs,
+            other_ops=0 if macs or view else sum(o.numel() for o in outputs),
+            read_bytes=0.0
+            if view
+            else sum(t.numel() for t in activations) * in_bytes + param_elements * weight_bytes,
+            write_bytes=produced,
+            storage_bytes=param_elements * weight_bytes,
+            inference_bytes=produced,
+            seconds=seconds,
         )
-        return out
 
 
 def _example(model: nn.Module, example: Tensor | Sequence[int]) -> Tensor:
@@ -210,47 +218,27 @@ def _example(model: nn.Module, example: Tensor | Sequence[int]) -> Tensor:
 def analyze_cost(
     model: nn.Module,
     example: Tensor | Sequence[int],
-    bits: Mapping[str, Mapping[str, int]] | None = None,
+    plan: Plan | None = None,
     leaf_modules_only: bool = False,
 ) -> CostReport:
     """Run `model` once on `example` (a batch, or an input shape such as (1, 3, 224, 224)) and
-    return its cost table. `bits` maps layer names to {'input': bits, 'weight': bits}: that
-    layer's inputs and parameters are then counted at those widths (a quantization
-    configuration, e.g. one Pareto individual)."""
+    return its cost table. With a per-layer `plan` (plan.py, e.g. a Pareto individual's), the
+    inputs and parameters of the layers it gives bit widths are counted at those widths."""
     x = _example(model, example)
-    bits = bits or {}
-    names = {id(m): n for n, m in model.named_modules()}
+    plan = plan or {}
     parameters = {id(p): p for p in model.parameters()}
     unique_params = sum(p.numel() for p in parameters.values())
-    device = x.device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    training = model.training
-    model.eval()
-    hooks = []
-    try:
-        if leaf_modules_only:
-            rows = _leaf_rows(model, x, names, bits, sync, hooks)
-            storage = sum(r.storage_bytes for r in _first_calls(rows))
-        else:
-            collector = _Collector(names, parameters, bits, sync)
-
-            def enter(module: nn.Module, args: Any) -> None:
-                collector.stack.append((names.get(id(module), "?"), type(module).__name__))
-
-            def leave(module: nn.Module, args: Any, output: Any) -> None:
-                collector.stack.pop()
-
-            for module in model.modules():
-                hooks.append(module.register_forward_pre_hook(enter))
-                hooks.append(module.register_forward_hook(leave))
-            with torch.no_grad(), collector:
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
+    if leaf_modules_only:
+        rows = _leaf_rows(model, x, plan, sync)
+        storage = sum(r.storage_bytes for r in _first_calls(rows))
+    else:
+        with module_hooks(model) as trace, torch.no_grad():
+            collector = _Collector(trace, parameters, plan, sync)
+            with collector:
                 model(x)
-            rows = collector.rows
-            storage = sum(collector.storage.values())
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.train(training)
+        rows = collector.rows
+        storage = sum(collector.storage.values())
     level = "leaf modules" if leaf_modules_only else "operations"
     return CostReport(
         rows, level, tuple(x.shape), unique_params=unique_params, unique_storage_bytes=storage
@@ -268,52 +256,52 @@ def _first_calls(rows: list[CostRow]) -> list[CostRow]:
     return first
 
 
-def _leaf_rows(
-    model: nn.Module, x: Tensor, names: dict[int, str], bits, sync, hooks: list
-) -> list[CostRow]:  # noqa: ANN001
+def _leaf_rows(model: nn.Module, x: Tensor, plan: Plan, sync: Any) -> list[CostRow]:
     rows: list[CostRow] = []
     started: dict[int, float] = {}
 
-    def enter(module: nn.Module, args: Any) -> None:
+    def enter(name: str, module: nn.Module, args: Any) -> None:
         sync()
         started[id(module)] = time.perf_counter()
 
-    def leave(module: nn.Module, args: Any, output: Any) -> None:
+    def leave(name: str, module: nn.Module, args: Any, output: Any) -> None:
         sync()
         seconds = time.perf_counter() - started.pop(id(module))
-        name = names.get(id(module), "?")
-        layer_bits = bits.get(name, {})
-        inputs, outputs = tensors_in(args), tensors_in(output)
-        param_elements = sum(p.numel() for p in module.parameters(recurse=False))
-        bias = getattr(module, "bias", None)
-        accumulated = isinstance(module, _ACCUMULATING) and isinstance(bias, Tensor)
-        read_params = param_elements - (bias.numel() if accumulated else 0)
-        try:
-            macs = layer_macs(module, args[0], outputs[0]) * args[0].shape[0]
-        except TypeError:
-            macs = 0
-        weight_bytes = layer_bits.get("weight", 32) / 8
-        rows.append(
-            CostRow(
-                name=name,
-                module_type=type(module).__name__,
-                operation=type(module).__name__,
-                params=param_elements,
-                macs=macs,
-                other_ops=0 if macs else sum(o.numel() for o in outputs),
-                read_bytes=sum(t.numel() for t in inputs) * layer_bits.get("input", 32) / 8
-                + read_params * weight_bytes,
-                write_bytes=sum(o.numel() for o in outputs) * 4.0,
-                storage_bytes=param_elements * weight_bytes,
-                inference_bytes=sum(o.numel() for o in outputs) * 4.0,
-                seconds=seconds,
-            )
-        )
+        rows.append(_leaf_row(name, module, args, output, plan, seconds))
 
-    for module in model.modules():
-        if next(module.children(), None) is None and not isinstance(module, _IDENTITIES):
-            hooks.append(module.register_forward_pre_hook(enter))
-            hooks.append(module.register_forward_hook(leave))
-    with torch.no_grad():
+    leaves = [
+        (name, module)
+        for name, module in model.named_modules()
+        if next(module.children(), None) is None and not isinstance(module, _IDENTITIES)
+    ]
+    with module_hooks(model, enter, leave, leaves), torch.no_grad():
         model(x)
     return rows
+
+
+def _leaf_row(
+    name: str, module: nn.Module, args: Any, output: Any, plan: Plan, seconds: float
+) -> CostRow:
+    inputs, outputs = tensors_in(args), tensors_in(output)
+    param_elements = sum(p.numel() for p in module.parameters(recurse=False))
+    bias = getattr(module, "bias", None)
+    accumulated = isinstance(module, _ACCUMULATING) and isinstance(bias, Tensor)
+    read_params = param_elements - (bias.numel() if accumulated else 0)
+    try:
+        macs = layer_macs(module, args[0], outputs[0]) * args[0].shape[0]
+    except TypeError:
+        macs = 0
+    in_bytes, weight_bytes = _bytes(plan, name)
+    return CostRow(
+        name=name,
+        module_type=type(module).__name__,
+        operation=type(module).__name__,
+        params=param_elements,
+        macs=macs,
+        other_ops=0 if macs else sum(o.numel() for o in outputs),
+        read_bytes=sum(t.numel() for t in inputs) * in_bytes + read_params * weight_bytes,
+        write_bytes=sum(o.numel() for o in outputs) * 4.0,
+        storage_bytes=param_elements * weight_bytes,
+        inference_bytes=sum(o.numel() for o in outputs) * 4.0,
+        seconds=seconds,
+    )

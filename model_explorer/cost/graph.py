@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from model_explorer.modules import tensors_in
+from model_explorer.modules import module_hooks, tensors_in
 
 MODEL_INPUT = "input"
 
@@ -51,32 +51,15 @@ def layer_producers(
     """For each named layer, the layers (or "input") whose outputs make up its input."""
     lineage = _Lineage()
     producers: dict[str, set[str]] = {}
-    hooks = []
 
-    def before(name: str):
-        def hook(module: nn.Module, args: tuple) -> None:
-            producers.setdefault(name, set()).update(lineage.of(tensors_in(args)))
+    def before(name: str, module: nn.Module, args: tuple) -> None:
+        producers.setdefault(name, set()).update(lineage.of(tensors_in(args)))
 
-        return hook
+    def after(name: str, module: nn.Module, args: tuple, output: Any) -> None:
+        lineage.mark(tensors_in(output), frozenset({name}))
 
-    def after(name: str):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            lineage.mark(tensors_in(output), frozenset({name}))
-
-        return hook
-
-    training = model.training
-    try:
-        for name, module in layers.items():
-            hooks.append(module.register_forward_pre_hook(before(name)))
-            hooks.append(module.register_forward_hook(after(name)))
-        model.eval()
-        with torch.no_grad():
-            lineage.mark([example], frozenset({MODEL_INPUT}))
-            with lineage:
-                model(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.train(training)
+    with module_hooks(model, before, after, layers.items()), torch.no_grad():
+        lineage.mark([example], frozenset({MODEL_INPUT}))
+        with lineage:
+            model(example)
     return producers

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from model_explorer.modules import module_hooks
+
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 # Layers that multiply their input with a weight: what MACs, quantization and energy are about.
@@ -44,37 +46,24 @@ def measure_layers(
     """Run `model` once on `example` (a batch; the first sample is counted) and record each
     named layer's cost. Layers called more than once add up."""
     found: dict[str, LayerCost] = {}
-    hooks = []
 
-    def record(name: str):
-        def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
+    def record(name: str, module: nn.Module, args: tuple, output: Tensor) -> None:
+        cost = LayerCost(
+            macs=layer_macs(module, args[0], output),
+            weight_elements=module.weight.numel(),
+            input_elements=args[0][0].numel(),
+            output_elements=output[0].numel(),
+        )
+        previous = found.get(name)
+        if previous is not None:
             cost = LayerCost(
-                macs=layer_macs(module, args[0], output),
-                weight_elements=module.weight.numel(),
-                input_elements=args[0][0].numel(),
-                output_elements=output[0].numel(),
+                previous.macs + cost.macs,
+                cost.weight_elements,
+                previous.input_elements + cost.input_elements,
+                previous.output_elements + cost.output_elements,
             )
-            previous = found.get(name)
-            if previous is not None:
-                cost = LayerCost(
-                    previous.macs + cost.macs,
-                    cost.weight_elements,
-                    previous.input_elements + cost.input_elements,
-                    previous.output_elements + cost.output_elements,
-                )
-            found[name] = cost
+        found[name] = cost
 
-        return hook
-
-    training = model.training
-    try:
-        for name, module in layers.items():
-            hooks.append(module.register_forward_hook(record(name)))
-        model.eval()
-        with torch.no_grad():
-            model(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.train(training)
+    with module_hooks(model, after=record, modules=layers.items()), torch.no_grad():
+        model(example)
     return found

@@ -241,7 +241,7 @@ class Explorer:
     def _evaluation_data(
         self, genome: np.ndarray, configuration: list[Any], evaluation: Evaluation
     ) -> dict[str, Any]:
-        return {
+        data = {
             "genome": [float(g) for g in genome],
             "configuration": configuration,
             "values": {k: float(v) for k, v in evaluation.values.items()},
@@ -251,6 +251,10 @@ class Explorer:
             "seconds": evaluation.seconds,
             "extra": {**evaluation.extra, "finite": evaluation.finite},
         }
+        plan = self.problem.plan(configuration)
+        if plan is not None:
+            data["plan"] = plan
+        return data
 
     def _close_generation(self, generation: int, algorithm: NSGA2) -> None:
         survivors = {configuration_key(self.problem.decode(x)) for x in algorithm.pop.get("X")}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems.rebuild import rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
 from model_explorer.workload import Workload
 
@@ -51,13 +51,11 @@ def reevaluate(
         raise UserError("RESULTS: the result holds no feasible individual to re-evaluate")
     context = context or WorkloadContext(workload)
     context.dataset("reevaluate")  # fail early when the workload has no reevaluation data
-    problem = PROBLEMS.get(result.problem["name"]).builder(context, None)
-    if [v.name for v in problem.variables] != result.variable_names:
-        raise UserError("RESULTS: its variables do not match this workload's model")
+    problem = rebuild_problem(context, result.problem["name"], result.variable_names)
     frame = result.to_dataframe().set_index("id")
     rows = []
     for individual in chosen:
-        problem.apply(individual.configuration)
+        problem.apply_plan(result.plan_of(individual))
         accuracy = context.evaluate(problem.model, "reevaluate")
         row = frame.loc[individual.id].to_dict()
         row["id"] = individual.id

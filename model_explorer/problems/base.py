@@ -1,4 +1,4 @@
-"""The Problem contract: genome -> decoded configuration -> Evaluation.
+"""The Problem contract: genome -> decoded configuration (and its per-layer plan) -> Evaluation.
 
 A problem author writes natural quantities (accuracy to maximise, bits to minimise, accuracy at
 least some minimum); this base class turns them into pymoo's form (every objective minimised,
@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from model_explorer.plan import PlanLayout
 
 FINITE = "outputs_finite"
 
@@ -88,9 +90,21 @@ class Problem(ABC):
             for variable, value in zip(self.variables, genome, strict=True)
         ]
 
-    @abstractmethod
+    def plan(self, configuration: list[Any]) -> dict[str, dict[str, Any]] | None:
+        """The per-layer plan of a configuration (see plan.py), or None for a problem whose
+        variables are not settings of layers."""
+        return None
+
+    def apply_plan(self, plan: dict[str, dict[str, Any]]) -> None:
+        """Put a plan into effect on the problem's model (`self.model`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-layer plan")
+
     def apply(self, configuration: list[Any]) -> None:
         """Put a configuration into effect on the problem's model (`self.model`)."""
+        plan = self.plan(configuration)
+        if plan is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot apply a configuration")
+        self.apply_plan(plan)
 
     @abstractmethod
     def measure(self, configuration: list[Any]) -> Evaluation:
@@ -133,12 +147,20 @@ class Problem(ABC):
 
 class ModelProblem(Problem):
     """A problem that scores `self.model` on `self.batches` with `self.metric`, stopping early
-    (when `self.early_reject`) once `self.minimum_accuracy` is out of reach."""
+    (when `self.early_reject`) once `self.minimum_accuracy` is out of reach. Its variables are
+    settings of layers, named as plan.py says, so every configuration has a plan."""
 
     batches: Any
     metric: Any
     minimum_accuracy: list[float] | None = None
     early_reject: bool = True
+    _layout: PlanLayout | None = None
+
+    def plan(self, configuration: list[Any]) -> dict[str, dict[str, Any]]:
+        names = [v.name for v in self.variables]
+        if self._layout is None or self._layout.names != names:
+            self._layout = PlanLayout(names)
+        return self._layout.plan(configuration)
 
     def score(self) -> Any:
         """The metric's Outcome for the configuration currently applied."""

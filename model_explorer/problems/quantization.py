@@ -8,10 +8,12 @@ from typing import Any
 
 import torch
 
-from model_explorer.cost import LayerCost, measure_layers
+from model_explorer.cost.bits import BitCostModel
 from model_explorer.cost.energy.model import EnergyModel
+from model_explorer.cost.layers import LayerCost, measure_layers
 from model_explorer.errors import UserError
 from model_explorer.metrics import MetricSpec, output_list
+from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.quantization import QuantizedModel
 
@@ -23,21 +25,6 @@ QUANTITIES = {
     "bops": False,
     "energy": False,
 }
-
-
-def weighted_bits(names: Sequence[str], bits: Sequence[int], function: str) -> float:
-    """The original tool's cost: `bits_weighted_linear` sums the bits; `bits_weighted_per_layer`
-    weighs weight quantizers' bits by 0.5 and input quantizers' bits by 5.0."""
-    if function == "bits_weighted_linear":
-        return float(sum(bits))
-    if function == "bits_weighted_per_layer":
-        return float(
-            sum(
-                (0.5 if name.endswith("weight_quantizer") else 5.0) * b
-                for name, b in zip(names, bits, strict=True)
-            )
-        )
-    raise ValueError(f"unknown bit weighting function {function!r}")
 
 
 def per_output_minimum(minimum: float | Sequence[float] | None, outputs: int) -> list[float] | None:
@@ -97,9 +84,9 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.metric = metric
         self.weighting = weighting
         self.early_reject = early_reject
-        self.names = model.explorable_modules
+        names = model.explorable_modules
         self.variables = [
-            Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in self.names
+            Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in names
         ]
         self.objectives = [Objective(name, QUANTITIES[name]) for name in objectives]
         example = next(iter(batches))[0][:1]
@@ -115,7 +102,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 f"quantization: layers {missing[:3]} never run in the model's forward pass; "
                 "exclude them with quantization.exclude"
             )
-        self.layer_costs = [layer_costs[name] for name in model.layers]
+        self.costs = BitCostModel({name: layer_costs[name] for name in model.layers})
         self.seeds: list[list[int]] = []
 
     @staticmethod
@@ -135,7 +122,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
     def seed_from_sensitivity(self, count: int) -> None:
         """Seed `count` genomes along the greedy path of the one-at-a-time sensitivity table
         at the lowest bit widths (least sensitive quantizers lowered first)."""
-        from model_explorer.analysis.diagnose.sensitivity import (
+        from model_explorer.quantization.sensitivity import (
             greedy_configurations,
             layer_sensitivity,
             spread,
@@ -147,32 +134,18 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.seeds = spread(greedy_configurations(table, bounds), count)
         self.sensitivity = table
 
-    def cost_values(self, bits: Sequence[int]) -> dict[str, float]:
-        """Analytic costs of a bit configuration: weighted bits, model size in bits (weight
-        bits x weight elements), BOPs (MACs x input bits x weight bits, per sample) and, with
-        an energy model, the DRAM energy in uJ."""
-        size = 0
-        bops = 0
-        for index, cost in enumerate(self.layer_costs):
-            input_bits, weight_bits = bits[2 * index], bits[2 * index + 1]
-            size += weight_bits * cost.weight_elements
-            bops += cost.macs * input_bits * weight_bits
-        values = {
-            "weighted_bits": weighted_bits(self.names, bits, self.weighting),
-            "model_size": float(size),
-            "bops": float(bops),
-        }
+    def cost_values(self, plan: Plan) -> dict[str, float]:
+        """Analytic costs of a plan's bit widths (see cost/bits.py): weighted bits, model size,
+        BOPs per sample and, with an energy model, the DRAM energy in uJ."""
+        values = self.costs.values(plan, self.weighting)
         if self.energy is not None:
-            layers = list(self.model.layers)
-            values["energy"] = self.energy.energy_uj(
-                dict(zip(layers, bits[0::2], strict=True)),
-                dict(zip(layers, bits[1::2], strict=True)),
-            )
+            values["energy"] = self.energy.energy_uj(plan)
         return values
 
-    def apply(self, configuration: list[Any]) -> None:
-        self.model.bit_widths = configuration
+    def apply_plan(self, plan: Plan) -> None:
+        apply_plan(plan, quantized=self.model)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
-        self.apply(configuration)
-        return self.evaluation(self.score(), self.cost_values(configuration))
+        plan = self.plan(configuration)
+        self.apply_plan(plan)
+        return self.evaluation(self.score(), self.cost_values(plan))

@@ -9,6 +9,7 @@ import torch
 
 from model_explorer.errors import UserError
 from model_explorer.metrics import output_list
+from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.quantization import (
     QUANTITIES as QUANTIZATION_QUANTITIES,
@@ -110,11 +111,11 @@ class SparsityThresholdProblem(ModelProblem):
         """`predefined_parameters`: each value seeds one individual with all thresholds equal."""
         return [[value] * len(self.variables) for value in self.predefined]
 
-    def apply(self, configuration: list[Any]) -> None:
-        self.model.thresholds = configuration
+    def apply_plan(self, plan: Plan) -> None:
+        apply_plan(plan, sparse=self.model)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
-        self.apply(configuration)
+        self.apply_plan(self.plan(configuration))
         self.model.reset_stats()
         outcome = self.score()
         blocks, layers = block_values(self.model)
@@ -155,7 +156,7 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         self.genes = ThresholdGenes(sparse.explorable_modules, threshold_limit, steps, method)
         self.variables = [*self.variables, *self.genes.variables()]
         self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
-        self.bit_count = len(self.names)
+        self.bit_count = len(self.model.explorable_modules)
 
     def decode(self, genome: Sequence[float]) -> list[Any]:
         bits = [int(round(g)) for g in genome[: self.bit_count]]
@@ -165,23 +166,19 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         upper = [v.upper for v in self.variables[: self.bit_count]]
         return [upper + [value] * len(self.genes.names) for value in self.predefined]
 
-    def apply(self, configuration: list[Any]) -> None:
-        self.model.bit_widths = configuration[: self.bit_count]
-        self.sparse.thresholds = configuration[self.bit_count :]
+    def apply_plan(self, plan: Plan) -> None:
+        apply_plan(plan, quantized=self.model, sparse=self.sparse)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
-        self.apply(configuration)
+        plan = self.plan(configuration)
+        self.apply_plan(plan)
         self.sparse.reset_stats()
         outcome = self.score()
-        bits = configuration[: self.bit_count]
         blocks, layers = block_values(self.sparse)
-        skipped = {
-            name: (present + created) / total if total else 0.0
+        kept = {
+            name: 1.0 - ((present + created) / total if total else 0.0)
             for name, (total, present, created) in layers["blocks"].items()
         }
-        effective = 0.0
-        for index, (name, cost) in enumerate(zip(self.model.layers, self.layer_costs, strict=True)):
-            kept = 1.0 - skipped.get(name, 0.0)
-            effective += cost.macs * bits[2 * index] * bits[2 * index + 1] * kept
-        values = {**self.cost_values(bits), **blocks, "effective_bops": effective}
+        effective = self.costs.effective_bops(plan, kept)
+        values = {**self.cost_values(plan), **blocks, "effective_bops": effective}
         return self.evaluation(outcome, values, **layers)

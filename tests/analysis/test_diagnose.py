@@ -27,11 +27,11 @@ from model_explorer.analysis.diagnose import (
 )
 from model_explorer.analysis.diagnose.inspectors import Image, channel_sqnr
 from model_explorer.analysis.diagnose.run import diagnose
-from model_explorer.analysis.diagnose.sensitivity import Row, spread
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
 from model_explorer.models import build_model
+from model_explorer.quantization.sensitivity import Row, spread
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 

@@ -95,7 +95,9 @@ def test_halving_all_bits_halves_storage() -> None:
     layers = [n for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
     reports = {
         bits: analyze_cost(
-            model, (1, 1, 32, 32), bits={n: {"input": bits, "weight": bits} for n in layers}
+            model,
+            (1, 1, 32, 32),
+            plan={n: {"input_bits": bits, "weight_bits": bits} for n in layers},
         )
         for bits in (16, 8)
     }

@@ -22,6 +22,14 @@ from model_explorer.models import create_model
 from model_explorer.results import ExplorationResult
 
 
+def bits_plan(input_bits: dict, weight_bits: dict) -> dict:
+    """A per-layer plan of input and weight bit widths."""
+    return {
+        name: {"input_bits": bits, "weight_bits": weight_bits[name]}
+        for name, bits in input_bits.items()
+    }
+
+
 def test_analytic_backend_by_hand() -> None:
     model = create_model("digits_cnn").eval()
     accelerator = Accelerator(global_buffer_kib=1.0, word_bits=16, dram_pj_per_word=10.0)
@@ -84,9 +92,11 @@ def test_sequential_energy_is_the_original_formula() -> None:
         expected += row.i_energy * b_in[layers[k]] / 16 + row.w_energy * b_w[layers[k]] / 16
         if k > 0:
             expected += rows[k - 1].o_energy * b_in[layers[k]] / 16
-    assert energy.energy_uj(b_in, b_w) == pytest.approx(expected / 1e6)
+    assert energy.energy_uj(bits_plan(b_in, b_w)) == pytest.approx(expected / 1e6)
     sixteen = {name: 16 for name in layers}
-    assert energy.energy_uj(sixteen, sixteen) == pytest.approx(energy.full_precision_uj())
+    assert energy.energy_uj(bits_plan(sixteen, sixteen)) == pytest.approx(
+        energy.full_precision_uj()
+    )
 
 
 class Branches(nn.Module):
@@ -113,7 +123,7 @@ def test_branches_count_each_output_once_at_its_widest_reader(caplog) -> None:
     o = {r.layer_name: r.o_energy for r in rows}
     outputs = o["a"] * 6 / 16 + o["b"] * 2 / 16 + o["c"] * 2 / 16 + o["d"]
     reads = sum((r.i_energy * b_in[r.layer_name] + r.w_energy * 8) / 16 for r in rows)
-    assert energy.energy_uj(b_in, b_w) == pytest.approx((outputs + reads) / 1e6)
+    assert energy.energy_uj(bits_plan(b_in, b_w)) == pytest.approx((outputs + reads) / 1e6)
     # A layer missing from the CSV is reported and counts as zero, the rest stays aligned by name.
     with caplog.at_level(logging.WARNING):
         partial = EnergyModel(
@@ -122,11 +132,11 @@ def test_branches_count_each_output_once_at_its_widest_reader(caplog) -> None:
     assert "e.csv has no row for layers c" in caplog.text
     c_row = next(r for r in rows if r.layer_name == "c")
     without_c = (
-        energy.energy_uj(b_in, b_w)
+        energy.energy_uj(bits_plan(b_in, b_w))
         - (c_row.i_energy * 6 + c_row.w_energy * 8) / 16 / 1e6
         - c_row.o_energy * 2 / 16 / 1e6
     )
-    assert partial.energy_uj(b_in, b_w) == pytest.approx(without_c)
+    assert partial.energy_uj(bits_plan(b_in, b_w)) == pytest.approx(without_c)
 
 
 def test_energy_aware_problem_runs_on_digits(trained_digits, tmp_path: Path, capsys) -> None:

@@ -10,8 +10,9 @@ import torch
 import yaml
 
 from model_explorer.context import WorkloadContext
+from model_explorer.cost.bits import weighted_bits
 from model_explorer.errors import UserError
-from model_explorer.problems.quantization import LayerwiseQuantizationProblem, weighted_bits
+from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.workload import Workload
 
@@ -53,12 +54,11 @@ def test_cost_values_by_hand(digits) -> None:
     # digits_cnn on 8x8 inputs: MACs per sample of its five layers.
     macs = [8 * 8 * 16 * 9, 8 * 8 * 32 * 16 * 9, 4 * 4 * 32 * 32 * 9, 64 * 512, 10 * 64]
     weights = [16 * 9, 32 * 16 * 9, 32 * 32 * 9, 64 * 512, 10 * 64]
-    costs = built.cost_values(bits)
+    costs = built.cost_values(built.plan(bits))
     assert costs["bops"] == sum(m * bits[2 * i] * bits[2 * i + 1] for i, m in enumerate(macs))
     assert costs["model_size"] == sum(w * bits[2 * i + 1] for i, w in enumerate(weights))
     assert costs["weighted_bits"] == sum(bits)
-    names = built.names
-    per_layer = weighted_bits(names, bits, "bits_weighted_per_layer")
+    per_layer = weighted_bits(built.plan(bits), "bits_weighted_per_layer")
     assert per_layer == 5.0 * sum(bits[0::2]) + 0.5 * sum(bits[1::2])
 
 

@@ -14,7 +14,7 @@ from model_explorer.analysis.diagnose.base import (
     register_inspector,
     run_inspectors,
 )
-from model_explorer.analysis.diagnose.sensitivity import (
+from model_explorer.quantization.sensitivity import (
     SensitivityTable,
     greedy_configurations,
     layer_sensitivity,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,8 +19,8 @@ from model_explorer.analysis.diagnose.base import (
     Finding,
     register_inspector,
 )
-from model_explorer.analysis.diagnose.sensitivity import layer_sensitivity, plot_sensitivity
 from model_explorer.modules import tensors_in
+from model_explorer.quantization.sensitivity import SensitivityTable, layer_sensitivity
 
 NORMALIZATIONS = (
     nn.BatchNorm1d,
@@ -635,3 +636,20 @@ class Sensitivity(BaseInspector):
             )
         )
         return findings
+
+
+def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = table.ranked()
+    figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows) + 2), 4))
+    axes.bar(range(len(rows)), [100 * row.drop for row in rows], color="tab:red")
+    axes.set_xticks(range(len(rows)), [row.name for row in rows], rotation=75, fontsize=7)
+    axes.set_ylabel("accuracy drop (points)")
+    axes.set_title(f"one quantizer at {table.bits} bits, all others float")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

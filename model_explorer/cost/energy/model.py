@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from model_explorer.cost.energy.base import LayerEnergy
 from model_explorer.cost.graph import MODEL_INPUT
+from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,10 @@ class EnergyModel:
                 if producer != MODEL_INPUT and producer in self.consumers:
                     self.consumers[producer].append(name)
 
-    def energy_uj(self, input_bits: Mapping[str, int], weight_bits: Mapping[str, int]) -> float:
+    def energy_uj(self, plan: Mapping[str, Mapping[str, Any]]) -> float:
+        """The DRAM energy in uJ of a plan's bit widths (every quantized layer's)."""
+        input_bits = {name: plan[name][INPUT_BITS] for name in self.layers}
+        weight_bits = {name: plan[name][WEIGHT_BITS] for name in self.layers}
         total = 0.0
         for name, row in self.rows.items():
             total += (

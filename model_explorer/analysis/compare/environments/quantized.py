@@ -21,6 +21,7 @@ class QuantizedEnvironment(TorchEnvironment):
         super().__init__(name)
         self.context = context
         self.result = result
+        self.individual = individual
         self.configuration = list(individual.configuration)
         self.where = where
         self.description = (
@@ -28,31 +29,19 @@ class QuantizedEnvironment(TorchEnvironment):
         )
 
     def build(self, model: nn.Module, example: Tensor) -> nn.Module:
-        from model_explorer.problems import PROBLEMS
+        from model_explorer.problems.rebuild import individual_problem
 
-        problem = PROBLEMS.get(self.result.problem["name"], self.where).builder(self.context, None)
-        if [v.name for v in problem.variables] != self.result.variable_names:
-            raise UserError(
-                f"{self.where}: the result's variables do not match this workload's model"
-            )
-        problem.apply(self.configuration)
-        return problem.model
+        return individual_problem(self.context, self.result, self.individual, self.where).model
 
 
 @ENVIRONMENTS.register_namespace("quantized", placeholder="RESULTS#ID")
 def quantized_environment(reference: str, name: str, context: Any = None) -> Environment:
     from model_explorer.exploration.reevaluate import check_same_model
-    from model_explorer.results import ExplorationResult
+    from model_explorer.results import load_individual
 
     where = f"--env {name}"
-    path, _, identifier = reference.rpartition("#")
-    if not path or not identifier.isdigit():
-        raise UserError(f"{where}: write quantized:RESULTS#ID, e.g. quantized:results/x.pkl#12")
     if context is None:
         raise UserError(f"{where}: a quantized environment needs the workload of the result")
-    result = ExplorationResult.load(path)
+    result, individual = load_individual(reference, where)
     check_same_model(context.workload, result)
-    found = [i for i in result.individuals if i.id == int(identifier)]
-    if not found:
-        raise UserError(f"{where}: {path} has no individual {identifier} (ids 0-{len(result) - 1})")
-    return QuantizedEnvironment(name, context, result, found[0], where)
+    return QuantizedEnvironment(name, context, result, individual, where)

@@ -89,23 +89,6 @@ def layer_sensitivity(
     return SensitivityTable(baseline, bits, rows)
 
 
-def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = table.ranked()
-    figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows) + 2), 4))
-    axes.bar(range(len(rows)), [100 * row.drop for row in rows], color="tab:red")
-    axes.set_xticks(range(len(rows)), [row.name for row in rows], rotation=75, fontsize=7)
-    axes.set_ylabel("accuracy drop (points)")
-    axes.set_title(f"one quantizer at {table.bits} bits, all others float")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
 def greedy_configurations(
     table: SensitivityTable, bounds: Sequence[tuple[int, int]]
 ) -> list[list[int]]:

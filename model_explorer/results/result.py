@@ -19,6 +19,8 @@ import numpy as np
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
+from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
+from model_explorer.results.front import non_dominated
 
 FORMAT = "model_explorer.result"
 VERSION = 1
@@ -61,6 +63,9 @@ class Individual:
     complete: bool = True
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # The per-layer plan of `configuration` (plan.py); None in files that predate it and for
+    # problems whose variables are not settings of layers.
+    plan: Plan | None = None
 
 
 class ExplorationResult:
@@ -106,6 +111,21 @@ class ExplorationResult:
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def individual(self, identifier: int, where: str = "RESULTS") -> Individual:
+        """The individual with id `identifier`."""
+        if not 0 <= identifier < len(self.records):
+            raise UserError(
+                f"{where}: the result has no individual {identifier} (ids 0-{len(self) - 1})"
+            )
+        return Individual(**self.records[identifier])
+
+    def plan_of(self, individual: Individual) -> Plan:
+        """The individual's per-layer plan: the one stored with it, else decoded from its
+        configuration by the variables' names."""
+        if individual.plan is not None:
+            return individual.plan
+        return plan_of(self.variable_names, individual.configuration)
 
     def feasible(self) -> list[Individual]:
         return [i for i in self.individuals if i.feasible]
@@ -218,10 +238,8 @@ class ExplorationResult:
         rows = []
         for index, name in enumerate(self.variable_names):
             values = [float(i.configuration[index]) for i in chosen]
-            layer, kind = name, "threshold"
-            for suffix in (".input_quantizer", ".weight_quantizer"):
-                if name.endswith(suffix):
-                    layer, kind = name[: -len(suffix)], suffix[1:].split("_")[0]
+            layer, setting = variable_setting(name)
+            kind = "threshold" if setting == THRESHOLD else setting.split("_")[0]
             rows.append(
                 {
                     "variable": name,
@@ -300,84 +318,10 @@ class ExplorationResult:
         )
 
 
-def non_dominated(matrix: np.ndarray) -> np.ndarray:
-    """Boolean mask of the rows no other row dominates (all objectives minimised). Duplicate
-    rows do not dominate each other, so both stay."""
-    rows = len(matrix)
-    keep = np.ones(rows, dtype=bool)
-    for i in range(rows):
-        no_worse = np.all(matrix <= matrix[i], axis=1)
-        better = np.any(matrix < matrix[i], axis=1)
-        if np.any(no_worse & better):
-            keep[i] = False
-    return keep
-
-
-def _configuration_key(record: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(record["configuration"])
-
-
-def merge_results(results: list[ExplorationResult]) -> ExplorationResult:
-    """One result holding every individual of several runs of the same workload and problem
-    once (the first evaluation of a configuration is kept); ids are renumbered in order and
-    each record remembers its run in `extra['run']`."""
-    if not results:
-        raise UserError("merge: no result files given")
-    first = results[0]
-    for other in results[1:]:
-        if (
-            other.workload != first.workload
-            or other.problem["variables"] != first.problem["variables"]
-        ):
-            raise UserError("merge: the result files come from different workloads or problems")
-    seen: set[str] = set()
-    records = []
-    for run, result in enumerate(results):
-        for record in result.records:
-            key = _configuration_key(record)
-            if key in seen:
-                continue
-            seen.add(key)
-            records.append({**record, "id": len(records), "extra": {**record["extra"], "run": run}})
-    stats = {key: sum(r.stats.get(key, 0) for r in results) for key in first.stats}
-    stats["evaluations"] = len(records)
-    return ExplorationResult(
-        first.workload,
-        first.problem,
-        first.baseline,
-        records,
-        [],
-        stats,
-        complete=all(r.complete for r in results),
-        seed=first.seed,
-    )
-
-
-def compare_results(
-    results: dict[str, ExplorationResult],
-    reference: dict[str, float] | None = None,
-    objectives: list[str] | None = None,
-):  # noqa: ANN201
-    """One row per run: evaluations, feasible share, front size, hypervolume against one common
-    reference point (default: the first run's), and time spent evaluating."""
-    import pandas as pd
-
-    names = list(results)
-    if reference is None:
-        reference = results[names[0]].default_reference(objectives)
-    rows = []
-    for name, result in results.items():
-        rows.append(
-            {
-                "run": name,
-                "evaluations": len(result),
-                "feasible": len(result.feasible()),
-                "feasible_share": len(result.feasible()) / len(result) if len(result) else 0.0,
-                "front": len(result.pareto_front(list(reference))),
-                "hypervolume": result.hypervolume(reference, list(reference)),
-                "seconds": sum(r["seconds"] for r in result.records),
-            }
-        )
-    return pd.DataFrame(rows)
+def load_individual(reference: str, where: str) -> tuple[ExplorationResult, Individual]:
+    """The result and individual named by `RESULTS#ID` (a result file and an individual's id)."""
+    path, _, identifier = reference.rpartition("#")
+    if not path or not identifier.isdigit():
+        raise UserError(f"{where}: '{reference}' is not RESULTS#ID, e.g. results/x.pkl#12")
+    result = ExplorationResult.load(path)
+    return result, result.individual(int(identifier), f"{where}: {path}")

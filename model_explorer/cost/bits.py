@@ -1,0 +1,94 @@
+"""The bit-cost model: what a plan's bit widths cost, from the sizes of the quantized layers.
+
+- weighted bits (the original tool's cost): `bits_weighted_linear` sums every quantizer's bits;
+  `bits_weighted_per_layer` weighs input quantizers' bits by 5.0 and weight quantizers' by 0.5;
+- model size in bits: weight bits x weight elements, summed over the quantized layers;
+- BOPs per sample: MACs x input bits x weight bits, summed;
+- effective BOPs: each layer's BOPs times the share of its input blocks that are not zero.
+
+Problems, the Compression inspector and reports use this one model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from model_explorer.cost.layers import LayerCost, measure_layers
+from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
+
+# Weighting function -> (factor of an input quantizer's bits, factor of a weight quantizer's).
+WEIGHTINGS = {"bits_weighted_linear": (1, 1), "bits_weighted_per_layer": (5.0, 0.5)}
+
+Plan = Mapping[str, Mapping[str, Any]]
+
+
+def weighted_bits(plan: Plan, function: str = "bits_weighted_linear") -> float:
+    """The original tool's cost of the plan's bit widths (see the module docstring)."""
+    if function not in WEIGHTINGS:
+        raise ValueError(f"unknown bit weighting function {function!r}")
+    input_factor, weight_factor = WEIGHTINGS[function]
+    total: float = 0
+    for settings in plan.values():
+        for setting, factor in ((INPUT_BITS, input_factor), (WEIGHT_BITS, weight_factor)):
+            if setting in settings:
+                total += factor * settings[setting]
+    return float(total)
+
+
+class BitCostModel:
+    """Costs of plans for a model's quantized layers (name -> LayerCost, in model order)."""
+
+    def __init__(self, layers: Mapping[str, LayerCost]) -> None:
+        self.layers = dict(layers)
+
+    @classmethod
+    def measure(cls, model: nn.Module, example: Any, layers: Mapping[str, nn.Module]):  # noqa: ANN206
+        """Measure the named layers' sizes on one forward pass of `example`."""
+        costs = measure_layers(model, example, dict(layers))
+        return cls({name: costs[name] for name in layers if name in costs})
+
+    @property
+    def macs(self) -> int:
+        return sum(cost.macs for cost in self.layers.values())
+
+    @property
+    def weight_elements(self) -> int:
+        return sum(cost.weight_elements for cost in self.layers.values())
+
+    def _bits(self, plan: Plan, name: str) -> tuple[int, int]:
+        settings = plan[name]
+        return settings[INPUT_BITS], settings[WEIGHT_BITS]
+
+    def model_size(self, plan: Plan) -> float:
+        """Weight bits x weight elements over the quantized layers, in bits."""
+        return float(
+            sum(self._bits(plan, n)[1] * c.weight_elements for n, c in self.layers.items())
+        )
+
+    def bops(self, plan: Plan) -> float:
+        """MACs x input bits x weight bits per sample, over the quantized layers."""
+        total = 0
+        for name, cost in self.layers.items():
+            input_bits, weight_bits = self._bits(plan, name)
+            total += cost.macs * input_bits * weight_bits
+        return float(total)
+
+    def effective_bops(self, plan: Plan, kept: Mapping[str, float]) -> float:
+        """BOPs with each layer's scaled by `kept[layer]`, the share of its input blocks that
+        are not zero (1 for layers not in `kept`)."""
+        total = 0.0
+        for name, cost in self.layers.items():
+            input_bits, weight_bits = self._bits(plan, name)
+            total += cost.macs * input_bits * weight_bits * kept.get(name, 1.0)
+        return total
+
+    def values(self, plan: Plan, weighting: str = "bits_weighted_linear") -> dict[str, float]:
+        """weighted_bits, model_size and bops of a plan, as problems record them."""
+        return {
+            "weighted_bits": weighted_bits(plan, weighting),
+            "model_size": self.model_size(plan),
+            "bops": self.bops(plan),
+        }

@@ -1,0 +1,28 @@
+"""Results of a search as plain data: every evaluated individual, fronts, several runs."""
+
+from __future__ import annotations
+
+from model_explorer.results.front import non_dominated
+from model_explorer.results.result import (
+    FORMAT,
+    VERSION,
+    ExplorationResult,
+    Individual,
+    load_individual,
+    load_plain,
+    save_plain,
+)
+from model_explorer.results.runs import compare_results, merge_results
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "ExplorationResult",
+    "Individual",
+    "compare_results",
+    "load_individual",
+    "load_plain",
+    "merge_results",
+    "non_dominated",
+    "save_plain",
+]
