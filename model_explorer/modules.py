@@ -80,8 +80,12 @@ def module_hooks(
 
     def leave(name: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if trace.stack and trace.stack[-1][1] is module:
-                trace.stack.pop()
+            # Pop up to this module: entries above it are modules whose forward raised an
+            # exception that the model's own code caught.
+            for index in range(len(trace.stack) - 1, -1, -1):
+                if trace.stack[index][1] is module:
+                    del trace.stack[index:]
+                    break
             if after is not None:
                 after(name, module, args, output)
 

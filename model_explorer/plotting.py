@@ -13,27 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
 from model_explorer.results import ExplorationResult, Individual
 
 
-def _pyplot():  # noqa: ANN202 - matplotlib is imported on first use, headless by default
-    import matplotlib
-
-    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def save(figure: Any, path: str | os.PathLike[str]) -> Path:
-    path = Path(path)
-    with atomic_path(path) as temporary:
-        figure.savefig(
-            temporary, format=path.suffix.lstrip(".") or "png", dpi=150, bbox_inches="tight"
-        )
-    return path
+    """Write a figure as PNG or PDF (by the suffix), atomically."""
+    return save_figure(figure, path)
 
 
 def cost_objective(result: ExplorationResult) -> str:
@@ -53,7 +40,7 @@ def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float,
 def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accuracy") -> Any:
     """Every evaluated individual (feasible and infeasible apart), the Pareto front as a step
     line, and the accuracy constraint as a horizontal line."""
-    plt = _pyplot()
+    plt = pyplot()
     x = x or cost_objective(result)
     figure, axes = plt.subplots(figsize=(6, 4))
     for feasible, colour, label in (
@@ -102,7 +89,7 @@ def _layer_table(result: ExplorationResult, individual: Individual | None):  # n
 def plot_layers(result: ExplorationResult, individual: Individual | None = None) -> Any:
     """Per-layer settings: bit widths (input and weight side by side) or thresholds, for one
     individual or as the mean over the Pareto front."""
-    plt = _pyplot()
+    plt = pyplot()
     table = _layer_table(result, individual)
     layers = list(dict.fromkeys(table["layer"]))
     kinds = list(dict.fromkeys(table["kind"]))
@@ -125,7 +112,7 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
 
 def plot_convergence(result: ExplorationResult, reference: dict[str, float] | None = None) -> Any:
     """Hypervolume of everything evaluated up to each generation."""
-    plt = _pyplot()
+    plt = pyplot()
     history = result.hypervolume_by_generation(reference)
     figure, axes = plt.subplots(figsize=(6, 3.5))
     axes.plot([g for g, _ in history], [h for _, h in history], marker=".", gid="hypervolume")
@@ -139,7 +126,7 @@ def plot_convergence(result: ExplorationResult, reference: dict[str, float] | No
 def plot_dram_energy(rows: Sequence[Any]) -> Any:
     """Per-layer DRAM energy (uJ) of weights, inputs and outputs, stacked, from energy rows
     (`LayerEnergy`, or dicts with the CSV's columns)."""
-    plt = _pyplot()
+    plt = pyplot()
 
     def value(row: Any, key: str) -> Any:
         return row[key] if isinstance(row, dict) else getattr(row, key)

@@ -51,11 +51,15 @@ class Namespace:
 class Registry(Generic[T]):
     """Maps names to builders; an unknown name lists the known ones and suggests the closest.
 
-    `imports` (e.g. "model factory") lets `resolve` import `package.module:attribute` names."""
+    `imports` (e.g. "model factory") lets `resolve` import `package.module:attribute` names,
+    shown in listings as `import_form`."""
 
-    def __init__(self, kind: str, imports: str | None = None) -> None:
+    def __init__(
+        self, kind: str, imports: str | None = None, import_form: str = IMPORT_PATH
+    ) -> None:
         self.kind = kind
         self.imports = imports
+        self.import_form = import_form
         self.adapt_import: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
         self._entries: dict[str, Entry[T]] = {}
         self._namespaces: dict[str, Namespace] = {}
@@ -98,7 +102,7 @@ class Registry(Generic[T]):
     def forms(self) -> list[str]:
         """The forms of names beyond the registered ones: namespaces, then import paths."""
         forms = [space.form for space in self._namespaces.values()]
-        return forms + ([IMPORT_PATH] if self.imports else [])
+        return forms + ([self.import_form] if self.imports else [])
 
     def entries(self) -> list[Entry[T]]:
         return [self._entries[name] for name in self.names()]

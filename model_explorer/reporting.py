@@ -64,18 +64,38 @@ def write_report(
 ) -> list[Path]:
     """Plots (PNG), pgfplots files of the front and a `report.md` summarising a run; returns
     every file written, report.md last."""
-    from model_explorer import plotting
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    written = _write_figures(result, out)
+    lines = [*_summary(result, source), "", "## Pareto front", "", _markdown_table(result), ""]
+    lines += ["## Figures", ""]
+    for name, caption in (
+        ("front.png", "accuracy against cost"),
+        ("layers.png", "per-layer settings, mean over the front"),
+        ("convergence.png", "hypervolume per generation"),
+        ("dram_energy.png", "DRAM energy per layer"),
+    ):
+        if (out / name) in written:
+            lines += [f"![{caption}]({name})", ""]
+    lines += ["Files: " + ", ".join(f"`{p.name}`" for p in written), ""]
+    report = out / "report.md"
+    with atomic_path(report) as temporary:
+        temporary.write_text("\n".join(lines))
+    written.append(report)
+    return written
+
+
+def _write_figures(result: ExplorationResult, out: Path) -> list[Path]:
+    """The front, per-layer and convergence plots, the front as pgfplots, and the DRAM energy
+    per layer when the result's workload names an energy CSV that exists."""
+    from model_explorer import plotting
+
     figures = {
         "front.png": plotting.plot_front(result),
         "layers.png": plotting.plot_layers(result),
         "convergence.png": plotting.plot_convergence(result),
     }
-    for name, figure in figures.items():
-        written.append(plotting.save(figure, out / name))
+    written = [plotting.save(figure, out / name) for name, figure in figures.items()]
     written.extend(plotting.front_to_pgfplots(result, out / "front"))
     workload = result.workload.get("workload", {})
     energy_file = ((workload.get("exploration") or {}).get("energy_evaluation") or {}).get(
@@ -84,11 +104,14 @@ def write_report(
     if energy_file and Path(energy_file).is_file():
         from model_explorer.cost.energy.workload import read_energy_csv
 
-        written.append(
-            plotting.save(
-                plotting.plot_dram_energy(read_energy_csv(energy_file)), out / "dram_energy.png"
-            )
-        )
+        rows = read_energy_csv(energy_file)
+        written.append(plotting.save(plotting.plot_dram_energy(rows), out / "dram_energy.png"))
+    return written
+
+
+def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
+    """The report's title and its list of facts about the run."""
+    workload = result.workload.get("workload", {})
     reference = result.default_reference()
     hypervolume = result.hypervolume(reference, list(reference))
     stats = result.stats
@@ -103,7 +126,7 @@ def write_report(
     share = f" ({feasible / evaluations:.0%})" if evaluations else ""
     point = ", ".join(f"{k}={v:.6g}" for k, v in reference.items())
     state = "complete" if result.complete else "unfinished (resume with --resume)"
-    lines = [
+    return [
         f"# Exploration report: {workload.get('name', 'workload')}",
         "",
         f"- result file: `{source}`" if source else "- result file: (in memory)",
@@ -117,25 +140,4 @@ def write_report(
         f"rejected early: {stats.get('early_rejected', 0)}",
         f"- time spent evaluating: {seconds:.1f} s",
         f"- hypervolume: {hypervolume:.6g} (reference point {point})",
-        "",
-        "## Pareto front",
-        "",
-        _markdown_table(result),
-        "",
-        "## Figures",
-        "",
-        "![accuracy against cost](front.png)",
-        "",
-        "![per-layer settings, mean over the front](layers.png)",
-        "",
-        "![hypervolume per generation](convergence.png)",
-        "",
     ]
-    if (out / "dram_energy.png") in written:
-        lines += ["![DRAM energy per layer](dram_energy.png)", ""]
-    lines += ["Files: " + ", ".join(f"`{p.name}`" for p in written), ""]
-    report = out / "report.md"
-    with atomic_path(report) as temporary:
-        temporary.write_text("\n".join(lines))
-    written.append(report)
-    return written

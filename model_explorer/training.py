@@ -108,6 +108,30 @@ def reestimate_batchnorm(
     log.info("re-estimated %d batch norms on %d batches", len(norms), min(index + 1, batches))
 
 
+def train_epoch(
+    model: nn.Module,
+    loader: Iterable[tuple[Any, Any]],
+    optimizer: torch.optim.Optimizer,
+    gradient_clip: float | None,
+    device: torch.device,
+) -> float:
+    """One pass over `loader` in training mode; the mean loss per sample."""
+    model.train()
+    total_loss, total_samples = 0.0, 0
+    for inputs, targets in loader:
+        inputs, targets = to_device(inputs, device), to_device(targets, device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(model(inputs), targets)
+        loss.backward()
+        if gradient_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), gradient_clip)
+        optimizer.step()
+        samples = len(inputs)
+        total_loss += float(loss.detach()) * samples
+        total_samples += samples
+    return total_loss / max(total_samples, 1)
+
+
 def train(
     model: nn.Module,
     train_loader: DataLoader,
@@ -141,25 +165,11 @@ def train(
     bar = tqdm(range(1, epochs + 1), desc="training", unit="epoch", disable=not progress)
     for epoch in bar:
         started = time.perf_counter()
-        model.train()
-        total_loss, total_samples = 0.0, 0
-        for inputs, targets in train_loader:
-            inputs, targets = to_device(inputs, device), to_device(targets, device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_of(model(inputs), targets)
-            loss.backward()
-            if config.gradient_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip)
-            optimizer.step()
-            samples = len(inputs)
-            total_loss += float(loss.detach()) * samples
-            total_samples += samples
+        loss = train_epoch(model, train_loader, optimizer, config.gradient_clip, device)
         if scheduler is not None:
             scheduler.step()
         accuracy = evaluate(model, validation_batches or train_loader, metric, device)
-        record = EpochRecord(
-            epoch, total_loss / max(total_samples, 1), accuracy, time.perf_counter() - started
-        )
+        record = EpochRecord(epoch, loss, accuracy, time.perf_counter() - started)
         history.append(record)
         log.info("epoch %d: loss %.4f, validation accuracy %s", epoch, record.train_loss, accuracy)
         bar.set_postfix(loss=f"{record.train_loss:.4f}", accuracy=f"{_score(accuracy):.4f}")

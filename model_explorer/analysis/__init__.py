@@ -1,1 +1,2 @@
-"""Analysis around the search: operator hooks, diagnostics, cross-backend comparison."""
+"""Analyses around the search, one folder per command: operator hooks (`analyze`),
+quantization diagnostics (`diagnose`) and cross-environment comparison (`compare`)."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.cost.analyze import CONVENTIONS, CostReport
+from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
 
 MIB = 2**20
@@ -62,11 +63,7 @@ def write_json(report: CostReport, path: str | Path) -> None:
 
 def plot_layers(report: CostReport, path: str | Path, depth: int | None = None) -> Path:
     """Bars of MACs and of memory read + written per module (grouped at `depth`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     frame = report.to_dataframe(depth)
     frame = frame[(frame["macs"] > 0) | (frame["read_bytes"] + frame["write_bytes"] > 0)]
     labels = frame["name"].where(frame["name"] != "", "(model)")
@@ -79,8 +76,4 @@ def plot_layers(report: CostReport, path: str | Path, depth: int | None = None) 
     bottom.set_ylabel("read + write (MiB)")
     bottom.set_xticks(range(len(frame)), labels, rotation=90, fontsize=7)
     figure.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as temporary:
-        figure.savefig(temporary, format=path.suffix.lstrip(".") or "png", dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, dpi=120, close=True)

@@ -10,10 +10,9 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
+from model_explorer.datasets.files import ArrayFile
 from model_explorer.errors import UserError
 from model_explorer.schema import Spec, resolve_path
-
-SUFFIXES = (".npz", ".npy", ".h5", ".hdf5")
 
 
 class ArraysOptions(Spec):
@@ -23,41 +22,31 @@ class ArraysOptions(Spec):
     labels_path: str | None = None
 
 
-def _from_mapping(file: Path, keys: list[str], options: ArraysOptions, where: str, read) -> tuple:
-    arrays = []
-    for role, key in (("inputs_key", options.inputs_key), ("labels_key", options.labels_key)):
-        if key not in keys:
-            raise UserError(
-                f"{where}.{role}: '{file}' has no array named '{key}'; it holds {sorted(keys)}"
-            )
-        arrays.append(read(key))
-    return tuple(arrays)
-
-
 def read_arrays(path: str, options: ArraysOptions, where: str) -> tuple[np.ndarray, np.ndarray]:
     """The (inputs, labels) arrays a spec names."""
-    file = resolve_path(path)
-    suffix = file.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UserError(f"{where}.path: '{file}' is not one of {', '.join(SUFFIXES)}")
-    if suffix == ".npz":
-        with np.load(file) as archive:
-            return _from_mapping(file, list(archive.files), options, where, lambda k: archive[k])
-    if suffix in (".h5", ".hdf5"):
-        import h5py
+    with ArrayFile(path, f"{where}.path") as file:
+        if file.suffix == ".npy":
+            return file.read(file.names[0]), _labels_file(file.path, options, where)
+        arrays = []
+        for role, key in (("inputs_key", options.inputs_key), ("labels_key", options.labels_key)):
+            if key not in file.names:
+                raise UserError(
+                    f"{where}.{role}: '{file.path}' has no array named '{key}'; it holds "
+                    f"{sorted(file.names)}"
+                )
+            arrays.append(file.read(key))
+        return arrays[0], arrays[1]
 
-        with h5py.File(file, "r") as archive:
-            return _from_mapping(
-                file, list(archive.keys()), options, where, lambda k: archive[k][()]
-            )
+
+def _labels_file(inputs: Path, options: ArraysOptions, where: str) -> np.ndarray:
     if options.labels_path is None:
         raise UserError(
-            f"{where}.labels_path: '{file}' is a single .npy array; name the .npy file of labels"
+            f"{where}.labels_path: '{inputs}' is a single .npy array; name the .npy file of labels"
         )
     labels_file = resolve_path(options.labels_path)
     if not labels_file.is_file():
         raise UserError(f"{where}.labels_path: '{labels_file}' does not exist")
-    return np.load(file), np.load(labels_file)
+    return np.load(labels_file)
 
 
 @register_dataset("arrays", options=ArraysOptions)

@@ -20,13 +20,13 @@ from model_explorer.analysis.diagnose import (
     Finding,
     SensitivityTable,
     apply_recommendations,
+    diagnose,
     greedy_configurations,
     layer_sensitivity,
     merged_recommendations,
     run_inspectors,
 )
 from model_explorer.analysis.diagnose.inspectors import Image, channel_sqnr
-from model_explorer.analysis.diagnose.run import diagnose
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError

@@ -11,8 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from model_explorer.analysis.hooks import HookError, HookRunner, StopAnalysis
-from model_explorer.analysis.inputs import file_samples
+from model_explorer.analysis.hooks import HookError, HookRunner, StopAnalysis, file_samples
 from model_explorer.cli import main
 from model_explorer.quantization import QuantizedModel
 

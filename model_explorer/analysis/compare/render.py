@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from model_explorer.analysis.compare.comparison import TOP_K, Comparison
+from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
 
 METRICS = {
@@ -100,9 +101,7 @@ def agreement_matrix(comparison: Comparison, key: str = "top1_agreement") -> np.
 
 
 def plot_agreement(comparison: Comparison) -> Any:
-    from model_explorer.plotting import _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     names = list(comparison.runs)
     matrix = agreement_matrix(comparison)
     size = 1.2 + 0.8 * len(names)
@@ -120,9 +119,7 @@ def plot_agreement(comparison: Comparison) -> Any:
 
 
 def plot_timing(comparison: Comparison) -> Any:
-    from model_explorer.plotting import _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     names = list(comparison.runs)
     runs = [comparison.runs[n] for n in names]
     medians = np.array([r.median_seconds_per_sample for r in runs]) * 1e3
@@ -139,9 +136,7 @@ def plot_timing(comparison: Comparison) -> Any:
 
 
 def plot_localisation(found: dict[str, Any]) -> Any:
-    from model_explorer.plotting import _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     operators = found["operators"]
     errors = [max(o["relative_error"], 1e-18) for o in operators]
     figure, axes = plt.subplots(figsize=(max(5.0, 0.28 * len(operators) + 2), 4))
@@ -162,8 +157,6 @@ def plot_localisation(found: dict[str, Any]) -> Any:
 
 def write_comparison(comparison: Comparison, out: Path, **about: Any) -> list[Path]:
     """comparison.json first (so that a failing plot loses nothing), then the plots."""
-    from model_explorer.plotting import _pyplot, save
-
     out.mkdir(parents=True, exist_ok=True)
     path = out / "comparison.json"
     with atomic_path(path) as temporary:
@@ -177,11 +170,7 @@ def write_comparison(comparison: Comparison, out: Path, **about: Any) -> list[Pa
             figures[localisation_file(a, b)] = lambda found=found: plot_localisation(found)
     written = [path]
     for name, draw in figures.items():
-        figure = draw()
-        try:
-            written.append(save(figure, out / name))
-        finally:
-            _pyplot().close(figure)
+        written.append(save_figure(draw(), out / name, close=True))
     return written
 
 

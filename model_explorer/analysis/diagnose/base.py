@@ -8,7 +8,6 @@ it measured (evidence) and, where a setting would help, a recommendation as a wo
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from torch import Tensor, nn
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
-from model_explorer.registry import Registry
+from model_explorer.registry import Registry, import_object
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,9 @@ class BaseInspector:
         return Finding(severity, self.name, message, **fields)
 
 
-INSPECTORS: Registry[type[BaseInspector]] = Registry("inspector")
+INSPECTORS: Registry[type[BaseInspector]] = Registry(
+    "inspector", imports="inspector class", import_form="package.module:Class"
+)
 
 
 def register_inspector(cls: type[BaseInspector]) -> type[BaseInspector]:
@@ -80,13 +81,12 @@ def register_inspector(cls: type[BaseInspector]) -> type[BaseInspector]:
 def inspector(spec: str) -> BaseInspector:
     """A registered inspector by name (case-insensitive), or a class by `package.module:Class`."""
     if ":" in spec:
-        module_name, _, attribute = spec.partition(":")
         try:
-            cls = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
+            cls = import_object(spec, "--order", "inspector class")
+        except UserError as error:
             raise UserError(
-                f"--order: cannot load inspector '{spec}' ({type(error).__name__}: {error}); "
-                "give 'package.module:Class' importable from here"
+                f"--order: cannot load inspector '{spec}' ({str(error).removeprefix('--order: ')})"
+                "; give 'package.module:Class' importable from here"
             ) from None
         if not (isinstance(cls, type) and issubclass(cls, BaseInspector)):
             raise UserError(f"--order: '{spec}' is not a subclass of BaseInspector")
@@ -186,61 +186,3 @@ def run_inspectors(
             if report is not None:
                 report(found)
     return findings
-
-
-# -- recommendations ---------------------------------------------------------------------------
-
-
-def _merge(target: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> None:
-    for key, value in override.items():
-        here = (*path, key)
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value, here)
-        elif path and path[-1] == "layer_bounds" and key in target:
-            # Two findings raising one layer's bounds: keep the higher lower bound.
-            low = max(int(target[key][0]), int(value[0]))
-            target[key] = [low, max(low, int(target[key][1]), int(value[1]))]
-        else:
-            target[key] = value
-
-
-def merged_recommendations(findings: Sequence[Finding]) -> dict[str, Any]:
-    """One override from every finding's recommendation; errors win over warnings over info
-    where two set the same scalar."""
-    merged: dict[str, Any] = {}
-    for found in sorted(findings, key=lambda f: SEVERITIES.index(f.severity)):
-        if found.recommendation:
-            _merge(merged, _copy(found.recommendation))
-    return merged
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_copy(v) for v in value]
-    return value
-
-
-def apply_recommendations(
-    data: dict[str, Any], override: dict[str, Any], bit_range: tuple[int, int] | None = None
-) -> dict[str, Any]:
-    """A copy of a parsed workload file (root `workload:`) with `override` merged into it.
-
-    Layer bounds are kept within the explored `bit_range`. When the override changes the model,
-    its quantization or its calibration, the calibration file gets a new name, so that the
-    calibration made for the old settings is not reused."""
-    result = _copy(data)
-    body = result["workload"]
-    _merge(body, _copy(override))
-    calibration = body.get("calibration") or {}
-    if calibration.get("file") and {"model", "quantization", "calibration"} & set(override):
-        path = Path(calibration["file"])
-        calibration["file"] = str(path.with_name(f"{path.stem}_recommended{path.suffix}"))
-    exploration = body.get("exploration") or {}
-    if bit_range is not None and exploration.get("layer_bounds"):
-        low_limit, high_limit = bit_range
-        for pattern, (low, high) in list(exploration["layer_bounds"].items()):
-            low = min(max(int(low), low_limit), high_limit)
-            exploration["layer_bounds"][pattern] = [low, max(low, min(int(high), high_limit))]
-    return result

@@ -20,7 +20,6 @@ import inspect
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,141 +27,15 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from model_explorer.analysis.hooks.operators import SKIPPED, Operator, operator_of, quantparam
 from model_explorer.errors import UserError
-from model_explorer.modules import tensors_in
+from model_explorer.modules import ModuleTrace, module_hooks, tensors_in
 from model_explorer.quantization.layers import QuantLayer
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer, integer_bounds
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
 
 class StopAnalysis(Exception):
     """Raised by an analysis to end the run early; EndAnalysis is still called."""
-
-
-@dataclass(frozen=True)
-class Operator:
-    """How an ATen operator is presented: its opcode and the names of its arguments."""
-
-    opcode: str
-    arguments: tuple[str, ...]
-
-
-def _convolution(args: tuple) -> Operator:
-    weight = args[1]
-    transposed = bool(args[6]) if len(args) > 6 else False
-    dims = weight.dim() - 2
-    name = f"{'TransposeConv' if transposed else 'Conv'}{dims}D"
-    return Operator(
-        name,
-        (
-            "input",
-            "filter",
-            "bias",
-            "stride",
-            "padding",
-            "dilation",
-            "transposed",
-            "output_padding",
-            "groups",
-        ),
-    )
-
-
-# ATen operator -> (opcode, argument names); activations and element-wise operations share a
-# one- or two-input form.
-_UNARY = ("input",)
-_BINARY = ("input", "other")
-OPERATORS: dict[str, Operator] = {
-    "addmm": Operator("FullyConnected", ("bias", "input", "filter")),
-    "mm": Operator("MatMul", ("input", "other")),
-    "bmm": Operator("MatMul", ("input", "other")),
-    "add": Operator("Add", _BINARY),
-    "add_": Operator("Add", _BINARY),
-    "sub": Operator("Sub", _BINARY),
-    "mul": Operator("Mul", _BINARY),
-    "mul_": Operator("Mul", _BINARY),
-    "div": Operator("Div", _BINARY),
-    "relu": Operator("Relu", _UNARY),
-    "relu_": Operator("Relu", _UNARY),
-    "hardtanh": Operator("Relu6", ("input", "min_val", "max_val")),
-    "hardtanh_": Operator("Relu6", ("input", "min_val", "max_val")),
-    "sigmoid": Operator("Logistic", _UNARY),
-    "tanh": Operator("Tanh", _UNARY),
-    "gelu": Operator("Gelu", _UNARY),
-    "silu": Operator("Silu", _UNARY),
-    "silu_": Operator("Silu", _UNARY),
-    "hardswish": Operator("HardSwish", _UNARY),
-    "hardswish_": Operator("HardSwish", _UNARY),
-    "_softmax": Operator("Softmax", ("input", "dim", "half_to_float")),
-    "softmax": Operator("Softmax", ("input", "dim")),
-    "max_pool2d_with_indices": Operator(
-        "MaxPool2D", ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
-    ),
-    "max_pool2d": Operator(
-        "MaxPool2D", ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
-    ),
-    "avg_pool2d": Operator(
-        "AveragePool2D",
-        (
-            "input",
-            "kernel_size",
-            "stride",
-            "padding",
-            "ceil_mode",
-            "count_include_pad",
-            "divisor_override",
-        ),
-    ),
-    "_adaptive_avg_pool2d": Operator("AveragePool2D", ("input", "output_size")),
-    "adaptive_avg_pool2d": Operator("AveragePool2D", ("input", "output_size")),
-    "mean": Operator("Mean", ("input", "dim", "keepdim")),
-    "cat": Operator("Concatenation", ("inputs", "dim")),
-    "native_batch_norm": Operator(
-        "BatchNorm",
-        ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"),
-    ),
-    "_native_batch_norm_legit_no_training": Operator(
-        "BatchNorm", ("input", "weight", "bias", "running_mean", "running_var", "momentum", "eps")
-    ),
-    "view": Operator("Reshape", ("input", "shape")),
-    "_unsafe_view": Operator("Reshape", ("input", "shape")),
-    "reshape": Operator("Reshape", ("input", "shape")),
-    "flatten": Operator("Reshape", ("input", "start_dim", "end_dim")),
-    "t": Operator("Transpose", _UNARY),
-    "transpose": Operator("Transpose", ("input", "dim0", "dim1")),
-    "permute": Operator("Transpose", ("input", "dims")),
-}
-# Factory functions and bookkeeping are not operators of the network.
-_SKIPPED = {
-    "detach",
-    "alias",
-    "lift_fresh",
-    "empty",
-    "zeros",
-    "ones",
-    "full",
-    "copy_",
-    "_to_copy",
-    "clone",
-}
-
-
-def operator_of(packet: str, args: tuple) -> Operator:
-    if packet == "convolution":
-        return _convolution(args)
-    return OPERATORS.get(packet, Operator(packet, ()))
-
-
-def quantparam(quantizer: TensorQuantizer | None) -> dict[str, Any] | None:
-    """TFLite-style quantization parameters of a calibrated, enabled quantizer."""
-    if quantizer is None or not quantizer.enabled or quantizer.amax is None:
-        return None
-    _, bound = integer_bounds(quantizer.num_bits, quantizer.unsigned, quantizer.narrow_range)
-    scale = (quantizer.amax.detach().cpu().reshape(-1) / bound).tolist()
-    return {
-        "scale": scale,
-        "zero_point": [0] * len(scale),
-        "quantized_dimension": quantizer.axis if quantizer.axis is not None else 0,
-    }
 
 
 class HookError(UserError):
@@ -185,7 +58,7 @@ class _Interceptor(TorchDispatchMode):
         kwargs = kwargs or {}
         runner = self.runner
         packet = func.overloadpacket.__name__
-        if runner.inside_quantizer() or packet in _SKIPPED or not tensors_in((args, kwargs)):
+        if runner.inside_quantizer() or packet in SKIPPED or not tensors_in((args, kwargs)):
             return func(*args, **kwargs)
         operator = operator_of(packet, args)
         if operator.opcode in ("Transpose", "Reshape") and runner.is_parameter(args[0]):
@@ -216,7 +89,7 @@ class HookRunner:
         root = model.model if isinstance(getattr(model, "model", None), nn.Module) else model
         self.names = {id(m): n for n, m in root.named_modules()}
         self.parameters = {id(p): n for n, p in root.named_parameters()}
-        self.stack: list[nn.Module] = []
+        self.trace = ModuleTrace()  # the modules running, while `run` runs
         self.counts: Counter[str] = Counter()
         self.aliases: dict[int, str] = {}
         self.alive: list[Tensor] = []
@@ -224,17 +97,19 @@ class HookRunner:
 
     # -- naming and tensors ---------------------------------------------------------------
     def inside_quantizer(self) -> bool:
-        return bool(self.stack) and isinstance(self.stack[-1], TensorQuantizer)
+        current = self.trace.current
+        return current is not None and isinstance(current[1], TensorQuantizer)
 
     def operator_name(self, opcode: str) -> str:
-        module = self.names.get(id(self.stack[-1]), "") if self.stack else ""
+        module = self.trace.current[0] if self.trace.current is not None else ""
         key = f"{module}/{opcode}"
         index = self.counts[key]
         self.counts[key] += 1
         return f"{key}#{index}" if module else f"{opcode}#{index}"
 
     def _layer(self) -> QuantLayer | None:
-        return self.stack[-1] if self.stack and isinstance(self.stack[-1], QuantLayer) else None
+        current = self.trace.current
+        return current[1] if current is not None and isinstance(current[1], QuantLayer) else None
 
     def tensor(self, value: Tensor, role: str, name: str) -> dict[str, Any]:
         parameter = self.parameters.get(id(value)) or self.aliases.get(id(value))
@@ -340,41 +215,32 @@ class HookRunner:
     def run(self, samples: Iterable[tuple[Tensor, ...]], max_samples: int | None = None) -> int:
         """Call the hooks over `samples` (tuples of model inputs); returns how many ran.
         EndAnalysis always runs, also after an error, so that written results are kept."""
-
-        def enter(module: nn.Module, args: Any) -> None:
-            self.stack.append(module)
-
-        def leave(module: nn.Module, args: Any, output: Any) -> None:
-            self.stack.pop()  # a forward hook must return None, or it replaces the output
-            if isinstance(module, WeightQuantizer) and self.stack:
-                # The quantized weight stands for the layer's weight parameter.
-                layer = self.names.get(id(self.stack[-1]), "")
-                self.aliases[id(output)] = f"{layer}.weight" if layer else "weight"
-                self.alive.append(output)
-
-        handles = []
-        for module in self.model.modules():
-            handles.append(module.register_forward_pre_hook(enter))
-            handles.append(module.register_forward_hook(leave))
         done = 0
-        self.model.eval()
+        modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
         try:
-            if (start := self.hook("StartAnalysis")) is not None:
-                self._call("StartAnalysis", "", start)
-            for inputs in samples:
-                if max_samples is not None and done >= max_samples:
-                    break
-                self._sample(inputs)
-                done += 1
+            with module_hooks(self.model, after=self._left, modules=modules) as self.trace:
+                if (start := self.hook("StartAnalysis")) is not None:
+                    self._call("StartAnalysis", "", start)
+                for inputs in samples:
+                    if max_samples is not None and done >= max_samples:
+                        break
+                    self._sample(inputs)
+                    done += 1
         except StopAnalysis:
             pass
         finally:
-            for handle in handles:
-                handle.remove()
             end = self.hook("EndAnalysis")
             if end is not None:
                 self._call("EndAnalysis", "", end)
         return done
+
+    def _left(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
+        """After a module's forward: a weight quantizer's output stands for its layer's weight."""
+        parent = self.trace.current
+        if isinstance(module, WeightQuantizer) and parent is not None:
+            layer = parent[0]
+            self.aliases[id(output)] = f"{layer}.weight" if layer else "weight"
+            self.alive.append(output)
 
     def _sample(self, inputs: tuple[Tensor, ...]) -> None:
         self.counts.clear()

@@ -10,16 +10,15 @@ from typing import Any
 
 import yaml
 
-from model_explorer.analysis.diagnose.base import (
-    DiagnosisContext,
-    Finding,
+from model_explorer.analysis.diagnose.base import DiagnosisContext, Finding, run_inspectors
+from model_explorer.analysis.diagnose.recommendations import (
     apply_recommendations,
     merged_recommendations,
 )
 from model_explorer.context import WorkloadContext
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
-from model_explorer.workload import Workload, WorkloadError
+from model_explorer.workload import Workload
 
 
 def default_out_dir(workload: Workload) -> Path:
@@ -42,8 +41,6 @@ def diagnose(
     recommendations applied (interactively: those the user accepts)."""
     if output_workload is not None and workload.source is None:
         raise UserError("--output-workload: the workload was not read from a file")
-    from model_explorer.analysis.diagnose.base import run_inspectors
-
     context = DiagnosisContext(
         WorkloadContext(workload),
         out_dir,

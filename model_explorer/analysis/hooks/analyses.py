@@ -1,4 +1,5 @@
-"""`analyze`: load a user's analysis file and run it over a model with the operator hooks."""
+"""Analyses for `analyze`: the shipped ones by name (a registry), or a user's file, loaded and
+instantiated."""
 
 from __future__ import annotations
 
@@ -9,21 +10,36 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.errors import UserError
+from model_explorer.registry import Registry
 
 TEMPLATES = Path(__file__).parent / "templates"
-BUILT_IN = {"template", "activation_ranges", "zero_ratio", "histograms"}
+
+# name -> the shipped analysis file; `info` is its one-line description.
+ANALYSES: Registry[Path] = Registry("analysis")
+for _name, _about in {
+    "template": "every hook, empty: a start for your own analysis",
+    "activation_ranges": "per-operator min, max and |x| percentiles, written as JSON",
+    "zero_ratio": "per-operator share of exact zeros in the output, written as CSV",
+    "histograms": "input histograms of every convolution and linear layer, as PNG files",
+}.items():
+    ANALYSES.register(_name, info=_about)(TEMPLATES / f"{_name}.py")
 
 
 def analysis_path(spec: str) -> Path:
     """A shipped analysis by name, or the user's file."""
-    if spec in BUILT_IN:
-        return TEMPLATES / f"{spec}.py"
+    if spec in ANALYSES:
+        return ANALYSES.get(spec).builder
     path = Path(spec)
     if not path.is_file():
         raise UserError(
-            f"--analysis: '{spec}' is neither a file nor one of {', '.join(sorted(BUILT_IN))}"
+            f"--analysis: '{spec}' is neither a file nor one of {', '.join(ANALYSES.names())}"
         )
     return path
+
+
+def template_text() -> str:
+    """The source of the template analysis (`analyze --print-template`)."""
+    return ANALYSES.get("template").builder.read_text()
 
 
 def load_analysis(spec: str, args: str | None = None) -> tuple[Any, str]:

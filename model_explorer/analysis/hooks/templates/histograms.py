@@ -21,16 +21,13 @@ class Histograms:
         self._collect(name, input)
 
     def EndAnalysis(self) -> None:
-        import matplotlib
+        from model_explorer.figures import pyplot, save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         self.folder.mkdir(parents=True, exist_ok=True)
         for name, parts in self.values.items():
             figure, axes = plt.subplots(figsize=(5, 3))
             axes.hist(np.concatenate(parts), bins=100, log=True)
             axes.set_title(name, fontsize=8)
-            figure.tight_layout()
-            figure.savefig(self.folder / (name.replace("/", "_").replace("#", "_") + ".png"))
-            plt.close(figure)
+            file = self.folder / (name.replace("/", "_").replace("#", "_") + ".png")
+            save_figure(figure, file, dpi=100, close=True)

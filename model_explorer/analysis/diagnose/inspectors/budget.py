@@ -1,0 +1,132 @@
+"""Inspectors of what quantization buys and costs: size and BOPs (Compression), accuracy per
+quantizer (Sensitivity)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model_explorer.analysis.diagnose.base import (
+    BaseInspector,
+    DiagnosisContext,
+    Finding,
+    register_inspector,
+)
+from model_explorer.cost.bits import BitCostModel
+from model_explorer.figures import pyplot, save_figure
+from model_explorer.plan import current_plan
+from model_explorer.quantization.sensitivity import SensitivityTable, layer_sensitivity
+
+
+@register_inspector
+class Compression(BaseInspector):
+    """Info: the weights' size at the workload's configured bit widths against float32 (layers
+    left in float and other parameters counted at 32 bits), the compression ratio, the average
+    weight bits, and the BOPs against 32 x 32-bit MACs."""
+
+    name = "Compression"
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        model = context.quantized_model
+        example = context.inputs[0][:1].to(context.device)
+        costs = BitCostModel.measure(model, example, model.layers)
+        plan = current_plan(model)
+        total = sum(p.numel() for p in model.model.parameters())
+        quantized_elements = costs.weight_elements
+        weight_bits = costs.model_size(plan)
+        size = weight_bits + 32 * (total - quantized_elements)
+        bops = costs.bops(plan)
+        float_bops = 32 * 32 * costs.macs
+        evidence = {
+            "float_bytes": 4 * total,
+            "quantized_bytes": size / 8,
+            "ratio": round(32 * total / size, 3),
+            "average_weight_bits": round(weight_bits / max(quantized_elements, 1), 3),
+            "bops": bops,
+            "float_bops": float_bops,
+        }
+        return [
+            self.finding(
+                "info",
+                f"{evidence['quantized_bytes'] / 1024:.1f} KiB of parameters against "
+                f"{evidence['float_bytes'] / 1024:.1f} KiB in float ({evidence['ratio']:.2f}x "
+                f"smaller, {evidence['average_weight_bits']:.2f} bits per quantized weight); "
+                f"BOPs {bops / float_bops:.1%} of float",
+                evidence=evidence,
+            )
+        ]
+
+
+@register_inspector
+class Sensitivity(BaseInspector):
+    """One quantizer at a time at the lowest explored bit width, every other one in float:
+    the accuracy drop on the exploration data (AIMET's per-layer analysis). Writes
+    sensitivity.csv and sensitivity.png, ranked. A drop above 5 points is a warning, with the
+    smallest bit width whose drop is at most 1 point (searched upwards) recommended as that
+    quantizer's lower bound."""
+
+    name = "Sensitivity"
+    warning_drop, target_drop = 0.05, 0.01
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        if not context.has_exploration_data():
+            return [
+                self.finding(
+                    "info", "no exploration data in the workload: sensitivity not measured"
+                )
+            ]
+        low, high = context.bit_range
+        table = layer_sensitivity(
+            context.quantized_model,
+            context.context.batches("exploration"),
+            context.workload.metric,
+            low,
+        )
+        context.cache["sensitivity"] = table
+        table.to_csv(context.out_dir / "sensitivity.csv")
+        plot_sensitivity(table, context.out_dir / "sensitivity.png")
+        findings = []
+        for rank, row in enumerate(table.ranked(), 1):
+            if row.drop <= self.warning_drop:
+                continue
+            bits = table.bits_within(
+                context.quantized_model,
+                context.context.batches("exploration"),
+                context.workload.metric,
+                row.name,
+                self.target_drop,
+                (low + 1, high),
+            )
+            findings.append(
+                self.finding(
+                    "warning",
+                    f"alone at {low} bits it costs {row.drop:.1%} accuracy "
+                    f"(rank {rank} of {len(table.rows)}); {bits} bits keep the drop within "
+                    f"{self.target_drop:.0%}",
+                    layer=row.name,
+                    evidence={"drop": round(row.drop, 4), "rank": rank, "bits": bits},
+                    recommendation={"exploration": {"layer_bounds": {row.name: [bits, high]}}},
+                )
+            )
+        top = table.ranked()[0]
+        findings.append(
+            self.finding(
+                "info",
+                f"float accuracy {table.baseline:.4f}; most sensitive at {low} bits: {top.name} "
+                f"({top.drop:.1%}); table in sensitivity.csv, plot in sensitivity.png",
+                evidence={"baseline": table.baseline, "drops": table.drops()},
+            )
+        )
+        return findings
+
+
+def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
+    """Accuracy drop per quantizer, most sensitive first."""
+    plt = pyplot()
+    rows = table.ranked()
+    figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows) + 2), 4))
+    axes.bar(range(len(rows)), [100 * row.drop for row in rows], color="tab:red")
+    axes.set_xticks(range(len(rows)), [row.name for row in rows], rotation=75, fontsize=7)
+    axes.set_ylabel("accuracy drop (points)")
+    axes.set_title(f"one quantizer at {table.bits} bits, all others float")
+    figure.tight_layout()
+    save_figure(figure, path, dpi=120, close=True)

@@ -1,0 +1,174 @@
+"""Inspectors of the model's graph: batch norms left unfused (BatchNorm) and concatenations of
+branches with far apart ranges (ConcatenatedOutputs)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model_explorer.analysis.diagnose.base import (
+    BaseInspector,
+    DiagnosisContext,
+    Finding,
+    register_inspector,
+)
+from model_explorer.analysis.diagnose.inspectors.common import (
+    BATCH_NORMS,
+    CONVOLUTIONS,
+    forward_hooks,
+    rounded,
+)
+from model_explorer.modules import tensors_in
+
+
+@register_inspector
+class BatchNorm(BaseInspector):
+    """Unfused batch norms that directly follow a convolution: a deployed integer model folds
+    them into the convolution, so the explored accuracy and the calibrated ranges are those of
+    another model; warning, recommending `model.fold_batchnorm: true`. For convolutions without
+    a batch norm after them, per-output-channel weight ranges that differ by more than 8x (the
+    mark a folded batch norm leaves) are a warning when the weights are quantized per tensor
+    (the narrowest channels lose more than 3 bits; recommend `quantization.weight.axis: 0`),
+    otherwise info. The evidence also holds the spread of per-channel pre-activation stds."""
+
+    name = "BatchNorm"
+    ratio_warning = 8.0
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        model = context.float_model
+        pairs, spread = _conv_batchnorm_pairs(model, context)
+        findings = []
+        folded = set()
+        for conv, norm in dict.fromkeys(pairs):
+            folded.add(conv)
+            findings.append(
+                self.finding(
+                    "warning",
+                    f"batch norm '{norm}' follows convolution '{conv}' unfused; an integer "
+                    "deployment folds it into the convolution: set model.fold_batchnorm: true",
+                    layer=conv,
+                    evidence={"batch_norm": norm},
+                    recommendation={"model": {"fold_batchnorm": True}},
+                )
+            )
+        per_tensor = context.workload.quantization.weight.axis is None
+        for name, module in model.named_modules():
+            if not isinstance(module, CONVOLUTIONS) or name in folded or name not in spread:
+                continue
+            found = self._weight_ranges(name, module, max(spread[name]), per_tensor)
+            if found is not None:
+                findings.append(found)
+        if not findings:
+            findings.append(self.finding("info", "no batch norm after a convolution"))
+        return findings
+
+    def _weight_ranges(
+        self, name: str, module: nn.Module, std_ratio: float, per_tensor: bool
+    ) -> Finding | None:
+        """A finding when the convolution's per-channel weight ranges differ by more than 8x."""
+        ranges = module.weight.detach().abs().reshape(module.weight.shape[0], -1).amax(1)
+        ranges = ranges[ranges > 0]
+        if len(ranges) < 2:
+            return None
+        ratio = float(ranges.max() / ranges.min())
+        if ratio <= self.ratio_warning:
+            return None
+        evidence = {
+            "weight_range_ratio": round(ratio, 2),
+            "preactivation_std_ratio": round(std_ratio, 2),
+        }
+        if per_tensor:
+            return self.finding(
+                "warning",
+                f"per-channel weight ranges differ by {ratio:.0f}x, as after folding a "
+                f"batch norm; per-tensor weights lose {math.log2(ratio):.1f} bits on the "
+                "narrowest channels: quantize weights per channel (axis 0)",
+                layer=name,
+                evidence=evidence,
+                recommendation={"quantization": {"weight": {"axis": 0}}},
+            )
+        return self.finding(
+            "info",
+            f"per-channel weight ranges differ by {ratio:.0f}x (a folded batch norm?); "
+            "per-channel weight quantization already covers it",
+            layer=name,
+            evidence=evidence,
+        )
+
+
+def _conv_batchnorm_pairs(
+    model: nn.Module, context: DiagnosisContext
+) -> tuple[list[tuple[str, str]], dict[str, list[float]]]:
+    """(convolution, batch norm) pairs where the norm reads the convolution's output, and per
+    convolution the ratio of its largest to smallest per-channel output std, per batch."""
+    produced: dict[int, str] = {}
+    pairs: list[tuple[str, str]] = []
+    spread: dict[str, list[float]] = {}
+
+    def record(name: str, module: nn.Module, args: Any, output: Any) -> None:
+        inputs = tensors_in(args)
+        if isinstance(module, BATCH_NORMS) and inputs and id(inputs[0]) in produced:
+            pairs.append((produced[id(inputs[0])], name))
+        if isinstance(module, CONVOLUTIONS) and isinstance(output, Tensor):
+            produced[id(output)] = name
+            stds = output.detach().transpose(0, 1).reshape(output.shape[1], -1).std(1)
+            spread.setdefault(name, []).append(float(stds.max() / stds.min().clamp_min(1e-12)))
+
+    with torch.no_grad(), forward_hooks(model, record):
+        for (x,) in context.input_batches():
+            produced.clear()
+            model(x)
+    return pairs, spread
+
+
+class _Concatenations:
+    """Hook object for HookRunner: the largest |value| of each input of every concatenation."""
+
+    def __init__(self) -> None:
+        self.ranges: dict[str, list[float]] = {}
+
+    def ConcatenationPost(self, name: str, inputs: list[dict], output: dict) -> None:  # noqa: N802
+        amax = [float(np.abs(t["data"]).max()) if t["data"].size else 0.0 for t in inputs]
+        known = self.ranges.get(name)
+        if known is not None:
+            amax = [max(a, b) for a, b in zip(known, amax, strict=True)]
+        self.ranges[name] = amax
+
+
+@register_inspector
+class ConcatenatedOutputs(BaseInspector):
+    """Concatenations (torch.cat anywhere in the forward pass, found at the operator level)
+    whose inputs' ranges differ by more than 8x: the tensor they form is quantized with one
+    scale, so the narrowest branch loses log2(ratio) bits; warning, suggesting to rescale the
+    branches (e.g. a normalization per branch) or raise the consuming layer's input bits."""
+
+    name = "ConcatenatedOutputs"
+    ratio_warning = 8.0
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        from model_explorer.analysis.hooks import HookRunner
+
+        watcher = _Concatenations()
+        HookRunner(context.float_model, watcher).run(context.input_batches())
+        findings = []
+        for name, ranges in watcher.ranges.items():
+            positive = [r for r in ranges if r > 0]
+            if len(positive) < 2:
+                continue
+            ratio = max(positive) / min(positive)
+            if ratio > self.ratio_warning:
+                findings.append(
+                    self.finding(
+                        "warning",
+                        f"concatenates branches with ranges {rounded(ranges, 3)} ({ratio:.0f}x "
+                        f"apart): one scale for all costs the narrowest {math.log2(ratio):.1f} "
+                        "bits; rescale the branches or give the consumer more input bits",
+                        layer=name,
+                        evidence={"ranges": rounded(ranges), "ratio": round(ratio, 2)},
+                    )
+                )
+        return findings

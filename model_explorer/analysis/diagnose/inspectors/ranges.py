@@ -1,0 +1,224 @@
+"""Inspectors of the quantized ranges: outliers stretching a calibrated range (Clipping) and
+layers whose quantization error stands out (HighPrecision)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model_explorer.analysis.diagnose.base import (
+    BaseInspector,
+    DiagnosisContext,
+    Finding,
+    register_inspector,
+)
+from model_explorer.analysis.diagnose.inspectors.common import rounded
+from model_explorer.modules import module_hooks, tensors_in
+
+
+@register_inspector
+class Clipping(BaseInspector):
+    """For each per-tensor quantizer (activations, and weights quantized per tensor), the share
+    of its calibrated range [0, amax] that holds only the three largest magnitudes, i.e. lies
+    above the fourth largest |value| of the calibration data. Above 5% is a warning, above 20%
+    an error: a few outliers stretch the range and every other value loses resolution. The
+    recommendation is a calibration method that clips them (percentile, or mse for errors)."""
+
+    name = "Clipping"
+    warning, error = 0.05, 0.20
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        model = context.quantized_model
+        top = _largest_magnitudes(context, 4)
+        method = context.workload.calibration.method if context.workload.calibration else None
+        findings = []
+        shares: dict[str, float] = {}
+        for name, quantizer in model.quantizers.items():
+            if quantizer.axis is not None or quantizer.amax is None or name not in top:
+                continue
+            amax = float(quantizer.amax.max())
+            magnitudes = top[name]
+            if amax <= 0 or len(magnitudes) < 4:
+                continue
+            share = (amax - min(magnitudes[3], amax)) / amax
+            shares[name] = share
+            evidence = {"amax": amax, "largest": rounded(magnitudes), "share": round(share, 4)}
+            if share > self.warning:
+                severity = "error" if share > self.error else "warning"
+                better = "mse" if severity == "error" or method == "percentile" else "percentile"
+                findings.append(
+                    self.finding(
+                        severity,
+                        f"{share:.0%} of the calibrated range (amax {amax:.4g}) holds only the "
+                        f"3 largest values {evidence['largest'][:3]}; calibrate with "
+                        f"'{better}' to clip them",
+                        layer=name,
+                        evidence=evidence,
+                        recommendation={"calibration": {"method": better}},
+                    )
+                )
+        if not findings and shares:
+            worst = max(shares, key=shares.get)
+            findings.append(
+                self.finding(
+                    "info",
+                    f"no range dominated by outliers; largest share {shares[worst]:.1%} ({worst})",
+                    evidence={"share": {k: round(v, 4) for k, v in shares.items()}},
+                )
+            )
+        return findings
+
+
+def _largest_magnitudes(context: DiagnosisContext, count: int) -> dict[str, list[float]]:
+    """The `count` largest |values| each quantizer sees over the calibration inputs, the
+    activations taken from the float model (quantizers off), as calibration sees them."""
+    model = context.quantized_model
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str, values: Tensor) -> None:
+        flat = values.detach().abs().reshape(-1).float()
+        if name in found:
+            flat = torch.cat([found[name], flat])
+        found[name] = flat.topk(min(count, flat.numel())).values
+
+    inputs = []
+    for name, quantizer in model.quantizers.items():
+        if name.endswith("weight_quantizer"):
+            keep(name, model.model.get_submodule(name.rpartition(".")[0]).weight)
+        else:
+            inputs.append((name, quantizer))
+
+    def seen(name: str, module: nn.Module, args: Any) -> None:
+        keep(name, tensors_in(args)[0])
+
+    with model.preserved_settings(), torch.no_grad():
+        model.set_enabled(False)
+        with module_hooks(model, before=seen, modules=inputs, eval_mode=False):
+            for (x,) in context.input_batches():
+                model(x)
+    return {name: values.tolist() for name, values in found.items()}
+
+
+@register_inspector
+class HighPrecision(BaseInspector):
+    """Per layer, the quantization error at the workload's configured bit widths
+    (`quantization.input/weight.num_bits`) with every other layer in float: the SQNR
+    20 log10(|y| / |y - y_q|) of the layer's output, computed per output channel and averaged
+    in dB (so channels drowned by a few wide ones count). A layer more than 10 dB below the
+    median of all layers is a warning, more than 20 dB an error; the recommendation raises its
+    lower explored bit bound by the missing dB / 6.02 bits (one bit is worth 6.02 dB)."""
+
+    name = "HighPrecision"
+    warning_db, error_db = 10.0, 20.0
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        table = layer_sqnr(context)
+        context.cache["sqnr"] = table
+        if not table:
+            return []
+        median = float(np.median(list(table.values())))
+        low, high = context.bit_range
+        at = _bits_label(context.quantized_model.bit_widths)
+        ranked = sorted(table.items(), key=lambda item: item[1])
+        findings = []
+        for rank, (layer, sqnr) in enumerate(ranked, 1):
+            gap = median - sqnr
+            evidence = {"sqnr_db": round(sqnr, 2), "median_db": round(median, 2), "rank": rank}
+            if gap > self.warning_db:
+                bits = min(high, low + math.ceil(gap / 6.02))
+                findings.append(
+                    self.finding(
+                        "error" if gap > self.error_db else "warning",
+                        f"SQNR {sqnr:.1f} dB at {at} bits, {gap:.1f} dB below the median "
+                        f"layer ({median:.1f} dB): give it at least {bits} bits",
+                        layer=layer,
+                        evidence=evidence,
+                        recommendation={
+                            "exploration": {
+                                "layer_bounds": {
+                                    f"{layer}.{role}_quantizer": [bits, high]
+                                    for role in ("input", "weight")
+                                }
+                            }
+                        },
+                    )
+                )
+        if not findings:
+            findings.append(
+                self.finding(
+                    "info",
+                    f"per-layer SQNR at {at} bits: {ranked[0][1]:.1f} dB ({ranked[0][0]}) to "
+                    f"{ranked[-1][1]:.1f} dB, median {median:.1f} dB",
+                    evidence={"sqnr_db": {k: round(v, 2) for k, v in table.items()}},
+                )
+            )
+        return findings
+
+
+class _Stop(Exception):
+    pass
+
+
+def channel_sqnr(reference: Tensor, quantized: Tensor, cap_db: float = 100.0) -> float:
+    """Mean over output channels (dim 1) of 10 log10(signal power / noise power), in dB;
+    channels without signal are skipped, a noiseless channel counts as `cap_db`."""
+    y = reference.double().transpose(0, 1).reshape(reference.shape[1], -1)
+    noise = (quantized.double().transpose(0, 1).reshape(reference.shape[1], -1) - y).pow(2).sum(1)
+    signal = y.pow(2).sum(1)
+    keep = signal > 0
+    if not keep.any():
+        return cap_db
+    ratio = signal[keep] / noise[keep].clamp_min(signal[keep] * 10 ** (-cap_db / 10))
+    return float((10 * torch.log10(ratio)).mean())
+
+
+def _bits_label(bits: list[int]) -> str:
+    return str(bits[0]) if len(set(bits)) == 1 else f"{min(bits)}-{max(bits)}"
+
+
+def layer_sqnr(context: DiagnosisContext) -> dict[str, float]:
+    """SQNR (dB) of each quantized layer's output with only that layer quantized (at the
+    model's current bit widths)."""
+    model = context.quantized_model
+    batches = [x for (x,) in context.input_batches()]
+    reference: dict[str, list[Tensor]] = {name: [] for name in model.layers}
+
+    def keep(name: str, module: nn.Module, args: Any, output: Tensor) -> None:
+        reference[name].append(output.detach().clone())
+
+    with model.preserved_settings(), torch.no_grad():
+        model.set_enabled(False)
+        with module_hooks(model, after=keep, modules=model.layers.items(), eval_mode=False):
+            for x in batches:
+                model(x)
+        return {
+            name: _alone_sqnr(model, name, layer, batches, reference)
+            for name, layer in model.layers.items()
+        }
+
+
+def _alone_sqnr(
+    model: Any, name: str, layer: nn.Module, batches: list[Tensor], reference: dict
+) -> float:
+    """The SQNR of layer `name` with only its quantizers on (every quantizer off on return)."""
+    outputs: list[Tensor] = []
+
+    def stop(name: str, module: nn.Module, args: Any, output: Tensor) -> None:
+        outputs.append(output.detach().clone())
+        raise _Stop  # nothing after this layer is needed
+
+    model.set_enabled(True, [f"{name}.input_quantizer", f"{name}.weight_quantizer"])
+    try:
+        with module_hooks(model, after=stop, modules=[(name, layer)], eval_mode=False):
+            for x in batches:
+                try:
+                    model(x)
+                except _Stop:
+                    pass
+    finally:
+        model.set_enabled(False)
+    return channel_sqnr(torch.cat(reference[name]), torch.cat(outputs))

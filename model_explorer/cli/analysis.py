@@ -1,0 +1,202 @@
+"""Commands of the analyses around the search: analyze, diagnose, compare."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from model_explorer.cli.common import (
+    bit_width,
+    command,
+    load_workload,
+    positive_int,
+)
+from model_explorer.errors import UserError
+
+
+def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name or package.module:factory")
+    parser.add_argument("--num-classes", type=positive_int, help="with --model")
+    parser.add_argument("--weights", help="with --model: checkpoint to load")
+    parser.add_argument("--workload", help="workload file (model, weights, data, calibration)")
+    parser.add_argument("--input-data", help="samples: .h5, .npz or .npy (first axis = samples)")
+    parser.add_argument("--dataset", default="exploration", help="with --workload and no file")
+    parser.add_argument(
+        "--analysis",
+        help="analysis file, or a shipped one: activation_ranges, zero_ratio, histograms",
+    )
+    parser.add_argument("--analysis-args", help="string passed to the analysis class")
+    parser.add_argument("--quantized", action="store_true", help="the calibrated QuantizedModel")
+    parser.add_argument(
+        "--bits", type=bit_width, help="with --quantized: every quantizer at N bits"
+    )
+    parser.add_argument("--max-samples", type=positive_int, help="stop after N samples")
+    parser.add_argument("--print-template", action="store_true", help="print a template and exit")
+
+
+@command(
+    "analyze",
+    _analyze_arguments,
+    help="run an analysis with hooks before/after every operator",
+)
+def analyze_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.hooks import (
+        HookRunner,
+        dataset_samples,
+        file_samples,
+        load_analysis,
+        template_text,
+    )
+
+    if args.print_template:
+        print(template_text())
+        return 0
+    if args.analysis is None:
+        raise UserError("analyze: name the analysis with --analysis FILE.py (or a shipped one)")
+    if (args.model is None) == (args.workload is None):
+        raise UserError("analyze: give either --model SPEC or --workload WORKLOAD")
+    if args.model is not None:
+        from model_explorer.models import create_model, load_checkpoint
+
+        if args.quantized:
+            raise UserError("--quantized: needs --workload, whose calibration file it uses")
+        model = create_model(args.model, args.num_classes, where="--model").eval()
+        if args.weights:
+            load_checkpoint(model, args.weights, where="--weights")
+        if args.input_data is None:
+            raise UserError("--input-data: give the samples to run (.h5, .npz or .npy)")
+        samples = file_samples(args.input_data)
+    else:
+        from model_explorer.context import WorkloadContext
+
+        workload = load_workload(args)
+        context = WorkloadContext(workload)
+        if args.quantized:
+            from model_explorer.quantization.pipeline import build_quantized_model
+
+            model = build_quantized_model(context)
+            if args.bits:
+                model.bit_widths = [args.bits] * len(model.bit_widths)
+        else:
+            model = context.build_model()
+        samples = (
+            file_samples(args.input_data)
+            if args.input_data
+            else dataset_samples(context.batches(args.dataset))
+        )
+    analysis, source = load_analysis(args.analysis, args.analysis_args)
+    done = HookRunner(model, analysis, source).run(samples, args.max_samples)
+    print(f"ran {done} samples through {type(analysis).__name__} ({source})")
+    return 0
+
+
+def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument(
+        "--order",
+        action="append",
+        help="inspectors to run, in order (comma-separated or repeated; registered names or "
+        "package.module:Class); default: Norm, Image, BatchNorm, ConcatenatedOutputs, Clipping, "
+        "Compression, HighPrecision, Sensitivity",
+    )
+    parser.add_argument("--out", help="folder for images, tables and plots")
+    parser.add_argument("--log-path", help="log file (default: OUT/diagnostic.log)")
+    parser.add_argument(
+        "--output-workload", help="write a copy of the workload with the recommendations applied"
+    )
+    parser.add_argument(
+        "--no-interactive", action="store_true", help="never ask (also when stdin is a terminal)"
+    )
+    parser.add_argument(
+        "--batches", type=positive_int, default=4, help="calibration batches the inspectors look at"
+    )
+
+
+@command(
+    "diagnose",
+    _diagnose_arguments,
+    help="quantization diagnostics: [info]/[warning]/[error] findings and recommendations",
+)
+def diagnose_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.diagnose import DEFAULT_ORDER, default_out_dir, diagnose
+
+    workload = load_workload(args)
+    order = [name.strip() for item in args.order or [] for name in item.split(",") if name.strip()]
+    out_dir = Path(args.out) if args.out else default_out_dir(workload)
+    diagnose(
+        workload,
+        order or DEFAULT_ORDER,
+        out_dir,
+        log_path=Path(args.log_path) if args.log_path else None,
+        output_workload=Path(args.output_workload) if args.output_workload else None,
+        interactive=not args.no_interactive and sys.stdin.isatty(),
+        max_batches=args.batches,
+    )
+    return 0
+
+
+def _compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="ENV",
+        help="eager, eager-fp64, half, bfloat16, compile, onnxruntime, cuda, threads=N, "
+        "quantized:RESULTS#ID or package.module:factory (repeatable; default: eager, "
+        "eager-fp64, half, onnxruntime)",
+    )
+    parser.add_argument("--samples", type=positive_int, default=256, help="first N samples (256)")
+    parser.add_argument(
+        "--dataset",
+        default="exploration",
+        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        help="dataset role whose samples to run (default: exploration)",
+    )
+    parser.add_argument("--batch-size", type=positive_int, help="default: the dataset's")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed passes (5)")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4, help="relative error of an agreeing pair (1e-4)"
+    )
+    parser.add_argument("--no-localise", action="store_true", help="skip localisation")
+    parser.add_argument("--out", help="folder (default: results/compare_<workload name>)")
+
+
+@command(
+    "compare",
+    _compare_arguments,
+    help="run the model in several environments, compare outputs, timing, stability",
+)
+def compare_command(args: argparse.Namespace) -> int:
+    from model_explorer.analysis.compare import (
+        compare,
+        environment,
+        table,
+        workload_samples,
+        write_comparison,
+    )
+    from model_explorer.context import WorkloadContext
+
+    workload = load_workload(args)
+    context = WorkloadContext(workload, device="cpu")  # the cuda environment moves its own copy
+    specs = args.env or ["eager", "eager-fp64", "half", "onnxruntime"]
+    environments = [environment(spec, context) for spec in specs]  # every name checked first
+    inputs, targets, batch_size = workload_samples(context, args.dataset, args.samples)
+    comparison = compare(
+        context.build_model(),
+        inputs,
+        environments,
+        targets,
+        context,
+        batch_size=args.batch_size or batch_size,
+        repeats=args.repeats,
+        tolerance=args.tolerance,
+        localise_disagreements=not args.no_localise,
+    )
+    out = Path(args.out) if args.out else Path("results") / f"compare_{workload.name}"
+    about = {"workload": str(args.workload), "model": workload.model.type}
+    about["dataset"] = context.describe(args.dataset)
+    written = write_comparison(comparison, out, **about)
+    print(table(comparison))
+    print(f"wrote {', '.join(p.name for p in written)} to {out}/")
+    return 0

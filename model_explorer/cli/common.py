@@ -1,0 +1,79 @@
+"""What every command shares: the command registry, argument types, the workload loader."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# The dataset roles of a workload (workload.DATASET_ROLES; a test keeps the two equal), named
+# here so that `--help` does not import torch.
+DATASET_ROLES = ("calibrate", "exploration", "baseline", "train", "validation", "reevaluate")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its name, the function adding its arguments, the function running it."""
+
+    name: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    description: str | None = None
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str,
+    arguments: Callable[[argparse.ArgumentParser], None],
+    help: str,  # noqa: A002 - argparse's word
+    description: str | None = None,
+) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Decorator registering a command's function with its arguments and help."""
+
+    def decorator(
+        function: Callable[[argparse.Namespace], int],
+    ) -> Callable[[argparse.Namespace], int]:
+        if name in COMMANDS:
+            raise ValueError(f"command '{name}' is registered twice")
+        COMMANDS[name] = Command(name, arguments, function, help, description)
+        return function
+
+    return decorator
+
+
+def bit_width(text: str) -> int:
+    value = int(text)
+    if not 2 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"bit widths are 2 to 16, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def load_workload(args: argparse.Namespace) -> Any:
+    from model_explorer.workload import Workload
+
+    return Workload.load(args.workload)
+
+
+def progress(args: argparse.Namespace) -> bool:
+    """Progress bars: forced on by -p, off by --no-progress, else on when stderr is a terminal."""
+    if args.progress:
+        return True
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def format_accuracy(value: float | list[float]) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:.4f}" for v in value) + "]"
+    return f"{value:.4f}"

@@ -1,0 +1,158 @@
+"""Commands of the search and its results: explore, report, evaluate-individual."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from model_explorer.cli.common import (
+    command,
+    format_accuracy,
+    load_workload,
+    positive_int,
+    progress,
+)
+from model_explorer.errors import UserError
+
+
+def _explore_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument(
+        "-s", "--skip-baseline", action="store_true", help="do not measure the float baseline"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an unfinished result (the --output file, else the newest of this workload)",
+    )
+    parser.add_argument("--output", help="result file (default: results/expl_..._<time>.pkl)")
+    parser.add_argument(
+        "--report", action="store_true", help="also write the report (as `model-explorer report`)"
+    )
+
+
+@command(
+    "explore",
+    _explore_arguments,
+    help="search per-layer settings with NSGA-II",
+)
+def explore_command(args: argparse.Namespace) -> int:
+    from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
+    from model_explorer.reporting import pareto_table
+
+    workload = load_workload(args)
+    options = ExploreOptions(
+        skip_baseline=args.skip_baseline,
+        resume=args.resume,
+        output=args.output,
+        progress=progress(args),
+    )
+    try:
+        result, path = explore(workload, options)
+    except Interrupted as interrupted:
+        print(str(interrupted).replace("WORKLOAD", args.workload), file=sys.stderr)
+        return 130
+    stats = result.stats
+    print(
+        f"{stats['evaluations']} evaluations ({stats['cache_hits']} cache hits, "
+        f"{stats['early_rejected']} rejected early), {len(result.feasible())} feasible"
+    )
+    if result.baseline is not None:
+        baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
+        print(f"baseline accuracy: {format_accuracy(baseline)}")
+    print("Pareto front:")
+    print(pareto_table(result))
+    print(f"result: {path}")
+    if args.report:
+        from model_explorer.reporting import write_report
+
+        written = write_report(result, path.with_name(f"{path.stem}_report"), path)
+        print(f"report: {written[-1]}")
+    return 0
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", help="result file of an exploration")
+    parser.add_argument("--out", help="folder (default: <results>_report next to the file)")
+
+
+@command(
+    "report",
+    _report_arguments,
+    help="plots and a report.md of a result file",
+)
+def report_command(args: argparse.Namespace) -> int:
+    from model_explorer.reporting import write_report
+    from model_explorer.results import ExplorationResult
+
+    path = Path(args.results)
+    result = ExplorationResult.load(path)
+    out = Path(args.out) if args.out else path.with_name(f"{path.stem}_report")
+    written = write_report(result, out, path)
+    print(f"wrote {len(written)} files to {out}/: {', '.join(p.name for p in written)}")
+    print(f"report: {written[-1]}")
+    return 0
+
+
+def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument("results", nargs="?", help="result file of an exploration")
+    parser.add_argument(
+        "--retrained", nargs="+", metavar="CHECKPOINT", help="evaluate checkpoints of `retrain`"
+    )
+    parser.add_argument("-n", "--count", type=positive_int, default=5, help="how many (default 5)")
+    parser.add_argument("--output", help="CSV file (default: <results>_reevaluation.csv)")
+
+
+@command(
+    "evaluate-individual",
+    _evaluate_individual_arguments,
+    help="re-evaluate the best individuals of a result on the reevaluation data",
+    description="Re-evaluates the N feasible individuals with the lowest primary cost "
+    "objective (the first minimised objective, e.g. weighted_bits; ascending, ties broken by "
+    "higher accuracy) on reevaluation.datasets.reevaluate, and writes a CSV of their rows with "
+    "a full_accuracy column.",
+)
+def evaluate_individual_command(args: argparse.Namespace) -> int:
+    from model_explorer.exploration.reevaluate import (
+        primary_cost,
+        reevaluate,
+        reevaluation_path,
+    )
+    from model_explorer.fileio import atomic_path
+    from model_explorer.results import ExplorationResult
+
+    workload = load_workload(args)
+    if args.retrained:
+        return _evaluate_retrained(workload, args)
+    if args.results is None:
+        raise UserError("evaluate-individual: give RESULTS, or --retrained CHECKPOINT ...")
+    result = ExplorationResult.load(args.results)
+    table = reevaluate(workload, result, args.count)
+    output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
+    with atomic_path(output) as temporary:
+        table.to_csv(temporary, index=False)
+    print(
+        f"re-evaluated the {len(table)} feasible individuals with the lowest "
+        f"{primary_cost(result)} on the reevaluation data:"
+    )
+    columns = ["id", primary_cost(result), "accuracy", "full_accuracy"]
+    print(table[[c for c in columns if c in table.columns]].to_string(index=False))
+    print(f"wrote {output}")
+    return 0
+
+
+def _evaluate_retrained(workload, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from model_explorer.context import WorkloadContext
+    from model_explorer.retraining import load_retrained
+
+    context = WorkloadContext(workload)
+    for path in args.retrained:
+        problem, checkpoint = load_retrained(context, path)
+        accuracy = context.evaluate(problem.model, "reevaluate")
+        print(
+            f"{path} (individual {checkpoint['individual']}, retrained): full accuracy "
+            f"{format_accuracy(accuracy)} on the reevaluation data"
+        )
+    return 0

@@ -1,0 +1,130 @@
+"""Commands on a workload file and its float or calibrated model: validate, evaluate, calibrate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from model_explorer.cli.common import (
+    bit_width,
+    command,
+    format_accuracy,
+    load_workload,
+)
+
+
+def _validate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument("--show", action="store_true", help="print the workload with all defaults")
+
+
+@command(
+    "validate",
+    _validate_arguments,
+    help="check a workload file and print what it holds",
+)
+def validate_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)
+    sections = [
+        name
+        for name in ("calibration", "exploration", "retraining", "reevaluation")
+        if getattr(workload, name) is not None
+    ]
+    print(
+        f"{args.workload}: valid workload '{workload.name}' (model {workload.model.type}, "
+        f"problem {workload.problem.problem_function}, sections: {', '.join(sections) or 'none'})"
+    )
+    if args.show:
+        print(json.dumps(workload.to_dict(), indent=2))
+    return 0
+
+
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        help="dataset role to evaluate on (repeatable; default: baseline)",
+    )
+    parser.add_argument(
+        "--bits",
+        type=bit_width,
+        nargs="+",
+        metavar="N",
+        help="also evaluate the calibrated quantized model with every quantizer at N bits",
+    )
+    parser.add_argument("--json", action="store_true", help="also print the results as JSON")
+
+
+@command(
+    "evaluate",
+    _evaluate_arguments,
+    help="accuracy of the workload's float model",
+)
+def evaluate_command(args: argparse.Namespace) -> int:
+    from model_explorer.context import WorkloadContext
+
+    workload = load_workload(args)
+    context = WorkloadContext(workload)
+    models = [("float", context.build_model())]
+    if args.bits:
+        from model_explorer.quantization.pipeline import build_quantized_model
+
+        quantized = build_quantized_model(context)
+        for bits in args.bits:
+            models.append((f"{bits} bit", quantized))
+    results = []
+    for role in args.dataset or ["baseline"]:
+        info = context.describe(role)
+        for label, model in models:
+            if label != "float":
+                model.bit_widths = [int(label.split()[0])] * len(model.bit_widths)
+            accuracy = context.evaluate(model, role)
+            results.append(
+                {**info, "model": label, "metric": workload.metric.type, "accuracy": accuracy}
+            )
+            print(
+                f"{workload.model.type} ({label}) on {info['where']} ({info['samples']} samples, "
+                f"{context.device}): {workload.metric.type} = {format_accuracy(accuracy)}"
+            )
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="workload YAML file")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="keep an existing file made for the current weights",
+    )
+
+
+@command(
+    "calibrate",
+    _calibrate_arguments,
+    help="calibrate the quantizers and write calibration.file",
+)
+def calibrate_command(args: argparse.Namespace) -> int:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.quantization.pipeline import calibrate_workload
+
+    workload = load_workload(args)
+    context = WorkloadContext(workload)
+    model, path, calibrated = calibrate_workload(
+        context, force=args.force, if_missing=args.if_missing
+    )
+    if not calibrated:
+        print(f"{path} exists and matches the weights; not calibrating (drop --if-missing to redo)")
+        return 0
+    spec = workload.calibration
+    samples = len(context.loader("calibrate").dataset)
+    method = spec.method + (f" {spec.percentile}" if spec.method == "percentile" else "")
+    print(
+        f"calibrated {len(model.layers)} input quantizers of {workload.model.type} on {samples} "
+        f"samples ({method}); wrote {path}"
+    )
+    return 0
