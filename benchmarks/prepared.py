@@ -6,7 +6,8 @@ from __future__ import annotations
 from model_explorer.context import WorkloadContext
 from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.retraining import train_baseline
-from model_explorer.workload import Workload, resolve_path
+from model_explorer.schema import resolve_path
+from model_explorer.workload import Workload
 
 
 def prepared_context(path: str) -> tuple[Workload, WorkloadContext]:

@@ -19,6 +19,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -174,6 +175,15 @@ class TypedSpec(Spec):
         """The validated, entry-specific options (a pydantic model), or None."""
         return self._options
 
+    @model_serializer(mode="wrap")
+    def _with_option_defaults(self, handler: Any, info: Any) -> Any:
+        """As written; with the context `{"defaults": True}`, every option of the entry with its
+        default filled in (what `validate --show` prints)."""
+        data = handler(self)
+        if (info.context or {}).get("defaults") and self._options is not None:
+            data = {**data, **self._options.model_dump(mode=info.mode, exclude_none=True)}
+        return data
+
 
 def _option_keys(entry: Any) -> set[str]:
     return set(entry.options.model_fields) if entry.options is not None else set()
@@ -187,11 +197,12 @@ def _reject_foreign_key(
     if takers:
         raise PydanticCustomError(
             "foreign_key",
-            "only the {takers} {kind} takes '{key}'; set '{type_key}: {first}' or remove '{key}'",
+            "only the {takers} {kind} {verb} '{key}'; set '{type_key}: {first}' or remove '{key}'",
             {
                 "key": key,
                 "takers": " and ".join(takers),
-                "kind": registry.kind,
+                "kind": registry.kind + ("s" if len(takers) > 1 else ""),
+                "verb": "take" if len(takers) > 1 else "takes",
                 "type_key": cls.type_key,
                 "first": takers[0],
             },

@@ -78,9 +78,12 @@ class Workload(Spec):
             )
         return value
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data in the file's layout (root key `workload:`), for result files."""
-        return {"workload": self.model_dump(mode="json", exclude_none=True)}
+    def to_dict(self, defaults: bool = False) -> dict[str, Any]:
+        """Plain data in the file's layout (root key `workload:`), for result files; with
+        `defaults`, the options of typed keys (datasets, metric, runner, energy backend) with
+        their defaults filled in too."""
+        body = self.model_dump(mode="json", exclude_none=True, context={"defaults": defaults})
+        return {"workload": body}
 
     @classmethod
     def from_dict(

@@ -128,3 +128,28 @@ def test_no_function_over_60_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name} ({lines})")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+BOTTOM = {"errors", "registry", "schema", "fileio", "figures", "modules", "plan"}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else module
+
+
+def test_rooms_import_only_downwards() -> None:
+    """The bottom imports nothing above it, analysis/ is imported only by the CLI, the CLI by
+    nothing but `python -m`, and problems never reach into analysis/."""
+    wrong = []
+    for module, targets in import_graph().items():
+        room = _room(module)
+        for target in targets:
+            above = _room(target)
+            if room in BOTTOM and above not in BOTTOM:
+                wrong.append(f"{module} -> {target}")
+            if above == "analysis" and room not in ("analysis", "cli"):
+                wrong.append(f"{module} -> {target}")
+            if above == "cli" and room not in ("cli", "__main__"):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, wrong

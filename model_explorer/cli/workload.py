@@ -35,7 +35,7 @@ def validate_command(args: argparse.Namespace) -> int:
         f"problem {workload.problem.problem_function}, sections: {', '.join(sections) or 'none'})"
     )
     if args.show:
-        print(json.dumps(workload.to_dict(), indent=2))
+        print(json.dumps(workload.to_dict(defaults=True), indent=2))
     return 0
 
 

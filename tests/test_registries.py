@@ -1,0 +1,231 @@
+"""Every extension point is a registry: `model-explorer list` answers for each, a workload's
+typed keys check entries' own options, and every registered entry does its job.
+
+The expected names below are the ones the README documents, written out here, not read from the
+registries under test."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+from torch import nn
+
+from model_explorer.analysis.compare.environments import ENVIRONMENTS, EnvironmentSkipped
+from model_explorer.analysis.diagnose import DEFAULT_ORDER, INSPECTORS
+from model_explorer.analysis.hooks import ANALYSES, HookRunner, load_analysis
+from model_explorer.cli import main
+from model_explorer.cli.common import DATASET_ROLES as CLI_ROLES
+from model_explorer.cli.listing import REGISTRIES
+from model_explorer.cost.energy import (
+    CSV_COLUMNS,
+    ENERGY_BACKENDS,
+    EnergyEvaluationSpec,
+    energy_layers,
+)
+from model_explorer.datasets import DATASETS, DatasetSpec
+from model_explorer.exploration.runners import RUNNERS, Runner, RunnerSpec, build_runner
+from model_explorer.metrics import METRICS, MetricSpec, create_metric
+from model_explorer.models import create_model
+from model_explorer.problems import PROBLEMS
+from model_explorer.workload import DATASET_ROLES
+from tests_support import Synthetic
+
+DOCUMENTED = {
+    "models": {"digits_cnn", "lenet5", "resnet20", "resnet32", "resnet44", "resnet56"},
+    "datasets": {"digits", "cifar10", "imagefolder", "arrays"},
+    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"},
+    "problems": {
+        "quantization_problem",
+        "energy_aware_quant_problem",
+        "sparsity_problem",
+        "quantization_sparsity_problem",
+    },
+    "runners": {"serial", "processes", "dask"},
+    "inspectors": {
+        "Norm",
+        "Image",
+        "BatchNorm",
+        "ConcatenatedOutputs",
+        "Clipping",
+        "Compression",
+        "HighPrecision",
+        "Sensitivity",
+    },
+    "energy": {"analytic", "zigzag"},
+    "environments": {"eager", "eager-fp64", "half", "bfloat16", "compile", "onnxruntime", "cuda"},
+    "analyses": {"template", "activation_ranges", "zero_ratio", "histograms"},
+}
+FORMS = {
+    "models": ["torchvision:<name>", "package.module:factory"],
+    "environments": ["threads=N", "quantized:RESULTS#ID", "package.module:factory"],
+    "inspectors": ["package.module:Class"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DOCUMENTED))
+def test_list_answers_for_every_registry(kind: str, capsys) -> None:
+    assert main(["list", kind]) == 0
+    lines = capsys.readouterr().out.split()
+    forms = FORMS.get(kind, [])
+    assert lines[len(lines) - len(forms) :] == forms
+    names = lines[: len(lines) - len(forms)]
+    assert names == sorted(names) and set(names) == DOCUMENTED[kind]
+
+
+def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> None:
+    assert set(REGISTRIES) == set(DOCUMENTED)
+    code = (
+        "import sys; from model_explorer.cli import main; "
+        "main(['list', 'energy']); main(['list', 'runners']); "
+        "loaded = [m for m in ('zigzag', 'distributed', 'onnxruntime') if m in sys.modules]; "
+        "print('loaded:', loaded)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "loaded: []" in done.stdout
+
+
+def test_the_cli_knows_the_workload_dataset_roles() -> None:
+    assert list(CLI_ROLES) == list(DATASET_ROLES)
+
+
+def test_default_order_runs_every_registered_inspector() -> None:
+    # tests/analysis/test_diagnose.py runs DEFAULT_ORDER on a trained model.
+    assert sorted(DEFAULT_ORDER) == INSPECTORS.names()
+
+
+# -- typed keys: each entry's own options --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", DATASETS.names())
+def test_every_dataset_type_validates_its_defaults(name: str, tmp_path: Path) -> None:
+    spec = DatasetSpec.model_validate(
+        {"type": name, "path": str(tmp_path)}, context={"check_paths": True}
+    )
+    assert spec.options is not None and spec.options == type(spec.options)()
+
+
+def test_a_key_of_another_entry_says_which_entry_takes_it() -> None:
+    with pytest.raises(ValidationError, match="only the cifar10 and digits datasets take 'split'"):
+        DatasetSpec.model_validate({"type": "arrays", "path": "x.npz", "split": "test"})
+    with pytest.raises(ValidationError, match="only the zigzag energy backend takes 'hardware'"):
+        EnergyEvaluationSpec.model_validate({"backend": "analytic", "hardware": "tpu_like"})
+    with pytest.raises(ValidationError, match="unknown key"):
+        RunnerSpec.model_validate({"type": "serial", "wokers": 2})
+
+
+@pytest.mark.parametrize("name", METRICS.names())
+def test_every_metric_scores_a_perfect_prediction_as_one(name: str) -> None:
+    metric = create_metric(MetricSpec.model_validate(name))
+    labels = torch.tensor([[0, 1], [2, 1]]) if "iou" in name or "pixel" in name else None
+    if labels is None:
+        labels = torch.tensor([3, 0, 2, 1, 4])
+        scores = torch.nn.functional.one_hot(labels, 6).float()
+    else:
+        scores = torch.nn.functional.one_hot(labels, 3).permute(2, 0, 1)[None].float()
+        labels = labels[None]
+    metric.update(scores, labels)
+    assert metric.compute() == pytest.approx(1.0)
+
+
+# -- every entry does its job ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RUNNERS.names())
+def test_every_runner_builds_from_its_defaults(name: str) -> None:
+    if name == "dask":
+        pytest.importorskip("distributed")
+    runner = build_runner(RunnerSpec(type=name))
+    try:
+        assert isinstance(runner, Runner)
+        problem = Synthetic(genes=3)
+        genomes = [np.array([8.0, 8.0, 8.0]), np.array([4.0, 5.0, 6.0])]
+        if name == "serial":
+            done = []
+            runner.evaluate(problem, genomes, lambda i, c, e: done.append((i, c)))
+            assert done == [(0, [8, 8, 8]), (1, [4, 5, 6])]
+        else:  # parallel runners rebuild the problem from a workload's recipe only
+            with pytest.raises(ValueError, match="parallel runners evaluate problems built"):
+                runner.evaluate(problem, genomes, lambda *found: None)
+    finally:
+        runner.close()
+
+
+def tiny() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5)).eval()
+
+
+@pytest.mark.parametrize("name", ENERGY_BACKENDS.names())
+def test_every_energy_backend_reports_each_layer(name: str) -> None:
+    if name == "zigzag":
+        pytest.importorskip("zigzag")
+    entry = ENERGY_BACKENDS.get(name)
+    model = tiny()
+    rows = entry.builder(model, torch.zeros(1, 1, 8, 8), entry.options())
+    assert [r.layer_name for r in rows] == list(energy_layers(model)) == ["0", "3"]
+    for row in rows:
+        assert set(row.as_row()) == set(CSV_COLUMNS)
+        assert row.total_dram_energy == pytest.approx(row.w_energy + row.i_energy + row.o_energy)
+        assert row.w_reads > 0 and row.total_dram_energy > 0
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS.names())
+def test_every_environment_runs_or_says_why_not(name: str) -> None:
+    from model_explorer.analysis.compare import environment
+
+    model, x = tiny(), torch.randn(4, 1, 8, 8)
+    env = environment(name)
+    try:
+        env.prepare(copy.deepcopy(model), x)  # as `compare` does: environments may convert it
+        logits = env.run(x)
+    except EnvironmentSkipped as reason:
+        assert str(reason)  # e.g. no CUDA here: the reason says so
+        return
+    finally:
+        env.close()
+    assert logits.dtype == torch.float64 and logits.shape == (4, 5)
+    with torch.no_grad():
+        reference = model(x).double()
+    tolerance = 0.05 if name in ("half", "bfloat16") else 1e-4
+    assert torch.allclose(logits, reference, atol=tolerance * float(reference.abs().max()))
+
+
+@pytest.mark.parametrize("name", ANALYSES.names())
+def test_every_shipped_analysis_runs(name: str, tmp_path: Path) -> None:
+    outputs = {
+        "activation_ranges": tmp_path / "ranges.json",
+        "zero_ratio": tmp_path / "zeros.csv",
+        "histograms": tmp_path / "histograms",
+    }
+    analysis, source = load_analysis(name, str(outputs[name]) if name in outputs else None)
+    samples = [(torch.randn(1, 1, 8, 8),) for _ in range(2)]
+    assert HookRunner(create_model("digits_cnn").eval(), analysis, source).run(samples) == 2
+    if name in outputs:
+        assert outputs[name].exists()
+
+
+def test_every_problem_is_documented_and_built_from_a_workload() -> None:
+    # Each problem is built and searched from the shipped workloads in tests/problems,
+    # tests/cost/test_energy.py and tests/exploration/test_golden.py.
+    assert set(PROBLEMS.names()) == DOCUMENTED["problems"]
+
+
+def test_show_fills_in_the_options_of_typed_keys(capsys) -> None:
+    from conftest import DEFAULT_WORKLOAD
+
+    assert main(["validate", "--show", str(DEFAULT_WORKLOAD)]) == 0
+    printed = capsys.readouterr().out
+    body = json.loads(printed[printed.index("{") :])["workload"]
+    exploration = body["exploration"]["datasets"]["exploration"]
+    assert exploration["split"] == "validation"  # from the file
+    assert exploration["resize"] == 8 and exploration["split_seed"] == 0  # digits' defaults
+    assert body["metric"] == {"type": "top1"}  # top1 has no options
