@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from model_explorer.cli.common import (
+    DATASET_ROLES,
     bit_width,
     command,
     load_workload,
@@ -150,7 +151,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         default="exploration",
-        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        choices=DATASET_ROLES,
         help="dataset role whose samples to run (default: exploration)",
     )
     parser.add_argument("--batch-size", type=positive_int, help="default: the dataset's")

@@ -83,7 +83,11 @@ def cost_command(args: argparse.Namespace) -> int:
 
 def _energy_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="workload YAML file")
-    parser.add_argument("--backend", choices=["analytic", "zigzag"], help="default: the workload's")
+    parser.add_argument(
+        "--backend",
+        help="a registered energy backend (`model-explorer list energy`: analytic, zigzag); "
+        "default: the workload's",
+    )
     parser.add_argument(
         "--output", help="CSV file (default: energy_evaluation.dram_analysis_file, else results/)"
     )

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from model_explorer.cli.common import (
+    DATASET_ROLES,
     bit_width,
     command,
     format_accuracy,
@@ -44,7 +45,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         action="append",
-        choices=["calibrate", "exploration", "baseline", "train", "validation", "reevaluate"],
+        choices=DATASET_ROLES,
         help="dataset role to evaluate on (repeatable; default: baseline)",
     )
     parser.add_argument(
