@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_flatten
 
@@ -110,3 +111,16 @@ def module_hooks(
         for handle in handles:
             handle.remove()
         model.train(training)
+
+
+@contextmanager
+def unfused_attention() -> Iterator[None]:
+    """Within the block, nn.MultiheadAttention and nn.TransformerEncoder(Layer) take their
+    plain path instead of the fused "fast path" kernel, so that analyses see (and count) the
+    projections and the attention as separate operations."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)

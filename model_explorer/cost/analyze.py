@@ -14,10 +14,16 @@ operation, a `CostReport` totals and groups them, the CLI renders. Two collectio
   whose data spaces are weights, inputs and outputs); storage holds every parameter.
 
 Conventions (stated in `CostReport.conventions`): MACs count multiply-accumulates of
-convolution, linear, matmul and attention only (torchinfo, ptflops' aten backend, calflops;
-FLOPs = 2 x MACs); `other_ops` counts the elements produced by every other operation; memory
-read = inputs + parameters, write = outputs, storage = parameters, inference memory = outputs,
-in bytes (4 per element, or a layer's bit widths when a plan gives them); MiB = 2**20 bytes.
+convolution, linear and matmul only (torchinfo, ptflops' aten backend, calflops; FLOPs = 2 x
+MACs), by torch's own formulas (`torch.utils.flop_counter`), so `macs` equals torch's FLOP
+counter / 2 on the CPU; `attention_macs` counts the two products (Q·Kᵀ, A·V) inside fused
+scaled-dot-product-attention kernels, which that counter leaves out on the CPU (attention
+written as plain matmuls is in `macs`). Attention modules run unfused while a table is made
+(`unfused_attention`): the fused fast path of nn.MultiheadAttention is one ATen operation
+without a formula, which would hide its projections. `other_ops` counts the elements produced
+by every other operation; memory read = inputs + parameters, write = outputs, storage =
+parameters, inference memory = outputs, in bytes (4 per element, or a layer's bit widths when a
+plan gives them); MiB = 2**20 bytes.
 """
 
 from __future__ import annotations
@@ -33,12 +39,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in
+from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 
 CONVENTIONS = {
     "params": "parameter elements used by the operation",
-    "macs": "multiply-accumulates of convolution/linear/matmul/attention (FLOPs = 2 x MACs)",
+    "macs": "multiply-accumulates of convolution/linear/matmul, torch.utils.flop_counter's "
+    "formulas (FLOPs = 2 x MACs)",
+    "attention_macs": "multiply-accumulates of Q·Kᵀ and A·V inside fused attention kernels",
     "other_ops": "elements produced by every other operation",
     "read_bytes": "bytes read: inputs + parameters",
     "write_bytes": "bytes written: outputs",
@@ -60,7 +68,14 @@ _VIEWS = {
     "permute",
     "transpose",
 }
-_ATTENTION_CPU = "_scaled_dot_product_flash_attention_for_cpu"
+# Fused scaled-dot-product-attention kernels (torch's counter has formulas for the CUDA ones).
+_ATTENTION = {
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+}
 
 
 @dataclass
@@ -72,6 +87,7 @@ class CostRow:
     operation: str
     params: int = 0
     macs: int = 0
+    attention_macs: int = 0
     other_ops: int = 0
     read_bytes: float = 0.0
     write_bytes: float = 0.0
@@ -182,11 +198,11 @@ class _Collector(TorchDispatchMode):
                 self.alive.append(output)
             params = []
         in_bytes, weight_bytes = _bytes(self.plan, name)
-        macs = 0
-        if func.overloadpacket in flop_registry:
+        macs = attention = 0
+        if operation in _ATTENTION:
+            attention = _attention_macs(args, out)
+        elif func.overloadpacket in flop_registry:
             macs = int(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out)) // 2
-        elif operation == _ATTENTION_CPU:
-            macs = _attention_macs(args, out)
         param_elements = sum(p.numel() for p in params)
         for parameter in params:
             self.storage.setdefault(id(parameter), parameter.numel() * weight_bytes)
@@ -197,7 +213,8 @@ class _Collector(TorchDispatchMode):
             operation=operation,
             params=param_elements,
             macs=macs,
-            other_ops=0 if macs or view else sum(o.numel() for o in outputs),
+            attention_macs=attention,
+            other_ops=0 if macs or attention or view else sum(o.numel() for o in outputs),
             read_bytes=0.0
             if view
             else sum(t.numel() for t in activations) * in_bytes + param_elements * weight_bytes,
@@ -233,7 +250,7 @@ def analyze_cost(
         rows = _leaf_rows(model, x, plan, sync)
         storage = sum(r.storage_bytes for r in _first_calls(rows))
     else:
-        with module_hooks(model) as trace, torch.no_grad():
+        with module_hooks(model) as trace, torch.no_grad(), unfused_attention():
             collector = _Collector(trace, parameters, plan, sync)
             with collector:
                 model(x)
@@ -274,7 +291,7 @@ def _leaf_rows(model: nn.Module, x: Tensor, plan: Plan, sync: Any) -> list[CostR
         for name, module in model.named_modules()
         if next(module.children(), None) is None and not isinstance(module, _IDENTITIES)
     ]
-    with module_hooks(model, enter, leave, leaves), torch.no_grad():
+    with module_hooks(model, enter, leave, leaves), torch.no_grad(), unfused_attention():
         model(x)
     return rows
 

@@ -1,5 +1,6 @@
-"""Per-layer sizes of convolution and linear layers, measured on one example sample:
-multiply-accumulates, weight elements, input and output elements (all per sample)."""
+"""Per-layer sizes of convolution and linear layers (and of quantized products of two
+activations, which have no weight), measured on one example sample: multiply-accumulates,
+weight elements, input and output elements (all per sample)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ def measure_layers(
     found: dict[str, LayerCost] = {}
 
     def record(name: str, module: nn.Module, args: tuple, output: Tensor) -> None:
+        product = getattr(module, "product_macs", None)  # a product of two activations
+        weight = getattr(module, "weight", None)
         cost = LayerCost(
-            macs=layer_macs(module, args[0], output),
-            weight_elements=module.weight.numel(),
+            macs=product(args, output) if product else layer_macs(module, args[0], output),
+            weight_elements=0 if weight is None else weight.numel(),
             input_elements=args[0][0].numel(),
             output_elements=output[0].numel(),
         )

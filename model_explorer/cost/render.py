@@ -36,10 +36,13 @@ def cost_frame(
 
 def totals_text(report: CostReport) -> str:
     totals = report.totals
+    attention = totals["attention_macs"]
+    fused = f" + attention MACs {attention:,} in fused kernels" if attention else ""
     return (
         f"totals ({report.level}, input {tuple(report.input_shape)}): "
-        f"params {totals['params']:,}, MACs {totals['macs']:,} ({totals['macs'] / 1e9:.4f} G), "
-        f"other ops {totals['other_ops']:,}, storage {totals['storage_bytes'] / MIB:.2f} MiB, "
+        f"params {totals['params']:,}, MACs {totals['macs']:,} ({totals['macs'] / 1e9:.4f} G)"
+        f"{fused}, other ops {totals['other_ops']:,}, "
+        f"storage {totals['storage_bytes'] / MIB:.2f} MiB, "
         f"inference memory {totals['inference_bytes'] / MIB:.2f} MiB, "
         f"read + write {(totals['read_bytes'] + totals['write_bytes']) / MIB:.2f} MiB"
     )

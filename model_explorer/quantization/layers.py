@@ -8,12 +8,50 @@ gives back a float layer over the same parameters. Names follow NVIDIA's: `input
 from __future__ import annotations
 
 import copy
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+
+_state = threading.local()
+
+
+def inside_layer() -> bool:
+    """True while a quantized layer's own forward runs: its products are quantized already,
+    so code watching torch functions (quantization/functional.py) leaves them alone."""
+    return getattr(_state, "depth", 0) > 0
+
+
+class layer_forward:  # noqa: N801 - a context manager, like torch.no_grad
+    """Marks a quantized layer's forward as running (see `inside_layer`)."""
+
+    def __enter__(self) -> None:
+        _state.depth = getattr(_state, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _state.depth -= 1
+
+
+@dataclass
+class FunctionalCall:
+    """A call such as `F.linear(x, layer.weight[rows], bias)` made by other code with a quantized
+    layer's weight (or a view of it): run with the layer's quantized input and weight."""
+
+    function: Any
+    weight: Tensor
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def run(self, x: Tensor, full_weight: Tensor, quantized: Tensor) -> Tensor:
+        weight = quantized
+        if self.weight is not full_weight:  # the same view of the quantized weight
+            offset = self.weight.storage_offset() - full_weight.storage_offset()
+            weight = quantized.as_strided(self.weight.size(), self.weight.stride(), offset)
+        return self.function(x, weight, *self.args, **self.kwargs)
 
 
 def _rebuild(module: nn.Module, cls: type[nn.Module]) -> Any:
@@ -54,13 +92,17 @@ class QuantLayer:
     def quantized_weight(self) -> Tensor:
         return self.weight_quantizer(self.weight)  # type: ignore[attr-defined]
 
-    def forward(self, input: Tensor) -> Tensor:
-        x, weight = self.input_quantizer(input), self.quantized_weight()
-        # A SparseModel may add a block sparsifier, which then runs the layer on quantized data.
-        sparsifier = self._modules.get("sparsifier")  # type: ignore[attr-defined]
-        if sparsifier is not None:
-            return sparsifier(self, x, weight)
-        return self.dense(x, weight)
+    def forward(self, input: Tensor, functional: FunctionalCall | None = None) -> Tensor:
+        with layer_forward():
+            x, weight = self.input_quantizer(input), self.quantized_weight()
+            if functional is not None:
+                return functional.run(x, self.weight, weight)  # type: ignore[attr-defined]
+            # A SparseModel may add a block sparsifier, which then runs the layer on quantized
+            # data.
+            sparsifier = self._modules.get("sparsifier")  # type: ignore[attr-defined]
+            if sparsifier is not None:
+                return sparsifier(self, x, weight)
+            return self.dense(x, weight)
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         raise NotImplementedError
@@ -91,7 +133,14 @@ class _QuantConvTranspose(QuantLayer):
     dims: int
     function: Any
 
-    def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
+    def forward(
+        self,
+        input: Tensor,
+        output_size: list[int] | None = None,
+        functional: FunctionalCall | None = None,
+    ) -> Tensor:
+        if functional is not None:
+            return QuantLayer.forward(self, input, functional)
         output_padding = self._output_padding(  # type: ignore[attr-defined]
             input,
             output_size,
@@ -101,6 +150,10 @@ class _QuantConvTranspose(QuantLayer):
             self.dims,
             self.dilation,
         )
+        with layer_forward():
+            return self._transposed(input, output_padding)
+
+    def _transposed(self, input: Tensor, output_padding: Any) -> Tensor:
         return type(self).function(
             self.input_quantizer(input),
             self.quantized_weight(),

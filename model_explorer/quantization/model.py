@@ -1,7 +1,11 @@
-"""QuantizedModel: a model whose convolution and linear layers are swapped for fake-quantized ones.
+"""QuantizedModel: a model whose convolution, linear and attention layers are swapped for
+fake-quantized ones.
 
 The explorable parameters are the quantizers' bit widths, ordered as the original tool ordered
-them: per layer in module order, the input quantizer, then the weight quantizer.
+them: per layer in module order, the input quantizer, then the weight quantizer. Products that
+do not run through a layer's forward (a weight handed to `F.linear` by other code, products of
+activations) are quantized too, see functional.py; layers that never run on the calibration data
+(auxiliary heads off in eval mode) are reported once and left in float, out of the search.
 """
 
 from __future__ import annotations
@@ -17,21 +21,19 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.fileio import atomic_path
-from model_explorer.modules import selected, set_child
-from model_explorer.quantization.calibrators import (
-    Calibrator,
-    calibrator_from_state,
-    make_calibrator,
-)
-from model_explorer.quantization.layers import QUANT_LAYERS, QuantLayer
+from model_explorer.modules import set_child
+from model_explorer.quantization import calibration_file
+from model_explorer.quantization.attention import ActivationProduct
+from model_explorer.quantization.calibrators import make_calibrator
+from model_explorer.quantization.functional import FAST_PATH_MODULES, Interceptor
+from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
+from model_explorer.quantization.swap import SWAPPABLE, swap_layers
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = "model_explorer.calibration"
-CALIBRATION_VERSION = 1
+CALIBRATION_FORMAT = calibration_file.CALIBRATION_FORMAT
 
 
 def _quantizer(spec: QuantizerSpec, cls: type[TensorQuantizer], **extra: Any) -> TensorQuantizer:
@@ -44,12 +46,22 @@ def _quantizer(spec: QuantizerSpec, cls: type[TensorQuantizer], **extra: Any) ->
     )
 
 
+def data_quantizers(layer: nn.Module) -> list[TensorQuantizer]:
+    """The quantizers of a layer whose amax comes from calibration data: the input's, and both
+    operands' of a product of activations."""
+    if isinstance(layer, ActivationProduct):
+        return [layer.input_quantizer, layer.weight_quantizer]
+    return [layer.input_quantizer]
+
+
 class QuantizedModel(nn.Module):
     """Swaps the chosen layers of `model` (in place) for fake-quantized ones; calling the
     QuantizedModel runs the swapped model. `restore()` puts the float layers back.
 
-    Layers are chosen by type (`layer_types`, names as in torch.nn) and by module name
-    (`include` / `exclude`, shell-style patterns such as `layer4.*`).
+    Layers are chosen by type (`layer_types`, names as in torch.nn, `MultiheadAttention`
+    included) and by module name (`include` / `exclude`, shell-style patterns such as
+    `layer4.*`). With `attention_matmuls`, products of two activations (Q·Kᵀ, A·V) get
+    quantizers too.
     """
 
     def __init__(
@@ -61,39 +73,39 @@ class QuantizedModel(nn.Module):
         input: QuantizerSpec | None = None,  # noqa: A002 - the workload's key
         weight: QuantizerSpec | None = None,
         weight_cache: int | None = None,
+        attention_matmuls: bool = False,
     ) -> None:
         super().__init__()
-        unknown = sorted(set(layer_types) - set(QUANT_LAYERS))
+        unknown = sorted(set(layer_types) - set(SWAPPABLE))
         if unknown:
             raise UserError(
                 f"quantization.layer_types: cannot quantize {unknown}; supported: "
-                f"{', '.join(QUANT_LAYERS)}"
+                f"{', '.join(SWAPPABLE)}"
             )
         self.input_spec = input or QuantizerSpec()
         self.weight_spec = weight or QuantizerSpec(axis=0)
+        self.weight_cache = weight_cache
         self.model = model
-        self.layers: dict[str, QuantLayer] = {}
-        self._float_layers: dict[str, nn.Module] = {}
-        wanted = {QUANT_LAYERS[name].float_type: QUANT_LAYERS[name] for name in layer_types}
-        for name, module in list(model.named_modules()):
-            cls = wanted.get(type(module))
-            if cls is None or not name:
-                continue
-            if not selected(name, include, exclude):
-                continue
-            layer = cls.from_float(
-                module,
-                _quantizer(self.input_spec, TensorQuantizer),
-                _quantizer(self.weight_spec, WeightQuantizer, cache_size=weight_cache),
-            )
-            set_child(model, name, layer)  # type: ignore[arg-type]
-            self.layers[name] = layer
-            self._float_layers[name] = module
+        self._calibrating: dict[str, Any] | None = None
+        swap = swap_layers(
+            model, layer_types, include, exclude, self._layer_quantizers, attention_matmuls
+        )
+        self.layers: dict[str, nn.Module] = swap.layers
+        self._float_layers: dict[str, nn.Module] = swap.replaced
+        self.unused: list[str] = []
         if not self.layers:
             raise UserError(
                 f"quantization: the model has no layer of types {list(layer_types)} matching "
                 f"include {list(include)} and exclude {list(exclude)}"
             )
+        self.interceptor = Interceptor(self._make_product if attention_matmuls else None)
+        self._refresh_weights()
+        self._static_scopes = [
+            name for name, module in model.named_modules() if isinstance(module, FAST_PATH_MODULES)
+        ]
+        self.scopes: list[str] = []
+        self.discovered = False
+        self.interceptor.install(model, self._static_scopes)
         # A new nn.Module starts in training mode; take the wrapped model's mode instead, so
         # that code restoring "the" mode does not switch an eval model's batch norms to training.
         self.train(model.training)
@@ -109,10 +121,103 @@ class QuantizedModel(nn.Module):
             spec.input,
             spec.weight,
             spec.weight_cache,
+            spec.attention_matmuls,
         )
 
+    def _layer_quantizers(self) -> tuple[TensorQuantizer, TensorQuantizer]:
+        return (
+            _quantizer(self.input_spec, TensorQuantizer),
+            _quantizer(self.weight_spec, WeightQuantizer, cache_size=self.weight_cache),
+        )
+
+    def _make_product(self) -> ActivationProduct:
+        """A product of activations found on the way: both operands quantized as inputs are."""
+        product = ActivationProduct(
+            _quantizer(self.input_spec, TensorQuantizer),
+            _quantizer(self.input_spec, TensorQuantizer),
+        )
+        if self._calibrating is not None:
+            for quantizer in data_quantizers(product):
+                quantizer.start_calibration(self._new_calibrator(quantizer))
+        return product
+
+    def _refresh_weights(self) -> None:
+        self.interceptor.weights = {
+            id(layer.weight): layer
+            for layer in self.layers.values()
+            if isinstance(layer, QuantLayer)
+        }
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.discovered:
+            return self.discover(lambda: self.model(*args, **kwargs))
         return self.model(*args, **kwargs)
+
+    # -- products outside layers' forwards ----------------------------------------------------
+    def discover(self, run: Any) -> Any:
+        """Run one forward pass (`run()`) watching every torch function call, to find the
+        modules that hand a layer's weight to a function or multiply activations; from then on
+        the interception is active in those modules only. Returns what `run()` returned."""
+        found: list[Any] = []
+        scopes = self.interceptor.discover(self.model, lambda: found.append(run()))
+        self._adopt(scopes, list(self.interceptor.products.items()))
+        return found[0] if found else None
+
+    def _adopt(self, scopes: list[str], products: list[Any]) -> None:
+        """Take the scopes and products a discovery (or a calibration file) names."""
+        device = next(self.model.parameters()).device
+        for key, (name, product) in products:
+            owner = self.model.get_submodule(key[0]) if key[0] else self.model
+            owner.add_module(name.rpartition(".")[2], product.to(device))
+            self.interceptor.products[key] = (name, product)
+            self.layers[name] = product
+        order = {name: index for index, (name, _) in enumerate(self.model.named_modules())}
+        self.layers = dict(
+            sorted(self.layers.items(), key=lambda item: order.get(item[0], len(order)))
+        )
+        self.scopes = [s for s in scopes if s not in self._static_scopes]
+        self.interceptor.install(self.model, [*self._static_scopes, *self.scopes])
+        self.discovered = True
+
+    def structure(self) -> dict[str, Any]:
+        """What discovery and calibration found, as plain data for calibration files."""
+        return {
+            "scopes": list(self.scopes),
+            "products": [
+                [scope, index, name]
+                for (scope, index), (name, _) in self.interceptor.products.items()
+            ],
+            "unused": list(self.unused),
+        }
+
+    def adopt_structure(self, structure: dict[str, Any]) -> None:
+        """Rebuild what `structure()` described, on a freshly swapped model."""
+        self.drop_unused(structure.get("unused", []), report=False)
+        products = [
+            ((scope, index), (name, self._make_product()))
+            for scope, index, name in structure.get("products", [])
+        ]
+        self._adopt(list(structure.get("scopes", [])), products)
+
+    def drop_unused(self, names: Sequence[str], report: bool = True) -> None:
+        """Leave layers that never run out of the search: float again, not explored."""
+        for name in names:
+            layer = self.layers.pop(name, None)
+            if layer is None:
+                continue
+            if name in self._float_layers:
+                set_child(self.model, name, self._float_layers.pop(name))
+            else:
+                layer.input_quantizer.enabled = layer.weight_quantizer.enabled = False
+            self.unused.append(name)
+        self._refresh_weights()
+        if names and report:
+            log.warning(
+                "%d layer(s) did not run on the calibration data and stay in float, out of the "
+                "search (e.g. auxiliary heads that run only in training): %s",
+                len(names),
+                ", ".join(names),
+            )
 
     # -- the explorable parameters --------------------------------------------------------
     @property
@@ -151,16 +256,19 @@ class QuantizedModel(nn.Module):
     def preserved_settings(self) -> Iterator[QuantizedModel]:
         """Within the block, bit widths and on/off states may change; on leaving it every
         quantizer has its bit width and state back."""
-        bits = self.bit_widths
-        enabled = {name: quantizer.enabled for name, quantizer in self.quantizers.items()}
+        quantizers = dict(self.quantizers)
+        settings = {name: (q.num_bits, q.enabled) for name, q in quantizers.items()}
         try:
             yield self
         finally:
-            self.bit_widths = bits
-            for name, quantizer in self.quantizers.items():
-                quantizer.enabled = enabled[name]
+            for name, quantizer in quantizers.items():
+                quantizer.num_bits, quantizer.enabled = settings[name]
 
     # -- calibration ----------------------------------------------------------------------
+    def _new_calibrator(self, quantizer: TensorQuantizer) -> Any:
+        options = self._calibrating or {}
+        return make_calibrator(options["method"], quantizer.axis, **options["settings"])
+
     def calibrate(
         self,
         batches: Iterable[Any],
@@ -168,13 +276,16 @@ class QuantizedModel(nn.Module):
         percentile: float = 99.99,
         num_bins: int = 2048,
     ) -> None:
-        """Set every input quantizer's amax from the activations of `batches` (input tensors
-        or (inputs, targets) pairs), seen unquantized. Weight amax needs no data."""
-        inputs = [layer.input_quantizer for layer in self.layers.values()]
-        for quantizer in inputs:
-            quantizer.start_calibration(
-                make_calibrator(method, quantizer.axis, num_bins=num_bins, percentile=percentile)
-            )
+        """Set every input quantizer's amax (and both operands' of products of activations)
+        from the activations of `batches` (input tensors or (inputs, targets) pairs), seen
+        unquantized. Weight amax needs no data. Layers that see no data are left out."""
+        self._calibrating = {
+            "method": method,
+            "settings": {"num_bins": num_bins, "percentile": percentile},
+        }
+        for layer in self.layers.values():
+            for quantizer in data_quantizers(layer):
+                quantizer.start_calibration(self._new_calibrator(quantizer))
         device = next(self.model.parameters()).device
         seen = 0
         training = self.model.training
@@ -184,119 +295,64 @@ class QuantizedModel(nn.Module):
         try:
             with self.preserved_settings(), torch.no_grad():
                 for layer in self.layers.values():
-                    layer.weight_quantizer.enabled = False
+                    if isinstance(layer, QuantLayer):
+                        layer.weight_quantizer.enabled = False
                 for batch in batches:
                     data = batch[0] if isinstance(batch, (tuple, list)) else batch
-                    self.model(data.to(device))
+                    self(data.to(device))
                     seen += 1
         finally:
+            self._calibrating = None
             self.model.train(training)
-            for quantizer in inputs:
-                quantizer.calibrating = False
+            for layer in self.layers.values():
+                for quantizer in data_quantizers(layer):
+                    quantizer.calibrating = False
         if seen == 0:
             raise UserError("calibration: the calibration data holds no batches")
-        for layer in self.layers.values():
-            self._finish(layer.input_quantizer, layer.input_quantizer.calibrator)
-        log.info("calibrated %d input quantizers on %d batches (%s)", len(inputs), seen, method)
+        self._finish_calibration(method, seen)
 
-    def _finish(self, quantizer: TensorQuantizer, calibrator: Calibrator) -> None:
+    def _finish_calibration(self, method: str, seen: int) -> None:
+        unused = [
+            name
+            for name, layer in self.layers.items()
+            if layer.input_quantizer.calibrator.min_value is None
+        ]
+        self.drop_unused(unused)
+        for layer in self.layers.values():
+            for quantizer in data_quantizers(layer):
+                self._finish(quantizer, quantizer.calibrator)
+        log.info("calibrated %d layers on %d batches (%s)", len(self.layers), seen, method)
+
+    def _finish(self, quantizer: TensorQuantizer, calibrator: Any) -> None:
         if self.input_spec.unsigned == "auto":
             quantizer.unsigned = calibrator.min_value is not None and calibrator.min_value >= 0
         quantizer.restore_calibrator(calibrator)
 
     def layer_signature(self) -> dict[str, dict[str, Any]]:
         """What a calibration file must match: each quantized layer's type and weight shape."""
-        return {
-            name: {"type": layer.float_type.__name__, "weight_shape": list(layer.weight.shape)}  # type: ignore[attr-defined]
-            for name, layer in self.layers.items()
-        }
+        return calibration_file.layer_signature(self.layers)
 
     def save_calibration(
         self, path: str | os.PathLike[str], extra: dict[str, Any] | None = None
     ) -> Path:
-        """Write the input quantizers' calibration (amax and histograms), not the model, with
-        `extra` plain data beside it."""
-        quantizers = {}
-        for name, layer in self.layers.items():
-            quantizer = layer.input_quantizer
-            if quantizer.amax is None:
-                raise UserError(
-                    f"calibration: layer '{name}' is not calibrated; run calibrate() first"
-                )
-            quantizers[name] = {
-                "calibrator": quantizer.calibrator.state(),
-                "unsigned": quantizer.unsigned,
-            }
-        data = {
-            **(extra or {}),
-            "format": CALIBRATION_FORMAT,
-            "version": CALIBRATION_VERSION,
-            "layers": self.layer_signature(),
-            "input_quantizers": quantizers,
-        }
-        path = Path(path)
-        with atomic_path(path) as temporary:
-            torch.save(data, temporary)
-        return path
+        """Write the data quantizers' calibration (amax and histograms) and what discovery
+        found, not the model, with `extra` plain data beside it."""
+        return calibration_file.save(self, Path(path), extra)
 
     def load_calibration(
         self, path: str | os.PathLike[str], where: str = "calibration.file"
     ) -> dict[str, Any]:
         """Load a file written by `save_calibration` and return its contents; it must come from
         a model with the same quantized layers (names, types and weight shapes)."""
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(
-                f"{where}: '{path}' does not exist; make it with "
-                "`model-explorer calibrate WORKLOAD`"
-            )
-        try:
-            data = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:
-            raise UserError(
-                f"{where}: '{path}' is not a readable calibration file ({error})"
-            ) from error
-        if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
-            raise UserError(f"{where}: '{path}' is not a model_explorer calibration file")
-        mine, theirs = self.layer_signature(), data["layers"]
-        if mine != theirs:
-            raise UserError(
-                f"{where}: '{path}' {_signature_difference(mine, theirs)}; recalibrate "
-                "with `model-explorer calibrate WORKLOAD --force`"
-            )
-        for name, layer in self.layers.items():
-            entry = data["input_quantizers"][name]
-            calibrator = calibrator_from_state(entry["calibrator"])
-            device = layer.weight.device  # type: ignore[attr-defined]
-            layer.input_quantizer.unsigned = entry["unsigned"]
-            layer.input_quantizer.restore_calibrator(calibrator)
-            layer.input_quantizer.to(device)
-        return data
+        return calibration_file.load(self, Path(path), where)
 
     # -- undo -----------------------------------------------------------------------------
     def restore(self) -> nn.Module:
         """Put the float layers back into the model and return it."""
+        self.interceptor.remove()
+        for key, (name, _) in self.interceptor.products.items():
+            owner = self.model.get_submodule(key[0]) if key[0] else self.model
+            delattr(owner, name.rpartition(".")[2])
         for name, module in self._float_layers.items():
             set_child(self.model, name, module)
         return self.model
-
-
-def _signature_difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
-    missing = [name for name in mine if name not in theirs]
-    extra = [name for name in theirs if name not in mine]
-    if missing or extra:
-        return (
-            f"was made for another model: it has no layer {missing[:3]} and has layers "
-            f"{extra[:3]} this model does not"
-            if missing and extra
-            else f"was made for another model: layers {(missing or extra)[:3]} "
-            f"{'are missing from the file' if missing else 'are not in this model'}"
-        )
-    for name, layer in mine.items():
-        if layer != theirs[name]:
-            return (
-                f"was made for another model: layer '{name}' is {theirs[name]['type']} "
-                f"{theirs[name]['weight_shape']} there and {layer['type']} "
-                f"{layer['weight_shape']} here"
-            )
-    return "does not match this model"

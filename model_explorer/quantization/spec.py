@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from model_explorer.datasets.base import DatasetSpec
-from model_explorer.quantization.layers import QUANT_LAYERS
+from model_explorer.quantization.swap import SWAPPABLE
 from model_explorer.schema import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
 
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
-QUANTIZABLE_LAYERS = tuple(QUANT_LAYERS)
+QUANTIZABLE_LAYERS = SWAPPABLE
 
 
 class QuantizerSpec(Spec):
@@ -35,6 +35,8 @@ class QuantizationSpec(Spec):
     input: QuantizerSpec = Field(default_factory=QuantizerSpec)
     weight: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(axis=0))
     weight_cache: NonNegativeInt | None = None
+    # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
+    attention_matmuls: bool = False
 
 
 class CalibrationDatasets(Spec):

@@ -1,0 +1,292 @@
+"""Quantized attention: products of two activations, and nn.MultiheadAttention with its
+projections as quantized layers.
+
+`nn.MultiheadAttention` runs its projections inside one fused kernel (the "fast path") or
+inside `F.multi_head_attention_forward`, never as modules, so swapping its `out_proj` alone
+quantizes nothing. `QuantMultiheadAttention` computes the same attention in its own forward:
+the packed input projection (`in_proj`; `q_proj`/`k_proj`/`v_proj` when keys and values have
+other widths) and `out_proj` are quantized layers like any linear one, and the two products of
+activations, Q·Kᵀ (`matmul_0`) and A·V (`matmul_1`), get quantizers when the workload asks for
+them (`quantization.attention_matmuls`, as modelopt's BMM quantizers). With quantizers off it
+equals torch's MultiheadAttention (tested against it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model_explorer.quantization.layers import (
+    FunctionalCall,
+    QuantLayer,
+    QuantLinear,
+    _rebuild,
+    layer_forward,
+)
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+
+MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
+
+
+class MatMul(nn.Module):
+    """The float counterpart of an ActivationProduct: `left @ right` (or an einsum)."""
+
+    def forward(self, left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
+        return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
+
+
+class ActivationProduct(nn.Module):
+    """A product of two activations (Q·Kᵀ, A·V) with a quantizer on each operand. In a plan
+    it is a layer like any other: `input_quantizer` holds the left operand's bits and
+    `weight_quantizer` the right one's (both calibrated on data, as input quantizers are)."""
+
+    float_type = MatMul
+    weight = None
+
+    def __init__(self, left: TensorQuantizer, right: TensorQuantizer) -> None:
+        super().__init__()
+        self.input_quantizer = left
+        self.weight_quantizer = right
+
+    def forward(self, left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
+        """`left @ right`, or `einsum(equation, left, right)`, of the quantized operands."""
+        with layer_forward():
+            left, right = self.input_quantizer(left), self.weight_quantizer(right)
+            return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
+
+    @staticmethod
+    def product_macs(args: tuple[Any, ...], output: Tensor) -> int:
+        """Multiply-accumulates of one call, for the first sample."""
+        left, right = args[0], args[1]
+        if len(args) > 2 and args[2]:
+            return einsum_macs(args[2], left, right) // max(1, left.shape[0])
+        return output[0].numel() * left.shape[-1]
+
+
+def einsum_macs(equation: str, left: Tensor, right: Tensor) -> int:
+    """Multiply-accumulates of a two-operand einsum: the size of its whole index space."""
+    inputs = equation.replace(" ", "").split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for letters, tensor in zip(inputs, (left, right), strict=True):
+        if "..." in letters:
+            return 0
+        sizes.update(zip(letters, tensor.shape, strict=True))
+    return math.prod(sizes.values())
+
+
+def _additive_mask(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """A boolean mask (True: do not attend) as an additive float mask; a float mask as is."""
+    if mask is None or mask.is_floating_point():
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        mask, float("-inf")
+    )
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    products: tuple[ActivationProduct, ActivationProduct] | None = None,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Scaled dot-product attention of (..., L, D) queries over (..., S, D) keys and values
+    with an additive or boolean (True: attend, as torch's SDPA) mask. Without products and
+    weights to return this is torch's fused kernel; otherwise the two products are explicit,
+    through the given ActivationProducts when there are any."""
+    if mask is not None and not mask.is_floating_point():
+        mask = _additive_mask(~mask, query.dtype)
+    if products is None and not need_weights:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
+        )
+        return out, None
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    transposed = key.transpose(-2, -1)
+    scores = products[0](query, transposed) if products else torch.matmul(query, transposed)
+    scores = scores * scale
+    if mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = products[1](weights, value) if products else torch.matmul(weights, value)
+    return out, weights
+
+
+class QuantInProjection(QuantLayer, nn.Linear):
+    """An input projection of a MultiheadAttention (packed `in_proj_weight`, or one of
+    `q/k/v_proj_weight`) as a quantized linear layer. It owns no parameter: `weight` and `bias`
+    are the attention module's, so state dicts and checkpoints stay those of the float model."""
+
+    float_type = nn.Linear
+
+    def __init__(
+        self,
+        owner: nn.MultiheadAttention,
+        weight_name: str,
+        rows: slice | None,
+        input_quantizer: TensorQuantizer,
+        weight_quantizer: WeightQuantizer,
+    ) -> None:
+        nn.Module.__init__(self)
+        object.__setattr__(self, "_owner", owner)  # not a submodule: no cycle in the tree
+        self.weight_name = weight_name
+        self.rows = rows
+        self.out_features, self.in_features = getattr(owner, weight_name).shape
+        device = getattr(owner, weight_name).device
+        self.input_quantizer = input_quantizer.to(device)
+        self.weight_quantizer = weight_quantizer.to(device)
+
+    @property
+    def weight(self) -> Tensor:  # type: ignore[override]
+        return getattr(self._owner, self.weight_name)
+
+    @property
+    def bias(self) -> Tensor | None:  # type: ignore[override]
+        bias = self._owner.in_proj_bias
+        return None if bias is None or self.rows is None else bias[self.rows]
+
+    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(x, weight, self._owner.in_proj_bias if self.rows is None else self.bias)
+
+    def project(self, x: Tensor, part: slice) -> Tensor:
+        """One part (rows of the packed weight: queries, keys or values) of the projection,
+        run as a call of this layer so that hooks and cost counts see it."""
+        bias = self._owner.in_proj_bias
+        call = FunctionalCall(F.linear, self.weight[part], (None if bias is None else bias[part],))
+        return self(x, functional=call)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.weight_name}: in_features={self.in_features}, out_features={self.out_features}"
+        )
+
+
+class QuantMultiheadAttention(nn.MultiheadAttention):
+    """nn.MultiheadAttention computed in the open, its projections quantized (see the module
+    docstring). Shares every parameter with the float module it was built from."""
+
+    float_type = nn.MultiheadAttention
+
+    @classmethod
+    def from_float(
+        cls, module: nn.MultiheadAttention, make: MakeQuantizers, products: bool
+    ) -> QuantMultiheadAttention:
+        layer = _rebuild(module, cls)
+        embed = module.embed_dim
+        if module._qkv_same_embed_dim:
+            layer.in_proj = QuantInProjection(module, "in_proj_weight", None, *make())
+        else:
+            for index, part in enumerate("qkv"):
+                rows = slice(index * embed, (index + 1) * embed)
+                projection = QuantInProjection(module, f"{part}_proj_weight", rows, *make())
+                setattr(layer, f"{part}_proj", projection)
+        layer.out_proj = QuantLinear.from_float(module.out_proj, *make())
+        if products:
+            layer.matmul_0 = ActivationProduct(*make())
+            layer.matmul_1 = ActivationProduct(*make())
+        return layer
+
+    def quantized_layers(self) -> dict[str, nn.Module]:
+        """The quantized layers by their name below this module, in computation order."""
+        names = ["in_proj"] if self._qkv_same_embed_dim else ["q_proj", "k_proj", "v_proj"]
+        names += ["matmul_0", "matmul_1", "out_proj"]
+        return {name: self._modules[name] for name in names if name in self._modules}
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
+        embed = self.embed_dim
+        if not self._qkv_same_embed_dim:
+            return tuple(
+                getattr(self, f"{part}_proj")(x)
+                for part, x in zip("qkv", (query, key, value), strict=True)
+            )
+        if query is key and key is value:
+            return self.in_proj(query).chunk(3, dim=-1)
+        parts = [slice(i * embed, (i + 1) * embed) for i in range(3)]
+        if key is value:
+            q = self.in_proj.project(query, parts[0])
+            return (q, *self.in_proj.project(key, slice(embed, 3 * embed)).chunk(2, dim=-1))
+        return tuple(
+            self.in_proj.project(x, part)
+            for x, part in zip((query, key, value), parts, strict=True)
+        )
+
+    def forward(  # noqa: PLR0913 - nn.MultiheadAttention's signature
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        batched = query.dim() == 3
+        if is_causal and attn_mask is None:
+            raise RuntimeError("Need attn_mask if specifying the is_causal hint.")
+        query, key, value = (self._batch_first(x, batched) for x in (query, key, value))
+        if key_padding_mask is not None and not batched:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+        batch, length, _ = query.shape
+        q, k, v = self._project(query, key, value)
+        k, v, attn_mask, key_padding_mask = self._extend(k, v, attn_mask, key_padding_mask)
+        heads, head_dim = self.num_heads, self.head_dim
+        q, k, v = (x.reshape(batch, x.shape[1], heads, head_dim).transpose(1, 2) for x in (q, k, v))
+        mask = self._mask(attn_mask, key_padding_mask, batch, q.dtype)
+        products = (self.matmul_0, self.matmul_1) if "matmul_0" in self._modules else None
+        dropout = self.dropout if self.training else 0.0
+        out, weights = attention(q, k, v, mask, dropout, None, products, need_weights)
+        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.embed_dim))
+        out = out if self.batch_first or not batched else out.transpose(0, 1)
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)
+        if not batched:
+            out, weights = out.squeeze(0), None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def _batch_first(self, x: Tensor, batched: bool) -> Tensor:
+        if not batched:
+            return x.unsqueeze(0)
+        return x if self.batch_first else x.transpose(0, 1)
+
+    def _extend(
+        self, k: Tensor, v: Tensor, attn_mask: Tensor | None, padding: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Keys and values with `bias_k`/`bias_v` and a zero position appended, and the masks
+        padded to match."""
+        batch = k.shape[0]
+        extra = []
+        if self.bias_k is not None and self.bias_v is not None:
+            extra.append((self.bias_k.reshape(1, 1, -1), self.bias_v.reshape(1, 1, -1)))
+        if self.add_zero_attn:
+            extra.append((k.new_zeros(1, 1, k.shape[-1]), v.new_zeros(1, 1, v.shape[-1])))
+        for key_row, value_row in extra:
+            k = torch.cat([k, key_row.expand(batch, 1, -1)], dim=1)
+            v = torch.cat([v, value_row.expand(batch, 1, -1)], dim=1)
+            attn_mask = None if attn_mask is None else F.pad(attn_mask, (0, 1))
+            padding = None if padding is None else F.pad(padding, (0, 1))
+        return k, v, attn_mask, padding
+
+    def _mask(
+        self, attn_mask: Tensor | None, padding: Tensor | None, batch: int, dtype: torch.dtype
+    ) -> Tensor | None:
+        """One additive (batch, heads, L, S) mask from `attn_mask` ((L, S) or
+        (batch * heads, L, S)) and `key_padding_mask` ((batch, S)); True means masked out."""
+        mask = _additive_mask(attn_mask, dtype)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.reshape(batch, self.num_heads, *mask.shape[1:])
+        padding = _additive_mask(padding, dtype)
+        if padding is not None:
+            padding = padding.reshape(batch, 1, 1, -1)
+            mask = padding if mask is None else mask + padding
+        return mask

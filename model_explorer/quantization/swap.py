@@ -1,0 +1,99 @@
+"""Which modules of a model become quantized layers, and the swap itself.
+
+Convolution and linear layers are swapped for their fake-quantized counterparts (also
+subclasses that keep the float forward, such as MultiheadAttention's
+`NonDynamicallyQuantizableLinear`). `nn.MultiheadAttention` is swapped whole for a
+QuantMultiheadAttention whose projections (and, optionally, activation products) are the
+quantized layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from model_explorer.modules import selected, set_child
+from model_explorer.quantization.attention import QuantMultiheadAttention
+from model_explorer.quantization.layers import QUANT_LAYERS, QuantLayer
+from model_explorer.quantization.quantizer import TensorQuantizer
+
+ATTENTION = "MultiheadAttention"
+# Layer types (names as in torch.nn) that have a fake-quantized counterpart.
+SWAPPABLE = (*QUANT_LAYERS, ATTENTION)
+
+MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
+
+
+@dataclass
+class Swap:
+    """What a swap did: the quantized layers by name (model order) and the float modules it
+    replaced (to put back)."""
+
+    layers: dict[str, nn.Module] = field(default_factory=dict)
+    replaced: dict[str, nn.Module] = field(default_factory=dict)
+
+
+def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[QuantLayer] | None:
+    """The quantized class for `module`: its type's, or its float base's when a subclass keeps
+    the base's forward (a subclass with its own forward would not run ours)."""
+    cls = wanted.get(type(module))
+    if cls is not None:
+        return cls
+    for base, quant in wanted.items():
+        if isinstance(module, base) and type(module).forward is base.forward:
+            return quant
+    return None
+
+
+def swap_layers(
+    model: nn.Module,
+    layer_types: Sequence[str],
+    include: Sequence[str],
+    exclude: Sequence[str],
+    make: MakeQuantizers,
+    attention_matmuls: bool = False,
+) -> Swap:  # noqa: PLR0913
+    """Swap, in place, the chosen modules of `model` for quantized ones."""
+    swap = Swap()
+    wanted = {QUANT_LAYERS[n].float_type: QUANT_LAYERS[n] for n in layer_types if n != ATTENTION}
+    done: list[str] = []  # swapped attention modules: their children are theirs
+    for name, module in list(model.named_modules()):
+        if not name or any(name.startswith(prefix + ".") for prefix in done):
+            continue
+        if isinstance(module, nn.MultiheadAttention) and ATTENTION in layer_types:
+            chosen = [include, exclude]
+            _swap_attention(model, name, module, make, attention_matmuls, chosen, swap)
+            done.append(name)
+            continue
+        cls = _quant_class(module, wanted)
+        if cls is None or not selected(name, include, exclude):
+            continue
+        layer = cls.from_float(module, *make())
+        set_child(model, name, layer)
+        swap.layers[name] = layer
+        swap.replaced[name] = module
+    return swap
+
+
+def _swap_attention(
+    model: nn.Module,
+    name: str,
+    module: nn.MultiheadAttention,
+    make: MakeQuantizers,
+    products: bool,
+    chosen: list[Sequence[str]],
+    swap: Swap,
+) -> None:
+    """Swap one attention module; its projections (and products) not chosen by `include` /
+    `exclude` stay in float."""
+    layer = QuantMultiheadAttention.from_float(module, make, products)
+    set_child(model, name, layer)
+    swap.replaced[name] = module
+    for child, quantized in layer.quantized_layers().items():
+        full = f"{name}.{child}"
+        if selected(full, *chosen):
+            swap.layers[full] = quantized
+        else:
+            quantized.input_quantizer.enabled = quantized.weight_quantizer.enabled = False
