@@ -179,8 +179,13 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
 
     @classmethod
     def from_float(
-        cls, module: nn.MultiheadAttention, make: MakeQuantizers, products: bool
+        cls,
+        module: nn.MultiheadAttention,
+        make: MakeQuantizers,
+        product: Callable[[], ActivationProduct] | None = None,
     ) -> QuantMultiheadAttention:
+        """The quantized counterpart of `module`; `make()` gives a layer's (input, weight)
+        quantizers, `product()` (when given) a quantized product of activations."""
         layer = _rebuild(module, cls)
         embed = module.embed_dim
         if module._qkv_same_embed_dim:
@@ -191,9 +196,8 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
                 projection = QuantInProjection(module, f"{part}_proj_weight", rows, *make())
                 setattr(layer, f"{part}_proj", projection)
         layer.out_proj = QuantLinear.from_float(module.out_proj, *make())
-        if products:
-            layer.matmul_0 = ActivationProduct(*make())
-            layer.matmul_1 = ActivationProduct(*make())
+        if product is not None:
+            layer.matmul_0, layer.matmul_1 = product(), product()
         return layer
 
     def quantized_layers(self) -> dict[str, nn.Module]:

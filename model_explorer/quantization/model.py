@@ -87,9 +87,8 @@ class QuantizedModel(nn.Module):
         self.weight_cache = weight_cache
         self.model = model
         self._calibrating: dict[str, Any] | None = None
-        swap = swap_layers(
-            model, layer_types, include, exclude, self._layer_quantizers, attention_matmuls
-        )
+        product = self._make_product if attention_matmuls else None
+        swap = swap_layers(model, layer_types, include, exclude, self._layer_quantizers, product)
         self.layers: dict[str, nn.Module] = swap.layers
         self._float_layers: dict[str, nn.Module] = swap.replaced
         self.unused: list[str] = []
@@ -98,7 +97,7 @@ class QuantizedModel(nn.Module):
                 f"quantization: the model has no layer of types {list(layer_types)} matching "
                 f"include {list(include)} and exclude {list(exclude)}"
             )
-        self.interceptor = Interceptor(self._make_product if attention_matmuls else None)
+        self.interceptor = Interceptor(product)
         self._refresh_weights()
         self._static_scopes = [
             name for name, module in model.named_modules() if isinstance(module, FAST_PATH_MODULES)

@@ -53,9 +53,10 @@ def swap_layers(
     include: Sequence[str],
     exclude: Sequence[str],
     make: MakeQuantizers,
-    attention_matmuls: bool = False,
-) -> Swap:  # noqa: PLR0913
-    """Swap, in place, the chosen modules of `model` for quantized ones."""
+    product: Callable[[], nn.Module] | None = None,
+) -> Swap:
+    """Swap, in place, the chosen modules of `model` for quantized ones; `make()` gives a
+    layer's quantizers, `product()` (when attention products are quantized) a product's."""
     swap = Swap()
     wanted = {QUANT_LAYERS[n].float_type: QUANT_LAYERS[n] for n in layer_types if n != ATTENTION}
     done: list[str] = []  # swapped attention modules: their children are theirs
@@ -64,7 +65,7 @@ def swap_layers(
             continue
         if isinstance(module, nn.MultiheadAttention) and ATTENTION in layer_types:
             chosen = [include, exclude]
-            _swap_attention(model, name, module, make, attention_matmuls, chosen, swap)
+            _swap_attention(model, name, module, make, product, chosen, swap)
             done.append(name)
             continue
         cls = _quant_class(module, wanted)
@@ -82,13 +83,13 @@ def _swap_attention(
     name: str,
     module: nn.MultiheadAttention,
     make: MakeQuantizers,
-    products: bool,
+    product: Callable[[], nn.Module] | None,
     chosen: list[Sequence[str]],
     swap: Swap,
 ) -> None:
     """Swap one attention module; its projections (and products) not chosen by `include` /
     `exclude` stay in float."""
-    layer = QuantMultiheadAttention.from_float(module, make, products)
+    layer = QuantMultiheadAttention.from_float(module, make, product)
     set_child(model, name, layer)
     swap.replaced[name] = module
     for child, quantized in layer.quantized_layers().items():
