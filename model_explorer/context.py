@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from model_explorer.datasets import DatasetSpec, TensorCache, build_loader
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
-from model_explorer.metrics import evaluate
+from model_explorer.metrics import evaluate, needs_reference, reference_outputs
 from model_explorer.models import build_model
 from model_explorer.workload import DATASET_ROLES, Workload, dataset_spec
 
@@ -49,11 +49,18 @@ class WorkloadContext:
         return build_model(self.workload.model, load_weights=load_weights).to(self.device)
 
     def batches(self, role: str) -> TensorCache:
-        """The role's evaluation subset as tensors on the device, decoded on first use."""
+        """The role's evaluation subset as tensors on the device, decoded on first use. With a
+        fidelity metric (agreement, cosine, kl) the targets are the float model's outputs,
+        computed here once instead of for every candidate."""
         if role not in self._caches:
             spec, where = self.dataset(role)
             log.debug("caching %s (%s)", where, spec.type)
-            self._caches[role] = TensorCache.from_spec(spec, self.workload.seed, self.device, where)
+            cache = TensorCache.from_spec(spec, self.workload.seed, self.device, where)
+            if needs_reference(self.workload.metric):
+                outputs = reference_outputs(self.build_model(), cache)
+                targets = outputs[0] if len(outputs) == 1 else outputs
+                cache = TensorCache(cache.inputs, targets, cache.batch_size)
+            self._caches[role] = cache
         return self._caches[role]
 
     def loader(self, role: str, shuffle: bool = False) -> DataLoader:

@@ -1,8 +1,11 @@
-"""Accuracy functions by name (top-1, top-k, segmentation pixel accuracy, mean IoU) and `evaluate`.
+"""Accuracy functions by name (top-1, top-k, segmentation pixel accuracy, mean IoU), label-free
+fidelity to the float model (agreement, cosine, kl), and `evaluate`.
 
 Metrics accumulate over batches (`update`) and report once (`compute`), so an accuracy over a
 subset does not depend on how it is batched. A model with several outputs (a tuple of tensors)
-gets one metric per output and `evaluate` returns a list.
+gets one metric per output and `evaluate` returns a list. A fidelity metric (`needs_reference`)
+compares outputs with the float model's outputs on the same samples instead of labels: its
+"targets" are those outputs, computed once per dataset (`reference_batches`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
 
 class Metric:
-    """Accumulates one accuracy figure over batches."""
+    """Accumulates one accuracy figure over batches. `higher_is_better` is False for a
+    divergence (kl), whose bound is a maximum; `needs_reference` for a metric scored against the
+    float model's outputs."""
+
+    higher_is_better: ClassVar[bool] = True
+    needs_reference: ClassVar[bool] = False
 
     def reset(self) -> None:
         raise NotImplementedError
@@ -31,9 +39,36 @@ class Metric:
         raise NotImplementedError
 
     def upper_bound(self, remaining: int) -> float | None:
-        """The best final value still reachable with `remaining` samples to come, when the
-        metric allows an exact bound (None otherwise)."""
+        """The best final value still reachable with `remaining` samples to come (the lowest
+        for a divergence), when the metric allows an exact bound (None otherwise)."""
         return None
+
+
+class MeanOverSamples(Metric):
+    """A per-sample value averaged over samples; the best case of a sample is `best`."""
+
+    best: ClassVar[float] = 1.0
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, output: Tensor, target: Tensor) -> None:
+        values = self.per_sample(output.float(), target.float())
+        self.total += float(values.double().sum())
+        self.count += int(values.numel())
+
+    def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def compute(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def upper_bound(self, remaining: int) -> float:
+        return (self.total + remaining * self.best) / (self.count + remaining)
 
 
 MetricBuilder = Callable[[Any], Metric]
@@ -129,6 +164,45 @@ class MeanIoU(ConfusionMatrix):
         return float((intersection[present] / union[present]).mean()) if present.any() else 0.0
 
 
+class Agreement(MeanOverSamples):
+    """Share of samples (and positions, for dense outputs) whose top-1 class is the float
+    model's."""
+
+    needs_reference = True
+
+    def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
+        same = (output.argmax(dim=1) == reference.argmax(dim=1)).float()
+        return same.reshape(same.shape[0], -1).mean(dim=1)
+
+
+class Cosine(MeanOverSamples):
+    """Mean cosine similarity of each sample's output (logits or embedding, flattened) to the
+    float model's."""
+
+    needs_reference = True
+
+    def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
+        flat, expected = output.reshape(output.shape[0], -1), reference.reshape(output.shape[0], -1)
+        return torch.nn.functional.cosine_similarity(flat, expected, dim=1, eps=1e-12)
+
+
+class KLDivergence(MeanOverSamples):
+    """Mean KL divergence KL(float || quantized) of the softmax outputs over dim 1, in nats:
+    lower is better, 0 when the outputs agree."""
+
+    needs_reference = True
+    higher_is_better = False
+    best = 0.0
+
+    def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
+        log_p, log_q = reference.log_softmax(dim=1), output.log_softmax(dim=1)
+        divergence = (log_p.exp() * (log_p - log_q)).sum(dim=1)
+        return divergence.reshape(divergence.shape[0], -1).mean(dim=1)
+
+
+METRICS.register("agreement")(lambda options: Agreement())
+METRICS.register("cosine")(lambda options: Cosine())
+METRICS.register("kl")(lambda options: KLDivergence())
 METRICS.register("top1")(lambda options: TopKAccuracy(1))
 METRICS.register("top5")(lambda options: TopKAccuracy(5))
 METRICS.register("topk", options=TopKOptions)(lambda options: TopKAccuracy(options.k))
@@ -145,6 +219,31 @@ def create_metric(spec: MetricSpec | str) -> Metric:
     if isinstance(spec, str):
         spec = MetricSpec(type=spec)
     return METRICS.get(spec.type, "workload.metric.type").builder(spec.options)
+
+
+def needs_reference(spec: MetricSpec | str) -> bool:
+    """Whether the metric scores outputs against the float model's instead of labels."""
+    return create_metric(spec).needs_reference
+
+
+def higher_is_better(spec: MetricSpec | str) -> bool:
+    return create_metric(spec).higher_is_better
+
+
+@torch.inference_mode()
+def reference_outputs(model: nn.Module, batches: Iterable[tuple[Any, Any]]) -> list[Tensor]:
+    """The float model's outputs for every batch, one tensor per model output (on the device
+    of the inputs): the targets of fidelity metrics, computed once per dataset."""
+    model.eval()
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    parts: list[list[Tensor]] = []
+    for inputs, _ in batches:
+        inputs = to_device(inputs, device)
+        outputs = output_list(
+            model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
+        )
+        parts.append([o.detach() for o in outputs])
+    return [torch.cat([batch[i] for batch in parts]) for i in range(len(parts[0]))]
 
 
 def output_list(output: Any) -> list[Tensor]:
@@ -188,8 +287,9 @@ def score(
 ) -> Outcome:
     """Accuracy of `model` over `batches`, one value per model output.
 
-    With `minimum` (one per output) and batches that know their `num_samples` (a TensorCache),
-    scoring stops as soon as an accuracy's exact upper bound falls below its minimum.
+    With `minimum` (one limit per output: a minimum, or a maximum for a divergence) and batches
+    that know their `num_samples` (a TensorCache), scoring stops as soon as an accuracy's exact
+    best case no longer meets its limit.
     With `check_finite`, a non-finite output stops scoring with accuracy 0.
     """
     model.eval()
@@ -213,11 +313,20 @@ def score(
         for metric_state, output, target in zip(metrics, outputs, paired, strict=True):
             metric_state.update(output, target)
         seen += len(paired[0])
-        if total is not None and seen < total:
+        if total is not None and seen < total and _out_of_reach(metrics, minimum, total - seen):
             bounds = [m.upper_bound(total - seen) for m in metrics]
-            if any(b is not None and b < low for b, low in zip(bounds, minimum, strict=True)):
-                return Outcome([float(b) for b in bounds], complete=False, samples=seen)
+            return Outcome([float(b) for b in bounds], complete=False, samples=seen)
     return Outcome([m.compute() for m in metrics], samples=seen)
+
+
+def _out_of_reach(metrics: list[Metric], limits: list[float], remaining: int) -> bool:
+    """Whether some metric can no longer meet its limit (a minimum, or for a divergence a
+    maximum) however the `remaining` samples turn out."""
+    for metric, limit in zip(metrics, limits, strict=True):
+        best = metric.upper_bound(remaining)
+        if best is not None and (best < limit if metric.higher_is_better else best > limit):
+            return True
+    return False
 
 
 def evaluate(

@@ -14,6 +14,7 @@ from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
+from model_explorer.metrics import higher_is_better
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult
 from model_explorer.schema import resolve_path
@@ -83,9 +84,20 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
     )
 
 
-def minimum_accuracy(spec: ExplorationSpec, baseline: list[float] | None) -> list[float] | None:
+def minimum_accuracy(
+    spec: ExplorationSpec, baseline: list[float] | None, higher: bool = True
+) -> list[float] | None:
     """The accuracy each output must keep: `allowable_accuracy_drop` (a fraction of the
-    baseline; it wins when both are given) or `minimum_accuracy`, else no constraint."""
+    baseline; it wins when both are given) or `minimum_accuracy`, else no constraint. For a
+    metric where lower is better (kl), the limit is `maximum_divergence`, a maximum."""
+    if not higher:
+        return divergence_limit(spec)
+    if spec.maximum_divergence is not None:
+        raise UserError(
+            "exploration.maximum_divergence bounds a metric where lower is better (kl); this "
+            "metric is higher-is-better: bound it with minimum_accuracy or "
+            "allowable_accuracy_drop"
+        )
     if spec.allowable_accuracy_drop is not None:
         if baseline is None:
             raise UserError(
@@ -98,6 +110,16 @@ def minimum_accuracy(spec: ExplorationSpec, baseline: list[float] | None) -> lis
     if isinstance(spec.minimum_accuracy, list):
         return list(spec.minimum_accuracy)
     return [spec.minimum_accuracy]
+
+
+def divergence_limit(spec: ExplorationSpec) -> list[float] | None:
+    for key in ("minimum_accuracy", "allowable_accuracy_drop"):
+        if getattr(spec, key) is not None:
+            raise UserError(
+                f"exploration.{key} bounds a metric where higher is better; the metric (kl) is "
+                "lower-is-better: bound it with exploration.maximum_divergence"
+            )
+    return None if spec.maximum_divergence is None else [spec.maximum_divergence]
 
 
 def measure_baseline(context: WorkloadContext) -> list[float]:
@@ -171,7 +193,7 @@ def _search(
     options: ExploreOptions,
 ) -> tuple[ExplorationResult, Path]:
     spec: ExplorationSpec = workload.exploration
-    minimum = minimum_accuracy(spec, baseline)
+    minimum = minimum_accuracy(spec, baseline, higher_is_better(workload.metric))
     problem = PROBLEMS.get(workload.problem.problem_function, "workload.problem.problem_function")
     built = problem.builder(context, minimum)
     if spec.initialization == "sensitivity":

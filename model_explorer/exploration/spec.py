@@ -68,6 +68,8 @@ class ExplorationSpec(Spec):
     layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
     minimum_accuracy: Fraction | list[Fraction] | None = None
     allowable_accuracy_drop: Fraction | None = None
+    # The bound of a metric where lower is better (kl): the largest value a candidate may have.
+    maximum_divergence: NonNegativeFloat | None = None
     predefined_parameters: list[NonNegativeFloat] = Field(default_factory=list)
     datasets: ExplorationDatasets
     energy_evaluation: EnergyEvaluationSpec | None = None

@@ -162,6 +162,11 @@ class ModelProblem(Problem):
             self._layout = PlanLayout(names)
         return self._layout.plan(configuration)
 
+    def describe(self) -> dict[str, Any]:
+        """Plain data describing the problem; `metric` names what 'accuracy' measures."""
+        metric = self.metric if isinstance(self.metric, str) else self.metric.type
+        return {**super().describe(), "metric": metric}
+
     def score(self) -> Any:
         """The metric's Outcome for the configuration currently applied."""
         from model_explorer.metrics import score

@@ -12,7 +12,7 @@ from model_explorer.cost.bits import BitCostModel
 from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.layers import LayerCost, measure_layers
 from model_explorer.errors import UserError
-from model_explorer.metrics import MetricSpec, output_list
+from model_explorer.metrics import MetricSpec, higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.quantization import QuantizedModel
@@ -42,12 +42,14 @@ def per_output_minimum(minimum: float | Sequence[float] | None, outputs: int) ->
     return values
 
 
-def accuracy_constraints(minimum: Sequence[float] | None) -> list[Constraint]:
-    if not minimum:
+def accuracy_constraints(limits: Sequence[float] | None, higher: bool = True) -> list[Constraint]:
+    """The accuracy constraints: each output's metric at least its limit, or, for a metric
+    where lower is better (a divergence), at most its limit."""
+    if not limits:
         return []
-    if len(minimum) == 1:
-        return [Constraint("accuracy", minimum=minimum[0])]
-    return [Constraint(f"accuracy_{i}", minimum=value) for i, value in enumerate(minimum)]
+    names = ["accuracy"] if len(limits) == 1 else [f"accuracy_{i}" for i in range(len(limits))]
+    bound = "minimum" if higher else "maximum"
+    return [Constraint(name, **{bound: value}) for name, value in zip(names, limits, strict=True)]
 
 
 class LayerwiseQuantizationProblem(ModelProblem):
@@ -88,12 +90,14 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.variables = [
             Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in names
         ]
-        self.objectives = [Objective(name, QUANTITIES[name]) for name in objectives]
+        higher = higher_is_better(metric)
+        senses = {**QUANTITIES, "accuracy": higher}
+        self.objectives = [Objective(name, senses[name]) for name in objectives]
         example = next(iter(batches))[0][:1]
         with torch.no_grad():
             outputs = len(output_list(model(example)))
         self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
-        self.constraints = accuracy_constraints(self.minimum_accuracy)
+        self.constraints = accuracy_constraints(self.minimum_accuracy, higher)
         if layer_costs is None:
             layer_costs = measure_layers(model, example, model.layers)
         missing = [name for name in model.layers if name not in layer_costs]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from model_explorer.errors import UserError
-from model_explorer.metrics import output_list
+from model_explorer.metrics import higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.quantization import (
@@ -96,12 +96,14 @@ class SparsityThresholdProblem(ModelProblem):
         self.early_reject = early_reject
         self.genes = ThresholdGenes(model.explorable_modules, threshold_limit, steps, method)
         self.variables = self.genes.variables()
-        self.objectives = check_objectives(objectives, SPARSITY_QUANTITIES)
+        higher = higher_is_better(metric)
+        senses = {**SPARSITY_QUANTITIES, "accuracy": higher}
+        self.objectives = check_objectives(objectives, senses)
         example = next(iter(batches))[0][:1]
         with torch.no_grad():
             outputs = len(output_list(model(example)))
         self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
-        self.constraints = accuracy_constraints(self.minimum_accuracy)
+        self.constraints = accuracy_constraints(self.minimum_accuracy, higher)
         self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
 
     def decode(self, genome: Sequence[float]) -> list[Any]:
@@ -151,7 +153,8 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     ) -> None:
         check_objectives(objectives, JOINT_QUANTITIES)
         super().__init__(model, batches, metric, objectives=["accuracy"], **kwargs)
-        self.objectives = check_objectives(objectives, JOINT_QUANTITIES)
+        senses = {**JOINT_QUANTITIES, "accuracy": higher_is_better(metric)}
+        self.objectives = check_objectives(objectives, senses)
         self.sparse = sparse
         self.genes = ThresholdGenes(sparse.explorable_modules, threshold_limit, steps, method)
         self.variables = [*self.variables, *self.genes.variables()]
