@@ -325,14 +325,6 @@ def _problems(error: ValidationError, data: Any) -> list[tuple[list[Any], str]]:
     return [(list(path), text) for path, text in problems.items()]
 
 
-def format_validation_error(error: ValidationError, data: Any, where: str = "workload") -> str:
-    """One line per problem (see `validation_problems`), each starting with `where`."""
-    prefix = "" if where == "workload" else f"{where}: "
-    return "\n".join(
-        f"{prefix}{dotted}: {text}" for dotted, text in validation_problems(error, data)
-    )
-
-
 def _fitting_errors(error: ValidationError, data: Any) -> list[Any]:
     """Of the members of a union (a number or a list of numbers), keep the errors of the member
     whose kind matches what the file holds; pydantic reports every member."""

@@ -49,7 +49,7 @@ DOCUMENTED = {
         "resnet50",
         "resnet56",
     },
-    "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "arrays"},
+    "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "imagenet_c", "arrays"},
     "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"},
     "problems": {
         "quantization_problem",
@@ -121,6 +121,7 @@ REQUIRED_OPTIONS = {"imagenet": {"kind": "imagefolder"}}
 @pytest.mark.parametrize("name", DATASETS.names())
 def test_every_dataset_type_validates_its_defaults(name: str, tmp_path: Path) -> None:
     required = REQUIRED_OPTIONS.get(name, {})
+    (tmp_path / "fog" / "1").mkdir(parents=True)  # imagenet_c's default corruption and severity
     spec = DatasetSpec.model_validate(
         {"type": name, "path": str(tmp_path), **required}, context={"check_paths": True}
     )

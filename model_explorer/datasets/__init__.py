@@ -1,6 +1,6 @@
 """Dataset registry: digits (bundled with scikit-learn), cifar10, imagefolder, imagenet (image
-folder or WebDataset shards) and arrays from local files; seeded subsets; and a TensorCache that
-decodes an evaluation subset once."""
+folder or WebDataset shards), imagenet_c and arrays from local files; seeded subsets; and a
+TensorCache that decodes an evaluation subset once."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """The original tool's `imagenet` dataset: an image folder or WebDataset tar shards, with
-ImageNet's evaluation preprocessing (resize 256, centre crop 224, ImageNet mean and std)."""
+ImageNet's evaluation preprocessing (resize 256, centre crop 224, ImageNet mean and std); and its
+`imagenet_c`: one corruption and severity of ImageNet-C, stored as image folders."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import model_validator
@@ -69,9 +71,12 @@ def imagenet(spec: DatasetSpec, where: str) -> Dataset:
         shards = [str(resolve_path(shard)) for shard in expand_shards(spec.path or "")]
         length = options.total_samples or 0
         return ShardStream(shards, length, transform, options.shuffle_buffer, where)
+    return _image_folder(resolve_path(spec.path or ""), transform, where)
+
+
+def _image_folder(root: Path, transform: Any, where: str) -> Dataset:
     from torchvision import datasets
 
-    root = resolve_path(spec.path or "")
     try:
         return datasets.ImageFolder(str(root), transform=transform)
     except (FileNotFoundError, OSError) as error:
@@ -79,3 +84,29 @@ def imagenet(spec: DatasetSpec, where: str) -> Dataset:
             f"{where}.path: '{root}' is not an image folder ({error}); it needs one sub-folder "
             "per class holding that class's images"
         ) from error
+
+
+class ImageNetCOptions(Spec):
+    requires_path: ClassVar[bool] = True
+    kind: Literal["imagefolder"] = "imagefolder"  # the original read ImageNet-C from folders only
+    condition: Literal["fog", "frost", "snow", "brightness"] = "fog"
+    severity: Literal[1, 2, 3, 4, 5] = 1
+    resize: PositiveInt = 256
+    crop: PositiveInt = 224
+
+    @staticmethod
+    def local_paths(path: str, data: dict[str, Any]) -> list[str]:
+        """The folder of the chosen corruption and severity: `path/<condition>/<severity>`."""
+        condition, severity = data.get("condition", "fog"), data.get("severity", 1)
+        if not isinstance(condition, str) or not isinstance(severity, int):
+            return [path]  # their own checks say what is wrong
+        return [str(Path(path) / condition / str(severity))]
+
+
+@register_dataset("imagenet_c", options=ImageNetCOptions)
+def imagenet_c(spec: DatasetSpec, where: str) -> Dataset:
+    """ImageNet-C (Hendrycks and Dietterich, 2019) as it is distributed:
+    `path/<condition>/<severity>/<class>/<image>`, with ImageNet's preprocessing."""
+    options: ImageNetCOptions = spec.options
+    root = resolve_path(spec.path or "") / options.condition / str(options.severity)
+    return _image_folder(root, imagenet_transform(options.resize, options.crop), where)

@@ -123,3 +123,17 @@ def test_more_samples_declared_than_the_shards_hold_is_an_error(digits_images) -
     declared.options.total_samples = 10 * COUNT
     with pytest.raises(UserError, match="samples declared, but the shards"):
         build_dataset(declared, seed=0)
+
+
+def test_imagenet_c_reads_the_folder_of_its_corruption_and_severity(tmp_path: Path) -> None:
+    """The original's `imagenet_c`: `path/<condition>/<severity>/<class>/<image>`."""
+    for condition, severity, colour in (("fog", 3, (10, 20, 30)), ("snow", 3, (200, 0, 0))):
+        folder = tmp_path / condition / str(severity) / "n01"
+        folder.mkdir(parents=True)
+        Image.new("RGB", (10, 10), colour).save(folder / "a.png")
+    fields = {"type": "imagenet_c", "path": str(tmp_path), "severity": 3, "resize": 4, "crop": 4}
+    snow = build_dataset(DatasetSpec.model_validate({**fields, "condition": "snow"}), 0)
+    image, label = snow[0]
+    assert label == 0 and image[0].mean().item() == pytest.approx((200 / 255 - 0.485) / 0.229)
+    with pytest.raises(ValidationError, match=r"path\n.*dataset path '.*fog/4' does not exist"):
+        DatasetSpec.model_validate({**fields, "condition": "fog", "severity": 4})
