@@ -13,7 +13,8 @@ class UserError(Exception):
 
 
 class WorkloadError(UserError):
-    """The workload file is missing, unreadable, or does not match the schema."""
+    """The workload file is missing, unreadable, or does not match the schema: one line per
+    problem, every problem of the file at once."""
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

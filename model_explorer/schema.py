@@ -1,5 +1,5 @@
 """The workload schema's building blocks: strict specs, registry-typed specs, checked value
-types, path resolution and the one-line error for a file that does not validate.
+types, path resolution and the errors of a file that does not validate, one line per problem.
 
 This module imports no registry of its own: a `TypedSpec` subclass names the Registry object whose
 entries its `type` may take, and each section's settings live beside the code that uses them.
@@ -19,6 +19,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -73,22 +74,27 @@ def resolve_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(str(path))))
 
 
+def missing_path_text(value: str, context: dict[str, Any] | None, what: str) -> str | None:
+    """What is wrong with a path that does not exist (None when it exists, or when validation
+    runs with `check_paths=False`)."""
+    if not (context or {}).get("check_paths", True):
+        return None
+    resolved = resolve_path(value)
+    if resolved.exists():
+        return None
+    unset = [var for var in _env_vars(value) if var not in os.environ]
+    hint = f" (environment variable {', '.join(unset)} is not set)" if unset else ""
+    return f"{what} '{resolved}' does not exist{hint}; point it at the local copy"
+
+
 def check_existing_path(value: str, info: ValidationInfo, what: str, key: str | None = None) -> str:
     """Reject a path that does not exist, unless validation runs with `check_paths=False`."""
-    if not (info.context or {}).get("check_paths", True):
-        return value
-    resolved = resolve_path(value)
-    if not resolved.exists():
-        unset = [var for var in _env_vars(value) if var not in os.environ]
-        hint = f" (environment variable {', '.join(unset)} is not set)" if unset else ""
-        context = {"what": what, "path": str(resolved), "hint": hint}
+    text = missing_path_text(value, info.context, what)
+    if text is not None:
+        context = {"text": text, "path": value}
         if key is not None:
             context["key"] = key
-        raise PydanticCustomError(
-            "path_missing",
-            "{what} '{path}' does not exist{hint}; point it at the local copy",
-            context,
-        )
+        raise PydanticCustomError("path_missing", "{text}", context)
     return value
 
 
@@ -105,18 +111,47 @@ class Spec(BaseModel):
     @classmethod
     def _reject_unknown_keys(cls, data: Any) -> Any:
         if isinstance(data, dict) and cls.model_config.get("extra") != "allow":
-            _check_keys(data, set(cls.model_fields))
+            return _mark_unknown(data, set(cls.model_fields))
         return data
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _refuse_rejected_values(cls, value: Any) -> Any:
+        return _refuse_rejected(value)
 
-def _check_keys(data: dict[str, Any], known: set[str]) -> None:
-    for key in data:
-        if key not in known:
-            raise PydanticCustomError(
-                "unknown_key",
-                "unknown key",
-                {"key": str(key), "hint": did_you_mean(str(key), known), "known": sorted(known)},
-            )
+
+class Rejected:
+    """Stands in for the value of a key that is wrong in a way found before pydantic's own
+    checks (a key the spec does not take, a bad option of a typed spec, a missing file),
+    carrying what to say about it: pydantic then reports the key at its place in the file and
+    goes on validating the rest, so that one run lists every problem. `subpath` continues the
+    key path below the key (an option's list element)."""
+
+    def __init__(self, text: str, subpath: tuple[Any, ...] = ()) -> None:
+        self.text = text
+        self.subpath = subpath
+
+    def __repr__(self) -> str:
+        return "<rejected key>"
+
+
+def _unknown_text(key: str, known: set[str]) -> str:
+    return f"unknown key{did_you_mean(key, known)}; known keys: {', '.join(sorted(known))}"
+
+
+def _mark_unknown(data: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    if all(key in known for key in data):
+        return data
+    return {
+        key: value if key in known else Rejected(_unknown_text(str(key), known))
+        for key, value in data.items()
+    }
+
+
+def _refuse_rejected(value: Any) -> Any:
+    if isinstance(value, Rejected):
+        raise PydanticCustomError("rejected_key", "{text}", {"text": value.text})
+    return value
 
 
 class TypedSpec(Spec):
@@ -126,6 +161,7 @@ class TypedSpec(Spec):
     the entry under another key (`type_key`), declaring that field itself."""
 
     model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(_refuse_rejected)]]
     registry: ClassVar[Registry[Any]]
     type_key: ClassVar[str] = "type"
     _options: Any = PrivateAttr(default=None)
@@ -139,7 +175,7 @@ class TypedSpec(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _shorthand_and_keys(cls, data: Any) -> Any:
+    def _shorthand_and_keys(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, str):
             data = {cls.type_key: data}
         if isinstance(data, dict) and isinstance(name := cls._entry_name(data), str):
@@ -157,10 +193,21 @@ class TypedSpec(Spec):
                         "known": ", ".join(known),
                     },
                 )
-            own = set(cls.model_fields) | _option_keys(registry.get(name))
-            foreign = [key for key in data if key not in own]
-            if foreign:
-                _reject_foreign_key(cls, registry, name, str(foreign[0]), own)
+            entry = registry.get(name)
+            own = set(cls.model_fields) | _option_keys(entry)
+            if any(key not in own for key in data):
+                data = {
+                    key: value if key in own else _foreign_key(cls, registry, str(key), own)
+                    for key, value in data.items()
+                }
+            data = _mark_option_problems(entry.options, data, info.context)
+            data = cls._check_entry(entry, data, info.context)
+        return data
+
+    @classmethod
+    def _check_entry(cls, entry: Any, data: dict[str, Any], context: Any) -> dict[str, Any]:
+        """A subclass's checks that need the entry (before pydantic's own, so that their
+        problems are listed with every other): returns `data` with `Rejected` values."""
         return data
 
     @model_validator(mode="after")
@@ -189,25 +236,37 @@ def _option_keys(entry: Any) -> set[str]:
     return set(entry.options.model_fields) if entry.options is not None else set()
 
 
-def _reject_foreign_key(
-    cls: type[TypedSpec], registry: Registry[Any], name: str, key: str, own: set[str]
-) -> None:
+def _mark_option_problems(options: Any, data: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Check the entry's options now, marking each bad one, so that their problems are listed
+    together with those of the keys beside them. Problems of the options as a whole are left
+    to `_validate_options`."""
+    if options is None:
+        return data
+    given = {key: value for key, value in data.items() if key in options.model_fields}
+    try:
+        options.model_validate(given, context=context)
+    except ValidationError as error:
+        marked = dict(data)
+        for path, text in _problems(error, given):
+            if path:
+                marked[path[0]] = Rejected(text, tuple(path[1:]))
+        return marked
+    return data
+
+
+def _foreign_key(
+    cls: type[TypedSpec], registry: Registry[Any], key: str, own: set[str]
+) -> Rejected:
     """A key this entry does not take: say which entries do, else suggest the closest key."""
     takers = [entry.name for entry in registry.entries() if key in _option_keys(entry)]
-    if takers:
-        raise PydanticCustomError(
-            "foreign_key",
-            "only the {takers} {kind} {verb} '{key}'; set '{type_key}: {first}' or remove '{key}'",
-            {
-                "key": key,
-                "takers": " and ".join(takers),
-                "kind": registry.kind + ("s" if len(takers) > 1 else ""),
-                "verb": "take" if len(takers) > 1 else "takes",
-                "type_key": cls.type_key,
-                "first": takers[0],
-            },
-        )
-    _check_keys({key: None}, own)
+    if not takers:
+        return Rejected(_unknown_text(key, own))
+    kind = registry.kind + ("s" if len(takers) > 1 else "")
+    verb = "take" if len(takers) > 1 else "takes"
+    return Rejected(
+        f"only the {' and '.join(takers)} {kind} {verb} '{key}'; set '{cls.type_key}: "
+        f"{takers[0]}' or remove '{key}'"
+    )
 
 
 _MESSAGES = {
@@ -231,18 +290,25 @@ _MESSAGES = {
 }
 
 
-def format_validation_error(error: ValidationError, data: Any, where: str = "workload") -> str:
-    """One line naming the first invalid key path as it is written in the file and what is wrong,
-    with the number of further problems."""
-    problems: dict[str, str] = {}
+def validation_problems(error: ValidationError, data: Any) -> list[tuple[str, str]]:
+    """Every problem pydantic found, once per key: the key path as it is written in the file
+    (`workload.a.b`) and what is wrong, in the order of the file."""
+    return [
+        (".".join(["workload", *map(str, path)]), text) for path, text in _problems(error, data)
+    ]
+
+
+def _problems(error: ValidationError, data: Any) -> list[tuple[list[Any], str]]:
+    problems: dict[tuple[Any, ...], str] = {}
     for item in _fitting_errors(error, data):
         path, _ = _key_path(item["loc"], data)
         ctx = item.get("ctx") or {}
         value = item["input"]
         if "key" in ctx:
             path = path + [ctx["key"]]
-        if item["type"] == "unknown_key":
-            text = f"unknown key{ctx['hint']}; known keys: {', '.join(ctx['known'])}"
+        if isinstance(value, Rejected):
+            path = path + list(value.subpath)
+            text = value.text
         elif item["type"] == "missing" and path and isinstance(path[-1], int):
             path = path[:-1]  # a fixed-length list with too few entries
             text = f"has too few values, got {value!r}"
@@ -255,15 +321,8 @@ def format_validation_error(error: ValidationError, data: Any, where: str = "wor
             quoted = "name" in ctx or "path" in ctx
             if item["type"] != "missing" and not quoted and not isinstance(value, dict):
                 text += f", got {value!r}"
-        problems.setdefault(".".join(["workload", *map(str, path)]), text)
-    prefix = "" if where == "workload" else f"{where}: "
-    (dotted, text), *rest = problems.items()
-    more = (
-        f" (and {len(rest)} more problem{'s' if len(rest) > 1 else ''} after this one)"
-        if rest
-        else ""
-    )
-    return f"{prefix}{dotted}: {text}{more}"
+        problems.setdefault(tuple(path), text)
+    return [(list(path), text) for path, text in problems.items()]
 
 
 def _fitting_errors(error: ValidationError, data: Any) -> list[Any]:

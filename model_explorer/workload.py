@@ -3,12 +3,15 @@
 The layout is the original tool's (root key `workload:`, `problem.problem_function`,
 `exploration.nsga.*`, `exploration.extra_args`, dataset specs with `type`, `batch_size`,
 `sample_limit`, `randomize`, `path`) plus what this project adds (`seed`, `device`, `metric`,
-per-type dataset options). Each section's settings live beside the code that uses them; this
-module assembles them, reads the file and validates it once: everything downstream trusts it.
+per-type dataset options); the original's other spellings are translated first
+(original_layout.py). Each section's settings live beside the code that uses them; this module
+assembles them, reads the file and validates it once, reporting every problem at once:
+everything downstream trusts it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -23,11 +26,14 @@ from model_explorer.errors import WorkloadError
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.metrics import MetricSpec
 from model_explorer.models.registry import ModelSpec
+from model_explorer.original_layout import translate
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
-from model_explorer.schema import NonNegativeInt, Spec, format_validation_error
+from model_explorer.schema import NonNegativeInt, Spec, validation_problems
 from model_explorer.sparsity.spec import SparsitySpec
 from model_explorer.training import RetrainingSpec
+
+log = logging.getLogger(__name__)
 
 
 class ReevaluationDatasets(Spec):
@@ -105,10 +111,21 @@ class Workload(Spec):
         body = data["workload"]
         if isinstance(body, dict) and body.get("name") is None and source is not None:
             body = {**body, "name": Path(source).stem}
+        translation = translate(body)
+        problems = list(translation.problems)
         try:
-            workload = cls.model_validate(body, context={"check_paths": check_paths})
+            workload = cls.model_validate(translation.body, context={"check_paths": check_paths})
         except ValidationError as error:
-            raise WorkloadError(format_validation_error(error, body, where)) from None
+            problems += validation_problems(error, translation.body)
+        if problems:
+            prefix = "" if source is None else f"{where}: "
+            raise WorkloadError("\n".join(f"{prefix}{key}: {text}" for key, text in problems))
+        if translation.ignored:
+            log.info(
+                "%s: ignored, as they had no effect in the original tool: %s",
+                where,
+                ", ".join(translation.ignored),
+            )
         workload._source = Path(source) if source is not None else None
         return workload
 

@@ -99,9 +99,11 @@ def test_retrain_without_baseline_says_what_to_pass(capsys) -> None:
 def test_list_models() -> None:
     done = run("-m", "model_explorer", "list", "models", "resnet*")
     assert done.stdout.split() == [
+        "resnet18",
         "resnet20",
         "resnet32",
         "resnet44",
+        "resnet50",
         "resnet56",
         "torchvision:<name>",
         "package.module:factory",

@@ -39,8 +39,17 @@ from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
 DOCUMENTED = {
-    "models": {"digits_cnn", "lenet5", "resnet20", "resnet32", "resnet44", "resnet56"},
-    "datasets": {"digits", "cifar10", "imagefolder", "arrays"},
+    "models": {
+        "digits_cnn",
+        "lenet5",
+        "resnet18",
+        "resnet20",
+        "resnet32",
+        "resnet44",
+        "resnet50",
+        "resnet56",
+    },
+    "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "imagenet_c", "arrays"},
     "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"},
     "problems": {
         "quantization_problem",
@@ -105,12 +114,18 @@ def test_default_order_runs_every_registered_inspector() -> None:
 # -- typed keys: each entry's own options --------------------------------------------------------
 
 
+# Options a dataset type cannot do without (the README says so).
+REQUIRED_OPTIONS = {"imagenet": {"kind": "imagefolder"}}
+
+
 @pytest.mark.parametrize("name", DATASETS.names())
 def test_every_dataset_type_validates_its_defaults(name: str, tmp_path: Path) -> None:
+    required = REQUIRED_OPTIONS.get(name, {})
+    (tmp_path / "fog" / "1").mkdir(parents=True)  # imagenet_c's default corruption and severity
     spec = DatasetSpec.model_validate(
-        {"type": name, "path": str(tmp_path)}, context={"check_paths": True}
+        {"type": name, "path": str(tmp_path), **required}, context={"check_paths": True}
     )
-    assert spec.options is not None and spec.options == type(spec.options)()
+    assert spec.options is not None and spec.options == type(spec.options)(**required)
 
 
 def test_a_key_of_another_entry_says_which_entry_takes_it() -> None:

@@ -209,7 +209,7 @@ INVALID = {
     ),
     "arrays without path": (
         _set("exploration.datasets.exploration", {"type": "arrays"}),
-        "workload.exploration.datasets.exploration",
+        "workload.exploration.datasets.exploration.path",
         "needs a 'path'",
     ),
     "missing data path": (
@@ -258,13 +258,30 @@ def test_invalid_workload_names_the_key(case: str, default_workload_data: dict) 
     assert "\n" not in message
 
 
-def test_every_problem_is_reported_in_the_count(default_workload_data: dict) -> None:
+def test_every_problem_is_reported_one_line_each(default_workload_data: dict) -> None:
+    """Six planted faults in six places, of five kinds: one run names them all, each line
+    naming its own key."""
     _set("seed", -1)(default_workload_data)
+    _set("model.wieghts", "x.pt")(default_workload_data)
     _set("exploration.nsga.pop_size", 0)(default_workload_data)
-    with pytest.raises(
-        WorkloadError, match=r"workload.seed: .*\(and 1 more problem after this one\)"
-    ):
-        Workload.from_dict(default_workload_data)
+    _set("exploration.nsga.generatoins", 3)(default_workload_data)
+    _set("exploration.datasets.exploration.resize", 7)(default_workload_data)
+    _set("exploration.datasets.exploration.nonsense", 1)(default_workload_data)
+    with pytest.raises(WorkloadError) as error:
+        Workload.from_dict(default_workload_data, source="w.yaml")
+    lines = str(error.value).splitlines()
+    expected = {
+        "w.yaml: workload.seed: ": "must not be negative",
+        "w.yaml: workload.model.wieghts: ": "did you mean 'weights'?",
+        "w.yaml: workload.exploration.nsga.pop_size: ": "must be a positive integer",
+        "w.yaml: workload.exploration.nsga.generatoins: ": "did you mean 'generations'?",
+        "w.yaml: workload.exploration.datasets.exploration.resize: ": "must be one of 8, 16",
+        "w.yaml: workload.exploration.datasets.exploration.nonsense: ": "unknown key",
+    }
+    assert len(lines) == len(expected), lines
+    for prefix, words in expected.items():
+        (line,) = [line for line in lines if line.startswith(prefix)]
+        assert words in line, line
 
 
 def test_file_level_errors(tmp_path: Path) -> None:

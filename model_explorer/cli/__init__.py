@@ -88,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command].run(args)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        # One line per problem: a workload file reports all of its problems at once.
+        for line in str(error).splitlines() or [""]:
+            print(f"error: {line}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

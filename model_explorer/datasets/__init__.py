@@ -1,15 +1,18 @@
-"""Dataset registry: digits (bundled with scikit-learn), cifar10, imagefolder and arrays from
-local files; seeded subsets; and a TensorCache that decodes an evaluation subset once."""
+"""Dataset registry: digits (bundled with scikit-learn), cifar10, imagefolder, imagenet (image
+folder or WebDataset shards), imagenet_c and arrays from local files; seeded subsets; and a
+TensorCache that decodes an evaluation subset once."""
 
 from __future__ import annotations
 
 # Explicit imports register the built-in builders; nothing else runs at import.
 from model_explorer.datasets import arrays as _arrays  # noqa: E402,F401
 from model_explorer.datasets import digits as _digits  # noqa: E402,F401
+from model_explorer.datasets import imagenet as _imagenet  # noqa: E402,F401
 from model_explorer.datasets import vision as _vision  # noqa: E402,F401
 from model_explorer.datasets.base import (
     DATASETS,
     DatasetSpec,
+    SampleStream,
     build_dataset,
     build_loader,
     register_dataset,
@@ -20,6 +23,7 @@ from model_explorer.datasets.cache import TensorCache
 __all__ = [
     "DATASETS",
     "DatasetSpec",
+    "SampleStream",
     "TensorCache",
     "build_dataset",
     "build_loader",

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import ValidationInfo, model_validator
-from pydantic_core import PydanticCustomError
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from model_explorer.registry import Registry
-from model_explorer.schema import NonNegativeInt, PositiveInt, TypedSpec, check_existing_path
+from model_explorer.schema import (
+    NonNegativeInt,
+    PositiveInt,
+    Rejected,
+    TypedSpec,
+    missing_path_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +39,44 @@ class DatasetSpec(TypedSpec):
     path: str | None = None
     workers: NonNegativeInt = 0
 
-    @model_validator(mode="after")
-    def _check_path(self, info: ValidationInfo) -> DatasetSpec:
-        entry = DATASETS.get(self.type)
-        needs_path = getattr(entry.options, "requires_path", False)
-        if needs_path and self.path is None:
-            raise PydanticCustomError(
-                "path_required",
-                "dataset type '{name}' needs a 'path' to its local files",
-                {"name": self.type},
+    @classmethod
+    def _check_entry(cls, entry: Any, data: dict[str, Any], context: Any) -> dict[str, Any]:
+        """The path a type needs, and the files it names: one path, or those its options
+        expand it to (`local_paths`, e.g. the shards of a brace pattern)."""
+        path = data.get("path")
+        if path is None:
+            if getattr(entry.options, "requires_path", False):
+                text = f"dataset type '{entry.name}' needs a 'path' to its local files"
+                return {**data, "path": Rejected(text)}
+            return data
+        if not isinstance(path, str):
+            return data  # the field's own check says what is wrong
+        expand = getattr(entry.options, "local_paths", None)
+        files = expand(path, data) if expand is not None else [path]
+        missing = [t for f in files if (t := missing_path_text(f, context, "dataset path"))]
+        if not missing:
+            return data
+        if len(files) > 1:
+            missing[0] = (
+                f"{len(missing)} of the {len(files)} files it names are missing: {missing[0]}"
             )
-        if self.path is not None:
-            check_existing_path(self.path, info, "dataset path", key="path")
-        return self
+        return {**data, "path": Rejected(missing[0])}
+
+
+class SampleStream(IterableDataset):
+    """A dataset read as a stream (tar shards) whose length the spec declares. Subsets are
+    taken by position in its stored order; a training loader shuffles it by seed."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def shuffle_by(self, seed: int) -> None:
+        """Shuffle every pass from now on, reproducibly by `seed`."""
+        raise NotImplementedError
+
+    def pick(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        """The decoded samples at these positions of the stored order, in the order given."""
+        raise NotImplementedError
 
 
 def register_dataset(name: str, options: Any = None) -> Callable[[DatasetBuilder], DatasetBuilder]:
@@ -72,6 +101,9 @@ def select_indices(length: int, sample_limit: int | None, randomize: bool, seed:
 def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Dataset:
     """The spec's samples: the builder's split reduced to the seeded subset."""
     dataset = DATASETS.get(spec.type, f"{where}.type").builder(spec, where)
+    streamed = isinstance(dataset, SampleStream)
+    if streamed and spec.sample_limit is None:
+        return dataset  # the whole stream: its order is the stored one, shuffled for training
     length = len(dataset)  # type: ignore[arg-type]
     if spec.sample_limit is not None and spec.sample_limit > length:
         log.warning(
@@ -81,6 +113,8 @@ def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Datas
             length,
         )
     indices = select_indices(length, spec.sample_limit, spec.randomize, seed)
+    if streamed:
+        return dataset.pick(indices.tolist())  # type: ignore[return-value]
     if len(indices) == length and not spec.randomize:
         return dataset
     return Subset(dataset, indices.tolist())
@@ -92,9 +126,13 @@ def build_loader(
     """A DataLoader over the spec's subset. `shuffle` reorders every epoch (for training only),
     from a generator seeded by `seed`."""
     dataset = build_dataset(spec, seed, where)
+    if isinstance(dataset, SampleStream):
+        if shuffle:
+            dataset.shuffle_by(seed)
+        shuffle = False  # a stream shuffles itself
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     return DataLoader(
-        dataset,
+        dataset,  # type: ignore[arg-type]
         batch_size=spec.batch_size,
         shuffle=shuffle,
         generator=generator,

@@ -18,17 +18,20 @@ from model_explorer.schema import resolve_path
 def build_model(
     spec: ModelSpec, where: str = "workload.model", load_weights: bool = True
 ) -> nn.Module:
-    """The workload's model in eval mode, with the checkpoint named by `weights` loaded."""
+    """The workload's model in eval mode, with the checkpoint named by `weights` loaded
+    (random weights only when `weights` is null and `pretrained` is explicitly false)."""
     model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
-    if load_weights:
-        if spec.weights is None:
-            raise UserError(
-                f"{where}.weights: no checkpoint is named; set it to a file made by "
-                "`model-explorer retrain --baseline WORKLOAD`"
-            )
+    if not load_weights:
+        return model.eval()
+    if spec.weights is not None:
         load_checkpoint(model, spec.weights, where=f"{where}.weights")
-        if spec.fold_batchnorm:
-            return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
+    elif spec.pretrained is not False:
+        raise UserError(
+            f"{where}.weights: no checkpoint is named; set it to a file made by "
+            "`model-explorer retrain --baseline WORKLOAD`"
+        )
+    if spec.fold_batchnorm:
+        return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
     return model.eval()
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from torch import nn
 
@@ -18,9 +18,12 @@ from model_explorer.schema import PositiveInt, Spec
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a built-in model expects: the shape of one input sample (C, H, W)."""
+    """What a built-in model expects: the shape of one input sample (C, H, W).
+    `pretrained_in_original`: a model type of the original tool, which loaded downloaded
+    pretrained weights for it when `weights` was null."""
 
     input_shape: tuple[int, ...]
+    pretrained_in_original: bool = False
 
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model", imports="model factory")
@@ -31,11 +34,25 @@ def register_model(name: str, input_shape: tuple[int, ...]) -> Callable[[Any], A
     return MODELS.register(name, info=ModelInfo(tuple(input_shape)))
 
 
+# Model types of the original tool that were its own modules (or torch.hub downloads), not
+# shipped here: a file naming one is told how to bring it.
+ORIGINAL_MODULES = {
+    "resnet9": "ResNet-9 for CIFAR-10",
+    "deeplabv3": "DeepLabV3+ for Cityscapes",
+    "unet": "U-Net on a timm ResNet-18 encoder",
+    "yolop": "YOLOP, loaded from torch.hub",
+    "yolov5s": "YOLOv5s, loaded from torch.hub",
+}
+
+
 class ModelSpec(Spec):
     """`type` is a registered name, `torchvision:<name>`, or `package.module:factory`."""
 
     type: str
     weights: str | None = None
+    # false: start from random weights when `weights` is null; true cannot be had (it would
+    # download), so it is an error naming `weights`.
+    pretrained: bool | None = None
     num_classes: PositiveInt | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
     # Fold batch norms into the convolutions before them once the weights are loaded.
@@ -46,6 +63,14 @@ class ModelSpec(Spec):
     def _known_model(cls, value: str) -> str:
         if MODELS.accepts(value):
             return value
+        if value in ORIGINAL_MODULES:
+            raise PydanticCustomError(
+                "original_model",
+                "'{name}' ({what}) was a module of the original tool and is not shipped here; "
+                "bring it as 'model.type: package.module:factory', naming a function of yours "
+                "that returns the torch.nn.Module",
+                {"name": value, "what": ORIGINAL_MODULES[value]},
+            )
         names = MODELS.names()
         raise PydanticCustomError(
             "unknown_model",
@@ -53,6 +78,27 @@ class ModelSpec(Spec):
             "'package.module:factory'",
             {"name": value, "hint": did_you_mean(value, names), "known": ", ".join(names)},
         )
+
+    @model_validator(mode="after")
+    def _local_weights(self) -> ModelSpec:
+        if self.pretrained:
+            raise PydanticCustomError(
+                "pretrained",
+                "pretrained weights would be downloaded, which this project never does; set "
+                "model.weights to a local checkpoint file instead",
+                {"key": "pretrained"},
+            )
+        entry = MODELS.get(self.type) if self.type in MODELS else None
+        original = entry is not None and getattr(entry.info, "pretrained_in_original", False)
+        if original and self.weights is None and self.pretrained is None:
+            raise PydanticCustomError(
+                "weights_null",
+                "null meant the original tool's downloaded pretrained weights for "
+                "'{name}', which cannot be had here; set model.weights to a local checkpoint "
+                "file, or set model.pretrained: false to start from random weights",
+                {"key": "weights", "name": self.type},
+            )
+        return self
 
 
 def create_model(

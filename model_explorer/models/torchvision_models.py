@@ -1,4 +1,5 @@
-"""`torchvision:<name>` builds any torchvision classification model, randomly initialised.
+"""`torchvision:<name>` builds any torchvision classification model, randomly initialised;
+`resnet18` and `resnet50`, the original tool's names, build torchvision's.
 
 Pretrained torchvision weights would download; this project loads weights only from the
 checkpoint file named by `model.weights`, so `weights=None` is always passed.
@@ -6,12 +7,17 @@ checkpoint file named by `model.weights`, so `weights=None` is always passed.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from torch import nn
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.models.registry import MODELS
+from model_explorer.models.registry import MODELS, ModelInfo
+
+# The original tool's model types that are torchvision architectures, under its names; it
+# loaded torchvision's ImageNet weights for them, here `model.weights` names a local file.
+ORIGINAL_TORCHVISION = ("resnet18", "resnet50")
 
 
 def classification_models() -> list[str]:
@@ -32,3 +38,9 @@ def torchvision_model(name: str, **kwargs: Any) -> nn.Module:
             f"{did_you_mean(name, known)}; see torchvision.models.list_models()"
         )
     return torchvision.models.get_model(name, weights=None, **kwargs)
+
+
+for _name in ORIGINAL_TORCHVISION:
+    MODELS.register(_name, info=ModelInfo((3, 224, 224), pretrained_in_original=True))(
+        functools.partial(torchvision_model, _name)
+    )

@@ -28,7 +28,14 @@ def spec(**fields) -> DatasetSpec:
 
 
 def test_registry_lists_the_builtin_datasets() -> None:
-    assert DATASETS.names() == ["arrays", "cifar10", "digits", "imagefolder"]
+    assert DATASETS.names() == [
+        "arrays",
+        "cifar10",
+        "digits",
+        "imagefolder",
+        "imagenet",
+        "imagenet_c",
+    ]
 
 
 def test_digits_splits_partition_the_data_by_class() -> None:
