@@ -216,3 +216,207 @@ def test_depthwise_multiplier_and_transposed_convolutions() -> None:
     assert up2["padding"] == "VALID" and up2["inputs"][2] is None
     assert up2["outputs"][0]["data"].shape == (1, 21, 21, 2)
     np.testing.assert_allclose(crop["outputs"][0]["data"], nhwc(final), atol=1e-5)
+
+
+def small_net() -> nn.Module:
+    torch.manual_seed(0)
+    return randomized_batch_norms(
+        nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, 4),
+        )
+    )
+
+
+def write_dalgona_h5(path: Path, images: np.ndarray, name: str | None = "image") -> Path:
+    """dalgona's input layout: /value/<record>/<input>, each input with its full NHWC shape."""
+    import h5py
+
+    with h5py.File(path, "w") as file:
+        group = file.create_group("value")
+        group.attrs["desc"] = "records for the test"
+        for index, image in enumerate(images):
+            record = group.create_group(str(index))
+            record.attrs["desc"] = f"record {index}"
+            dataset = record.create_dataset("0", data=image[None])
+            if name:
+                dataset.attrs["name"] = name
+    return path
+
+
+def test_dalgona_hdf5_layout_runs_as_the_same_samples_in_nchw(tmp_path: Path) -> None:
+    images = np.random.default_rng(0).normal(size=(3, 6, 6, 3)).astype(np.float32)  # NHWC
+    h5 = write_dalgona_h5(tmp_path / "data.h5", images)
+    np.save(tmp_path / "data.npy", images.transpose(0, 3, 1, 2))
+    model = small_net()
+    from model_explorer.analysis.hooks import file_samples
+
+    from_h5 = run_log(model, file_samples(h5))
+    from_npy = run_log(model, file_samples(tmp_path / "data.npy"))
+    assert len(from_h5.networks) == 3
+    for index, network in enumerate(from_h5.networks):
+        (given,) = network["inputs"]
+        assert given["name"] == "image" and not given["is_const"]
+        np.testing.assert_array_equal(given["data"], images[index : index + 1])
+    assert [op["name"] for op in from_h5.ops] == [op["name"] for op in from_npy.ops]
+    for a, b in zip(from_h5.ops, from_npy.ops, strict=True):
+        np.testing.assert_array_equal(a["outputs"][0]["data"], b["outputs"][0]["data"])
+    assert from_h5.ops[0]["inputs"][0]["name"] == "image"
+    assert from_npy.ops[0]["inputs"][0]["name"] == "input"
+
+
+def test_hdf5_files_that_fit_no_layout_are_one_clear_error(tmp_path: Path) -> None:
+    import h5py
+
+    from model_explorer.analysis.hooks import file_samples
+    from model_explorer.errors import UserError
+
+    with h5py.File(tmp_path / "raw.h5", "w") as file:
+        group = file.create_group("value")
+        group.attrs["rawData"] = "1"
+        group.create_group("0")["0"] = np.zeros(12, np.uint8)
+    with h5py.File(tmp_path / "nested.h5", "w") as file:
+        file.create_group("a").create_group("b")["c"] = np.zeros(3)
+    with h5py.File(tmp_path / "mixed.h5", "w") as file:
+        file["x"] = np.zeros((2, 3))
+        file.create_group("y")["z"] = np.zeros(3)
+    with pytest.raises(UserError, match="raw bytes"):
+        list(file_samples(tmp_path / "raw.h5"))
+    for name in ("nested.h5", "mixed.h5"):
+        with pytest.raises(UserError, match="fits none of the layouts read: dalgona's"):
+            list(file_samples(tmp_path / name))
+
+
+def test_quantparam_of_a_quantized_layer_with_its_batch_norm_folded() -> None:
+    from model_explorer.analysis.hooks.operators import quantparam
+    from model_explorer.quantization import QuantizedModel
+
+    model = small_net()
+    quantized = QuantizedModel(model)
+    quantized.calibrate([torch.randn(4, 3, 6, 6)], method="max")
+    log = run_log(quantized, [(torch.randn(1, 3, 6, 6),)])
+    conv = log.ops[0]
+    image, filters, bias = conv["inputs"]
+    layer = quantized.layers["0"]
+    bn = model[1]
+    factor = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().abs().numpy()
+    weight_scale = np.asarray(quantparam(layer.weight_quantizer)["scale"])
+    input_scale = float(layer.input_quantizer.amax) / 127
+    assert image["name"] == "input" and image["quantparam"]["scale"] == pytest.approx([input_scale])
+    np.testing.assert_allclose(filters["quantparam"]["scale"], weight_scale * factor, rtol=1e-6)
+    assert filters["quantparam"]["quantized_dimension"] == 0
+    np.testing.assert_allclose(
+        bias["quantparam"]["scale"], input_scale * weight_scale * factor, rtol=1e-6
+    )
+    # The folded filter lies on its grid: every value an integer multiple of its scale.
+    steps = filters["data"] / np.asarray(filters["quantparam"]["scale"])[:, None, None, None]
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
+    fc = log.ops[-1]
+    assert fc["opcode"] == "FullyConnected"
+    fc_scale = float(quantized.layers["5"].input_quantizer.amax) / 127
+    assert fc["inputs"][0]["quantparam"]["scale"] == pytest.approx([fc_scale])
+    between = [t for op in log.ops[1:-1] for t in op["inputs"]]  # Mean, Reshape: float
+    assert between and all(t["quantparam"]["scale"] == [] for t in between)
+
+
+FAULTY = """
+class Faulty:
+    def StartAnalysis(self, args):
+        self.path = args
+        self.seen = 0
+
+    def Conv2DPost(self, name, input, filter, bias, padding, stride, dilation, output, act):
+        self.seen += 1
+        if self.seen == 2:
+            raise ZeroDivisionError("planted")
+
+    def EndAnalysis(self):
+        open(self.path, "w").write(f"seen {self.seen}")
+        raise KeyError("planted at the end")
+"""
+
+
+def test_first_failing_hook_is_reported_then_end_analysis_runs_and_fails(
+    tmp_path: Path, capsys
+) -> None:
+    from model_explorer.cli import main
+
+    (tmp_path / "Faulty.py").write_text(FAULTY)
+    images = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype(np.float32)
+    data = write_dalgona_h5(tmp_path / "data.h5", images, name=None)
+    out = tmp_path / "seen.txt"
+    command = ["analyze", "--dalgona", "--input_model", "digits_cnn", "--input_data", str(data)]
+    command += ["--analysis", str(tmp_path / "Faulty.py"), "--analysis_args", str(out)]
+    assert main(command) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    first = "analysis hook Conv2DPost at operator '3/Conv2D#0' failed: ZeroDivisionError: planted"
+    assert error.index(first) < error.index("then EndAnalysis failed too")
+    assert 'Faulty.py, line 10: raise ZeroDivisionError("planted")' in error
+    assert "KeyError: 'planted at the end' (Faulty.py, line 14" in error
+    assert out.read_text() == "seen 2"  # EndAnalysis ran after the failure
+
+
+def test_a_hook_taking_other_arguments_is_named_with_its_line(tmp_path: Path) -> None:
+    from model_explorer.errors import UserError
+
+    (tmp_path / "Narrow.py").write_text(
+        "class Narrow:\n    def Conv2DPost(self, name, output):\n        pass\n"
+    )
+    analysis, source = load_analysis(str(tmp_path / "Narrow.py"), dalgona=True)
+    with pytest.raises(UserError) as error:
+        DalgonaRunner(small_net(), analysis, source).run([(torch.randn(1, 3, 6, 6),)])
+    message = str(error.value)
+    assert "Conv2DPost at operator '0/Conv2D#0' failed: TypeError" in message
+    assert "(Narrow.py, line 2: def Conv2DPost(self, name, output):)" in message
+
+
+OUTPUTS = '''
+import json
+
+
+class Outputs:
+    """DefaultOpPost as current dalgona calls it (a list) and as older analyses read it."""
+
+    def StartAnalysis(self, args):
+        self.path, self.seen = args, []
+
+    def DefaultOpPost(self, name, opcode, inputs, outputs):
+        assert outputs[0] is not None and outputs["name"] == outputs[0]["name"] == name
+        assert outputs["data"].shape == outputs[0]["data"].shape
+        self.seen.append([opcode, [t["name"] for t in inputs], len(outputs)])
+
+    def EndAnalysis(self):
+        json.dump(self.seen, open(self.path, "w"))
+'''
+
+
+def test_analyze_command_with_dalgona_spellings(tmp_path: Path, capsys) -> None:
+    import json
+
+    from model_explorer.cli import main
+
+    (tmp_path / "Outputs.py").write_text(OUTPUTS)
+    images = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype(np.float32)
+    data = write_dalgona_h5(tmp_path / "data.h5", images, name=None)
+    seen = tmp_path / "seen.json"
+    command = ["analyze", "--dalgona", "--input_model", "digits_cnn", "--input_data", str(data)]
+    assert (
+        main([*command, "--analysis", str(tmp_path / "Outputs.py"), "--analysis_args", str(seen)])
+        == 0
+    )
+    assert "ran 2 samples through Outputs" in capsys.readouterr().out
+    calls = json.loads(seen.read_text())
+    # Conv2D and FullyConnected go to the Default hooks with Circle's inputs: input, filter, bias.
+    assert calls[0] == ["Conv2D", ["input", "0.weight", "0.bias"], 1]
+    assert {c[0] for c in calls} >= {"Conv2D", "MaxPool2D", "Reshape", "FullyConnected"}
+    assert (
+        main(["analyze", "--dalgona", "--input_model", "model.circle", "--analysis", "x.py"]) == 2
+    )
+    assert "is a model file; analyze runs PyTorch models" in capsys.readouterr().err
+    assert main([*command, "--analysis", "zero_ratio"]) == 2
+    assert "written for analyze without --dalgona" in capsys.readouterr().err

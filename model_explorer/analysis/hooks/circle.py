@@ -24,7 +24,7 @@ NCHW = (0, 3, 1, 2)  # NHWC -> NCHW
 def circle_data(value: Value) -> np.ndarray:
     """A Value's data as the Circle model holds it: 4-D activations NHWC."""
     if value.nchw and value.data.ndim == 4:
-        return np.ascontiguousarray(value.data.transpose(NHWC))
+        return value.data.transpose(NHWC)
     return value.data
 
 

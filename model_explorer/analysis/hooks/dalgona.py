@@ -23,6 +23,7 @@ list `outputs`; DefaultOpPost(name, opcode, inputs, outputs): a list, which also
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -40,11 +41,12 @@ def tensor(value: Value | None, quantparam: dict[str, Any] | None = None) -> dic
     (empty lists for a float tensor); an empty tensor's data is None, a missing one None."""
     if value is None:
         return None
-    data = circle_data(value)
+    data = circle_data(value).copy()  # an analysis may change it; later hooks must not see that
     return {
         "name": value.label,
         "data": data if data.size else None,
-        "quantparam": quantparam or {"scale": [], "zero_point": [], "quantized_dimension": 0},
+        "quantparam": copy.deepcopy(quantparam)
+        or {"scale": [], "zero_point": [], "quantized_dimension": 0},
         "is_const": value.is_const,
     }
 
@@ -117,25 +119,31 @@ class DalgonaRunner(HookRunner):
             self._call("EndNetworkExecution", "", end, [tensor(v) for v in recording.outputs])
 
     def _operator(self, op: CircleOp) -> None:
-        t = [tensor(v, op.quantparams.get(i)) for i, v in enumerate(op.inputs)]
-        given = [x for x in t if x is not None]  # dalgona leaves out missing inputs
-        arguments = _arguments(op, t)
-        outputs = [tensor(v) for v in op.outputs]
-        pre = self.hook(f"{op.opcode}Pre") if arguments is not None else None
+        """Pre, then Post: the operator's own hook if the analysis has it, else the Default
+        one; tensors built afresh for each call (as dalgona does), and only for hooks that
+        exist."""
+        own = _arguments(op, [None] * len(op.inputs)) is not None
+        pre = self.hook(f"{op.opcode}Pre") if own else None
         if pre is not None:
-            self._positional(f"{op.opcode}Pre", op.name, pre, *arguments[0], *arguments[1])
+            head, tail = _arguments(op, self._inputs(op))  # type: ignore[misc]
+            self._positional(f"{op.opcode}Pre", op.name, pre, *head, *tail)
         elif (default := self.hook("DefaultOpPre")) is not None:
+            given = [x for x in self._inputs(op) if x is not None]  # dalgona skips missing ones
             self._positional("DefaultOpPre", op.name, default, op.opcode, given)
-        post = self.hook(f"{op.opcode}Post") if arguments is not None else None
+        post = self.hook(f"{op.opcode}Post") if own else None
         if post is not None:
+            head, tail = _arguments(op, self._inputs(op))  # type: ignore[misc]
+            outputs = [tensor(v) for v in op.outputs]
             output = outputs if op.opcode == "Split" else outputs[0]
-            self._positional(
-                f"{op.opcode}Post", op.name, post, *arguments[0], output, *arguments[1]
-            )
+            self._positional(f"{op.opcode}Post", op.name, post, *head, output, *tail)
         elif (default := self.hook("DefaultOpPost")) is not None:
-            self._positional(
-                "DefaultOpPost", op.name, default, op.opcode, given, OutputList(outputs)
-            )
+            given = [x for x in self._inputs(op) if x is not None]
+            outputs = OutputList(tensor(v) for v in op.outputs)
+            self._positional("DefaultOpPost", op.name, default, op.opcode, given, outputs)
+
+    @staticmethod
+    def _inputs(op: CircleOp) -> list[dict | None]:
+        return [tensor(v, op.quantparams.get(i)) for i, v in enumerate(op.inputs)]
 
     def _positional(self, hook: str, name: str, function: Callable[..., Any], *args: Any) -> None:
         self._call(hook, name, function, name, *args)

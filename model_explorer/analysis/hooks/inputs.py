@@ -63,7 +63,9 @@ def _dalgona_samples(file: Any, where: str) -> Iterator[Sample]:
             if not isinstance(dataset, h5py.Dataset):
                 raise UserError(f"{where}: /value/{index}/{position} is not a dataset")
             array = dataset[()]
-            arrays.append(array.transpose(0, 3, 1, 2) if array.ndim == 4 else array)
+            arrays.append(
+                np.ascontiguousarray(array.transpose(0, 3, 1, 2)) if array.ndim == 4 else array
+            )
             names.append(str(dataset.attrs.get("name", f"input_{position}")))
         if len(arrays) == 1 and "name" not in record["0"].attrs:
             names = ["input"]

@@ -20,7 +20,15 @@ from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantiz
 
 # Operators whose output is their (first) input under another identity: no operator of the
 # network, the tensor keeps its producer.
-TRANSPARENT = {"detach", "alias", "lift_fresh", "clone", "_to_copy", "contiguous"}
+TRANSPARENT = {
+    "detach",
+    "alias",
+    "lift_fresh",
+    "clone",
+    "_to_copy",
+    "contiguous",
+    "as_strided_",  # restrides an output in place (memory format), values unchanged
+}
 # Views of a weight are the weight (a linear layer's transposed weight).
 WEIGHT_VIEWS = {"t", "transpose", "permute", "view", "reshape", "_unsafe_view"}
 
