@@ -420,3 +420,22 @@ def test_analyze_command_with_dalgona_spellings(tmp_path: Path, capsys) -> None:
     assert "is a model file; analyze runs PyTorch models" in capsys.readouterr().err
     assert main([*command, "--analysis", "zero_ratio"]) == 2
     assert "written for analyze without --dalgona" in capsys.readouterr().err
+
+
+def test_dalgona_builds_the_class_named_as_the_file_without_arguments(tmp_path: Path) -> None:
+    from model_explorer.errors import UserError
+
+    (tmp_path / "Chosen.py").write_text(
+        "class Helper:\n    pass\n\n\nclass Chosen:\n    def StartAnalysis(self, args):\n"
+        "        self.args = args\n"
+    )
+    analysis, _ = load_analysis(str(tmp_path / "Chosen.py"), "ignored here", dalgona=True)
+    assert type(analysis).__name__ == "Chosen"
+    (tmp_path / "Needs.py").write_text(
+        "class Needs:\n    def __init__(self, args):\n        pass\n"
+    )
+    with pytest.raises(UserError, match=r"Needs\(\) needs arguments; dalgona builds the class"):
+        load_analysis(str(tmp_path / "Needs.py"), dalgona=True)
+    (tmp_path / "Other.py").write_text("class A:\n    pass\n\n\nclass B:\n    pass\n")
+    with pytest.raises(UserError, match="must define a class named Other"):
+        load_analysis(str(tmp_path / "Other.py"), dalgona=True)

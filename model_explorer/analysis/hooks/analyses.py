@@ -56,7 +56,7 @@ def load_analysis(spec: str, args: str | None = None, dalgona: bool = False) -> 
             "an analysis file written to dalgona's conventions"
         )
     folder = str(path.resolve().parent)
-    if folder not in sys.path:
+    if spec not in ANALYSES and folder not in sys.path:
         sys.path.append(folder)
     module = _load_module(path)
     classes = [
@@ -65,13 +65,7 @@ def load_analysis(spec: str, args: str | None = None, dalgona: bool = False) -> 
         if inspect.isclass(value) and value.__module__ == module.__name__
     ]
     if dalgona:
-        named = [c for c in classes if c.__name__ == path.stem]
-        if len(named) != 1 and len(classes) != 1:
-            raise UserError(
-                f"--analysis: '{path}' must define a class named {path.stem} (dalgona builds "
-                f"that one), it defines {', '.join(c.__name__ for c in classes) or 'none'}"
-            )
-        return (named or classes)[0](), str(path)
+        return _dalgona_class(path, classes)(), str(path)
     if len(classes) != 1:
         raise UserError(
             f"--analysis: '{path}' must define exactly one class, it defines {len(classes)}"
@@ -82,6 +76,27 @@ def load_analysis(spec: str, args: str | None = None, dalgona: bool = False) -> 
         raise UserError(f"--analysis-args: {cls.__name__}() takes no arguments")
     instance = cls(args if args is not None else "") if takes_args else cls()
     return instance, str(path)
+
+
+def _dalgona_class(path: Path, classes: list[type]) -> type:
+    """dalgona's choice: the class named as the file (else the file's only class), which must
+    build without arguments."""
+    named = [c for c in classes if c.__name__ == path.stem]
+    if len(named) != 1 and len(classes) != 1:
+        raise UserError(
+            f"--analysis: '{path}' must define a class named {path.stem} (dalgona builds "
+            f"that one), it defines {', '.join(c.__name__ for c in classes) or 'none'}"
+        )
+    cls = (named or classes)[0]
+    if any(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in inspect.signature(cls).parameters.values()
+    ):
+        raise UserError(
+            f"--analysis: {cls.__name__}() needs arguments; dalgona builds the class "
+            "without any and gives --analysis_args to StartAnalysis(args)"
+        )
+    return cls
 
 
 def _load_module(path: Path) -> Any:

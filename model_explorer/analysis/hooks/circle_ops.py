@@ -66,7 +66,8 @@ def _layer_quantparams(layer: Any, factor: np.ndarray | None, axis: int) -> dict
 def _convolution(builder: Builder, call: Call) -> None:
     x, w, bias, stride, padding, dilation, transposed, _, groups = call.args[:9]
     stride, dilation = pair(stride), pair(dilation)
-    if w.data.ndim != 4 or (transposed and groups != 1):
+    # Circle's TransposeConv has neither groups nor dilation.
+    if w.data.ndim != 4 or (transposed and (groups != 1 or dilation != [1, 1])):
         return default(builder, call)
     weight = w.data.astype(np.float32)
     channels = weight.shape[1] if transposed else weight.shape[0]
@@ -120,7 +121,7 @@ def _transpose_conv(
             size, stride, out.data.shape[2:], padding, output_padding, kernel, strict=True
         )
     )
-    mode, result = ("SAME", out) if same else ("VALID", out)
+    mode, result = "SAME" if same else "VALID", out
     if not same and (any(padding) or any(output_padding)):
         full = F.conv_transpose2d(
             torch.from_numpy(np.ascontiguousarray(x.data)),
