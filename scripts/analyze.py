@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Run an analysis with operator hooks: `scripts/analyze.py --workload W --analysis FILE.py`."""
+"""Run an analysis with operator hooks: `scripts/analyze.py --workload W --analysis FILE.py`
+(add `--dalgona` for analysis files written for dalgona)."""
 
 import sys
 

@@ -15,19 +15,43 @@ from model_explorer.cli.common import (
 )
 from model_explorer.errors import UserError
 
+# Model files of other frameworks that dalgona's users may pass as --input_model.
+MODEL_FILES = {".circle", ".tflite", ".onnx", ".pb", ".h5"}
+
 
 def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="model name or package.module:factory")
+    parser.add_argument(
+        "--model",
+        "--input_model",
+        dest="model",
+        help="model name or package.module:factory (--input_model: dalgona's spelling)",
+    )
     parser.add_argument("--num-classes", type=positive_int, help="with --model")
     parser.add_argument("--weights", help="with --model: checkpoint to load")
     parser.add_argument("--workload", help="workload file (model, weights, data, calibration)")
-    parser.add_argument("--input-data", help="samples: .h5, .npz or .npy (first axis = samples)")
+    parser.add_argument(
+        "--input-data",
+        "--input_data",
+        dest="input_data",
+        help="samples: .h5 (also dalgona's /value/<i>/<j>), .npz or .npy (first axis = samples)",
+    )
     parser.add_argument("--dataset", default="exploration", help="with --workload and no file")
     parser.add_argument(
         "--analysis",
         help="analysis file, or a shipped one: activation_ranges, zero_ratio, histograms",
     )
-    parser.add_argument("--analysis-args", help="string passed to the analysis class")
+    parser.add_argument(
+        "--analysis-args",
+        "--analysis_args",
+        dest="analysis_args",
+        help="string passed to the analysis class (with --dalgona: to StartAnalysis)",
+    )
+    parser.add_argument(
+        "--dalgona",
+        action="store_true",
+        help="dalgona's conventions: the model as a Circle model converted from it, hooks "
+        "called positionally, StartAnalysis(args)",
+    )
     parser.add_argument("--quantized", action="store_true", help="the calibrated QuantizedModel")
     parser.add_argument(
         "--bits", type=bit_width, help="with --quantized: every quantizer at N bits"
@@ -43,6 +67,7 @@ def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def analyze_command(args: argparse.Namespace) -> int:
     from model_explorer.analysis.hooks import (
+        DalgonaRunner,
         HookRunner,
         dataset_samples,
         file_samples,
@@ -60,6 +85,12 @@ def analyze_command(args: argparse.Namespace) -> int:
     if args.model is not None:
         from model_explorer.models import create_model, load_checkpoint
 
+        if Path(args.model).suffix.lower() in MODEL_FILES:
+            raise UserError(
+                f"--model: '{args.model}' is a model file; analyze runs PyTorch models: name "
+                "one with --model NAME or --workload WORKLOAD (--dalgona presents it as the "
+                "Circle model converted from it would be)"
+            )
         if args.quantized:
             raise UserError("--quantized: needs --workload, whose calibration file it uses")
         model = create_model(args.model, args.num_classes, where="--model").eval()
@@ -86,8 +117,12 @@ def analyze_command(args: argparse.Namespace) -> int:
             if args.input_data
             else dataset_samples(context.batches(args.dataset))
         )
-    analysis, source = load_analysis(args.analysis, args.analysis_args)
-    done = HookRunner(model, analysis, source).run(samples, args.max_samples)
+    analysis, source = load_analysis(args.analysis, args.analysis_args, dalgona=args.dalgona)
+    if args.dalgona:
+        runner = DalgonaRunner(model, analysis, source, args.analysis_args or "")
+    else:
+        runner = HookRunner(model, analysis, source)
+    done = runner.run(samples, args.max_samples)
     print(f"ran {done} samples through {type(analysis).__name__} ({source})")
     return 0
 

@@ -9,12 +9,14 @@ from model_explorer.analysis.hooks.analyses import (
     load_analysis,
     template_text,
 )
+from model_explorer.analysis.hooks.dalgona import DalgonaRunner
 from model_explorer.analysis.hooks.inputs import dataset_samples, file_samples
 from model_explorer.analysis.hooks.operators import OPERATORS, Operator, quantparam
 from model_explorer.analysis.hooks.runner import HookError, HookRunner, StopAnalysis
 
 __all__ = [
     "ANALYSES",
+    "DalgonaRunner",
     "OPERATORS",
     "HookError",
     "HookRunner",

@@ -42,24 +42,30 @@ def template_text() -> str:
     return ANALYSES.get("template").builder.read_text()
 
 
-def load_analysis(spec: str, args: str | None = None) -> tuple[Any, str]:
-    """An instance of the one class the analysis file defines, and the file's path."""
+def load_analysis(spec: str, args: str | None = None, dalgona: bool = False) -> tuple[Any, str]:
+    """An instance of the analysis file's class, and the file's path. The file's directory is
+    put on sys.path (as dalgona does), so that helper modules beside it import.
+
+    Without `dalgona` the file defines one class, built with `args` if its constructor takes
+    them. With `dalgona` (dalgona's rule) the class named as the file (the only one if none
+    is) is built without arguments; `args` goes to its StartAnalysis."""
     path = analysis_path(spec)
-    name = f"model_explorer_analysis_{path.stem}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as error:
+    if dalgona and spec in ANALYSES:
         raise UserError(
-            f"--analysis: '{path}' does not load ({type(error).__name__}: {error})"
-        ) from error
+            f"--analysis: the shipped '{spec}' is written for analyze without --dalgona; give "
+            "an analysis file written to dalgona's conventions"
+        )
+    folder = str(path.resolve().parent)
+    if spec not in ANALYSES and folder not in sys.path:
+        sys.path.append(folder)
+    module = _load_module(path)
     classes = [
         value
         for value in vars(module).values()
-        if inspect.isclass(value) and value.__module__ == name
+        if inspect.isclass(value) and value.__module__ == module.__name__
     ]
+    if dalgona:
+        return _dalgona_class(path, classes)(), str(path)
     if len(classes) != 1:
         raise UserError(
             f"--analysis: '{path}' must define exactly one class, it defines {len(classes)}"
@@ -70,3 +76,38 @@ def load_analysis(spec: str, args: str | None = None) -> tuple[Any, str]:
         raise UserError(f"--analysis-args: {cls.__name__}() takes no arguments")
     instance = cls(args if args is not None else "") if takes_args else cls()
     return instance, str(path)
+
+
+def _dalgona_class(path: Path, classes: list[type]) -> type:
+    """dalgona's choice: the class named as the file (else the file's only class), which must
+    build without arguments."""
+    named = [c for c in classes if c.__name__ == path.stem]
+    if len(named) != 1 and len(classes) != 1:
+        raise UserError(
+            f"--analysis: '{path}' must define a class named {path.stem} (dalgona builds "
+            f"that one), it defines {', '.join(c.__name__ for c in classes) or 'none'}"
+        )
+    cls = (named or classes)[0]
+    if any(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in inspect.signature(cls).parameters.values()
+    ):
+        raise UserError(
+            f"--analysis: {cls.__name__}() needs arguments; dalgona builds the class "
+            "without any and gives --analysis_args to StartAnalysis(args)"
+        )
+    return cls
+
+
+def _load_module(path: Path) -> Any:
+    name = f"model_explorer_analysis_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as error:
+        raise UserError(
+            f"--analysis: '{path}' does not load ({type(error).__name__}: {error})"
+        ) from error
+    return module

@@ -17,6 +17,7 @@ None}; quantparam is filled for the inputs and filters of a QuantizedModel's lay
 from __future__ import annotations
 
 import inspect
+import linecache
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -42,9 +43,17 @@ class HookError(UserError):
     """An analysis hook raised an exception."""
 
 
-def _user_line(error: BaseException, source: str | None) -> str:
+def _user_line(
+    error: BaseException, source: str | None, function: Callable[..., Any] | None = None
+) -> str:
+    """Where in the analysis file the error arose: its last frame there; a hook called with
+    arguments it does not take never starts, so then the hook's own first line."""
     frames = traceback.extract_tb(error.__traceback__)
     own = [f for f in frames if source and Path(f.filename).resolve() == Path(source).resolve()]
+    code = getattr(function, "__code__", None)
+    if not own and code is not None and isinstance(error, TypeError):
+        line = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+        return f" ({Path(code.co_filename).name}, line {code.co_firstlineno}: {line})"
     frame = own[-1] if own else (frames[-1] if frames else None)
     return f" ({Path(frame.filename).name}, line {frame.lineno}: {frame.line})" if frame else ""
 
@@ -154,7 +163,7 @@ class HookRunner:
             where = f" at operator '{name}'" if name else ""
             raise HookError(
                 f"analysis hook {hook}{where} failed: {type(error).__name__}: {error}"
-                f"{_user_line(error, self.source)}"
+                f"{_user_line(error, self.source, function)}"
             ) from error
 
     def hook(self, name: str) -> Callable[..., Any] | None:
@@ -214,13 +223,14 @@ class HookRunner:
     # -- running --------------------------------------------------------------------------
     def run(self, samples: Iterable[tuple[Tensor, ...]], max_samples: int | None = None) -> int:
         """Call the hooks over `samples` (tuples of model inputs); returns how many ran.
-        EndAnalysis always runs, also after an error, so that written results are kept."""
+        EndAnalysis always runs, also after an error, so that written results are kept; the
+        first error is the one raised, an EndAnalysis failure after it is added to it."""
         done = 0
+        first: BaseException | None = None
         modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
         try:
             with module_hooks(self.model, after=self._left, modules=modules) as self.trace:
-                if (start := self.hook("StartAnalysis")) is not None:
-                    self._call("StartAnalysis", "", start)
+                self._start_analysis()
                 for inputs in samples:
                     if max_samples is not None and done >= max_samples:
                         break
@@ -228,11 +238,29 @@ class HookRunner:
                     done += 1
         except StopAnalysis:
             pass
-        finally:
-            end = self.hook("EndAnalysis")
-            if end is not None:
-                self._call("EndAnalysis", "", end)
+        except BaseException as error:  # noqa: BLE001 - re-raised below, after EndAnalysis
+            first = error
+        self._end_analysis(first)
+        if first is not None:
+            raise first
         return done
+
+    def _start_analysis(self) -> None:
+        if (start := self.hook("StartAnalysis")) is not None:
+            self._call("StartAnalysis", "", start)
+
+    def _end_analysis(self, first: BaseException | None) -> None:
+        end = self.hook("EndAnalysis")
+        if end is None:
+            return
+        try:
+            self._call("EndAnalysis", "", end)
+        except HookError as error:
+            if first is None:
+                raise
+            if isinstance(first, UserError):
+                raise HookError(f"{first}; then EndAnalysis failed too: {error}") from first
+            first.add_note(f"then EndAnalysis failed too: {error}")
 
     def _left(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
         """After a module's forward: a weight quantizer's output stands for its layer's weight."""
