@@ -3,13 +3,14 @@
 A file records, per quantized layer, its type and weight shape (to refuse a file made for
 another model) and the calibrator state of its input quantizer (and of the second operand of a
 product of activations), plus the modules where products outside layers' forwards run and the
-layers that never ran (see model.py). Files load with `torch.load(weights_only=True)`.
+layers that never ran (see model.py; its QuantizedModel calls these functions, so they take
+it untyped rather than import it back). Files load with `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,9 +19,6 @@ from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
 from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import calibrator_from_state
-
-if TYPE_CHECKING:
-    from model_explorer.quantization.model import QuantizedModel
 
 CALIBRATION_FORMAT = "model_explorer.calibration"
 CALIBRATION_VERSION = 2
@@ -44,7 +42,7 @@ def _entry(quantizer: Any) -> dict[str, Any]:
     return {"calibrator": quantizer.calibrator.state(), "unsigned": quantizer.unsigned}
 
 
-def save(model: QuantizedModel, path: Path, extra: dict[str, Any] | None) -> Path:
+def save(model: Any, path: Path, extra: dict[str, Any] | None) -> Path:
     quantizers = {}
     for name, layer in model.layers.items():
         if layer.input_quantizer.amax is None:
@@ -87,7 +85,7 @@ def _restore(quantizer: Any, entry: dict[str, Any], device: torch.device) -> Non
     quantizer.to(device)
 
 
-def load(model: QuantizedModel, path: Path, where: str) -> dict[str, Any]:
+def load(model: Any, path: Path, where: str) -> dict[str, Any]:
     data = _read(path, where)
     if "structure" in data and not model.discovered:
         model.adopt_structure(data["structure"])
