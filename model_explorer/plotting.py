@@ -31,6 +31,15 @@ def cost_objective(result: ExplorationResult) -> str:
     return result.objectives[0][0]
 
 
+def metric_label(result: ExplorationResult, name: str) -> str:
+    """How a value is shown: 'accuracy' values by the metric that measured them (top1, cosine,
+    kl, ...) when the result names it."""
+    metric = result.problem.get("metric")
+    if metric and name.startswith("accuracy"):
+        return metric + name[len("accuracy") :]
+    return name
+
+
 def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float, float]]:
     """The Pareto front in the (x, y) plane, sorted by x."""
     front = result.pareto_front([x, y])
@@ -64,17 +73,19 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
         axes.step(
             xs, ys, where="post", color="tab:red", marker="o", label="Pareto front", gid="front"
         )
+    label = metric_label(result, y)
     for constraint in result.problem.get("constraints", []):
-        if constraint["name"] == y and constraint.get("minimum") is not None:
-            axes.axhline(
-                constraint["minimum"],
-                color="tab:green",
-                linestyle="--",
-                label=f"minimum {y}",
-                gid="constraint",
-            )
+        for bound in ("minimum", "maximum"):
+            if constraint["name"] == y and constraint.get(bound) is not None:
+                axes.axhline(
+                    constraint[bound],
+                    color="tab:green",
+                    linestyle="--",
+                    label=f"{bound} {label}",
+                    gid="constraint",
+                )
     axes.set_xlabel(x)
-    axes.set_ylabel(y)
+    axes.set_ylabel(label)
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
     figure.tight_layout()

@@ -70,7 +70,7 @@ def write_report(
     lines = [*_summary(result, source), "", "## Pareto front", "", _markdown_table(result), ""]
     lines += ["## Figures", ""]
     for name, caption in (
-        ("front.png", "accuracy against cost"),
+        ("front.png", f"{result.problem.get('metric', 'accuracy')} against cost"),
         ("layers.png", "per-layer settings, mean over the front"),
         ("convergence.png", "hypervolume per generation"),
         ("dram_energy.png", "DRAM energy per layer"),
@@ -134,7 +134,7 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
         f"objectives: {objectives}",
         f"- exploration data: `{data.get('type')}` ({data_text})",
         f"- genes: {len(result.variable_names)}; seed {result.seed}; {state}",
-        f"- baseline accuracy: {baseline}",
+        f"- baseline {result.problem.get('metric', 'accuracy')}: {baseline}",
         f"- evaluations: {evaluations}, feasible: {feasible}{share}",
         f"- genomes answered by the cache: {stats.get('cache_hits', 0)}; "
         f"rejected early: {stats.get('early_rejected', 0)}",

@@ -17,6 +17,8 @@ from model_explorer.cli import main
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
 from model_explorer.metrics import create_metric, score
+from model_explorer.plotting import plot_front
+from model_explorer.reporting import write_report
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 
@@ -125,6 +127,13 @@ def test_a_search_bounded_by_a_maximum_divergence(trained_digits, tmp_path: Path
     for individual in result.individuals:
         if individual.complete:
             assert individual.feasible == (individual.values["accuracy"] <= 0.05)
+    # Plots and the report name the metric, and draw its bound as a maximum.
+    axes = plot_front(result).axes[0]
+    assert axes.get_ylabel() == "kl"
+    line = next(a for a in axes.get_lines() if a.get_gid() == "constraint")
+    assert line.get_ydata()[0] == 0.05 and line.get_label() == "maximum kl"
+    report = write_report(result, tmp_path / "report")[-1]
+    assert "- baseline kl:" in report.read_text()
     # A higher-is-better bound on a divergence is refused, naming the key to use.
     exploration["minimum_accuracy"] = 0.9
     path.write_text(yaml.safe_dump(data))
