@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from model_explorer.cost import analyze_cost
+from model_explorer.models import create_model
 from model_explorer.quantization import QuantizedModel
 
 PRODUCTS = {
@@ -93,6 +94,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "efficientnet_b0": (lambda: tv.efficientnet_b0(num_classes=10), (2, 3, 32, 32)),
     "mobilenet_v3_small": (lambda: tv.mobilenet_v3_small(num_classes=10), (2, 3, 32, 32)),
     "transformer_encoder": (_encoder, (2, 16, 64)),
+    "digits_vit": (lambda: create_model("digits_vit"), (2, 1, 8, 8)),
 }
 
 
