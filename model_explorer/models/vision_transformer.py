@@ -1,5 +1,5 @@
 """A small vision transformer for scikit-learn's 8x8 digits, its attention through
-nn.MultiheadAttention (as torchvision's ViT): the built-in transformer of the digits_vit workload."""
+nn.MultiheadAttention (as torchvision's ViT): the built-in model of the digits_vit workload."""
 
 from __future__ import annotations
 
