@@ -8,6 +8,7 @@ from __future__ import annotations
 from model_explorer.datasets import arrays as _arrays  # noqa: E402,F401
 from model_explorer.datasets import digits as _digits  # noqa: E402,F401
 from model_explorer.datasets import imagenet as _imagenet  # noqa: E402,F401
+from model_explorer.datasets import text as _text  # noqa: E402,F401
 from model_explorer.datasets import vision as _vision  # noqa: E402,F401
 from model_explorer.datasets.base import (
     DATASETS,

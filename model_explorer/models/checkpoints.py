@@ -11,7 +11,7 @@ from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
-from model_explorer.models.registry import ModelSpec, create_model
+from model_explorer.models.registry import ModelSpec, create_model, ships_weights
 from model_explorer.schema import resolve_path
 
 
@@ -25,7 +25,7 @@ def build_model(
         return model.eval()
     if spec.weights is not None:
         load_checkpoint(model, spec.weights, where=f"{where}.weights")
-    elif spec.pretrained is not False:
+    elif spec.pretrained is not False and not ships_weights(spec.type):
         raise UserError(
             f"{where}.weights: no checkpoint is named; set it to a file made by "
             "`model-explorer retrain --baseline WORKLOAD`"

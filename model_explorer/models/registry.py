@@ -24,14 +24,26 @@ class ModelInfo:
 
     input_shape: tuple[int, ...]
     pretrained_in_original: bool = False
+    # The factory loads trained weights that ship with an installed package: no checkpoint file
+    # is needed (all_minilm_l6_v2).
+    ships_weights: bool = False
 
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model", imports="model factory")
 
 
-def register_model(name: str, input_shape: tuple[int, ...]) -> Callable[[Any], Any]:
-    """Register a model factory `f(num_classes=..., **kwargs) -> nn.Module` under `name`."""
-    return MODELS.register(name, info=ModelInfo(tuple(input_shape)))
+def register_model(
+    name: str, input_shape: tuple[int, ...], ships_weights: bool = False
+) -> Callable[[Any], Any]:
+    """Register a model factory `f(num_classes=..., **kwargs) -> nn.Module` under `name`;
+    `ships_weights` when the factory loads trained weights of its own."""
+    return MODELS.register(name, info=ModelInfo(tuple(input_shape), ships_weights=ships_weights))
+
+
+def ships_weights(name: str) -> bool:
+    """Whether a model's factory brings trained weights (no checkpoint file needed)."""
+    entry = MODELS.get(name) if name in MODELS else None
+    return entry is not None and getattr(entry.info, "ships_weights", False)
 
 
 # Model types of the original tool that were its own modules (or torch.hub downloads), not

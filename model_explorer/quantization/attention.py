@@ -153,10 +153,10 @@ class QuantInProjection(QuantLayer, nn.Linear):
     @property
     def bias(self) -> Tensor | None:  # type: ignore[override]
         bias = self._owner.in_proj_bias
-        return None if bias is None or self.rows is None else bias[self.rows]
+        return bias if bias is None or self.rows is None else bias[self.rows]
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(x, weight, self._owner.in_proj_bias if self.rows is None else self.bias)
+        return F.linear(x, weight, self.bias)
 
     def project(self, x: Tensor, part: slice) -> Tensor:
         """One part (rows of the packed weight: queries, keys or values) of the projection,
@@ -187,6 +187,7 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
         """The quantized counterpart of `module`; `make()` gives a layer's (input, weight)
         quantizers, `product()` (when given) a quantized product of activations."""
         layer = _rebuild(module, cls)
+        del layer._modules["out_proj"]  # added back after the input projections, in their order
         embed = module.embed_dim
         if module._qkv_same_embed_dim:
             layer.in_proj = QuantInProjection(module, "in_proj_weight", None, *make())
@@ -294,3 +295,22 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
             padding = padding.reshape(batch, 1, 1, -1)
             mask = padding if mask is None else mask + padding
         return mask
+
+
+def open_attention(model: nn.Module) -> dict[str, nn.Module]:
+    """Swap, in place, float nn.MultiheadAttention modules for QuantMultiheadAttention with
+    quantizers off: the same values, but the projections run as layers that sparsifiers, cost
+    counts and energy rows can name (`<attention>.in_proj`, `<attention>.out_proj`), as in a
+    QuantizedModel. Returns the replaced modules by name, to put back."""
+    replaced = {}
+    for name, module in list(model.named_modules()):
+        if type(module) is nn.MultiheadAttention and name:
+            attention = QuantMultiheadAttention.from_float(module, _float_quantizers)
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, attention)
+            replaced[name] = module
+    return replaced
+
+
+def _float_quantizers() -> tuple[TensorQuantizer, WeightQuantizer]:
+    return TensorQuantizer(enabled=False), WeightQuantizer(enabled=False, axis=0)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from model_explorer.errors import UserError
 from model_explorer.modules import selected, set_child
+from model_explorer.quantization.attention import open_attention
 from model_explorer.quantization.layers import QuantLayer, _rebuild
 from model_explorer.sparsity.sparsifier import BlockSparsifier
 
@@ -76,6 +77,7 @@ class SparseModel(nn.Module):
         self.block_size = (int(block_size[0]), int(block_size[1]))
         self.sparsifiers: dict[str, BlockSparsifier] = {}
         self._swapped: dict[str, nn.Module] = {}
+        self._attention = open_attention(model) if nn.Linear in wanted else {}
         for name, module in list(model.named_modules()):
             float_type = module.float_type if isinstance(module, QuantLayer) else type(module)
             if not name or float_type not in wanted:
@@ -143,4 +145,6 @@ class SparseModel(nn.Module):
                 set_child(self.model, name, self._swapped[name])
             elif isinstance(layer, QuantLayer):
                 del layer._modules["sparsifier"]
+        for name, module in self._attention.items():
+            set_child(self.model, name, module)
         return self.model

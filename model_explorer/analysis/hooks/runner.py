@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.analysis.hooks.operators import SKIPPED, Operator, operator_of, quantparam
 from model_explorer.errors import UserError
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in
+from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
@@ -229,7 +229,11 @@ class HookRunner:
         first: BaseException | None = None
         modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
         try:
-            with module_hooks(self.model, after=self._left, modules=modules) as self.trace:
+            # Attention runs unfused, so that its projections and products are operators.
+            with (
+                module_hooks(self.model, after=self._left, modules=modules) as self.trace,
+                unfused_attention(),
+            ):
                 self._start_analysis()
                 for inputs in samples:
                     if max_samples is not None and done >= max_samples:

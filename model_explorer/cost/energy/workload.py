@@ -20,6 +20,7 @@ from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.graph import layer_producers
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
+from model_explorer.quantization.attention import open_attention
 from model_explorer.schema import resolve_path
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ def analyze_energy(context: WorkloadContext, backend: str | None = None) -> list
     name = backend or spec.backend
     entry = ENERGY_BACKENDS.get(name, "--backend")
     options = spec.options if name == spec.backend else entry.options()
-    model = context.build_model(load_weights=False)
-    return entry.builder(model, example_input(context), options)
+    return entry.builder(float_model(context), example_input(context), options)
 
 
 def write_energy_csv(rows: list[LayerEnergy], path: str | Path) -> Path:
@@ -94,9 +94,18 @@ def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyMod
     else:
         rows = analyze_energy(context)
         source = f"the {spec.backend} energy analysis"
+    model = float_model(context)
+    chosen = energy_layers(model, layers)  # weight layers: products of activations have none
+    producers = layer_producers(model, example_input(context), chosen)
+    return EnergyModel(rows, list(chosen), producers, source)
+
+
+def float_model(context: WorkloadContext) -> torch.nn.Module:
+    """The workload's float model with its attention opened: rows are named after the layers
+    a QuantizedModel explores (`<attention>.in_proj`, ...)."""
     model = context.build_model(load_weights=False)
-    producers = layer_producers(model, example_input(context), energy_layers(model, layers))
-    return EnergyModel(rows, layers, producers, source)
+    open_attention(model)
+    return model
 
 
 def default_csv_path(context: WorkloadContext) -> Path:
