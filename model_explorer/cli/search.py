@@ -60,7 +60,7 @@ def explore_command(args: argparse.Namespace) -> int:
     )
     if result.baseline is not None:
         baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
-        print(f"baseline accuracy: {format_accuracy(baseline)}")
+        print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print("Pareto front:")
     print(pareto_table(result))
     print(f"result: {path}")
