@@ -11,9 +11,11 @@ from model_explorer.workload import Workload
 
 
 def prepared_context(path: str) -> tuple[Workload, WorkloadContext]:
+    """The workload and its context, trained (unless its model ships weights) and calibrated."""
     workload = Workload.load(path)
     context = WorkloadContext(workload)
-    if not resolve_path(workload.model.weights).is_file():
+    weights = workload.model.weights
+    if weights is not None and not resolve_path(weights).is_file():
         train_baseline(context, progress=False)
     calibrate_workload(context, if_missing=True)
     return workload, context

@@ -35,6 +35,7 @@ def test_registry_lists_the_builtin_datasets() -> None:
         "imagefolder",
         "imagenet",
         "imagenet_c",
+        "sentences",
     ]
 
 
@@ -197,3 +198,22 @@ def test_missing_data_is_a_clear_error_not_a_download(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(UserError, match="is not an image folder"):
         build_dataset(spec(type="imagefolder", path=str(tmp_path)), 0, "workload.d")
+
+
+def test_sentences_come_from_pythons_documentation_split_without_overlap(tmp_path) -> None:  # noqa: ANN001
+    from model_explorer.datasets.text import _split, python_docs_sentences
+
+    texts = python_docs_sentences()
+    assert len(texts) > 1000 and all(5 <= len(t.split()) <= 40 for t in texts)
+    parts = {split: set(_split(texts, split, 0)) for split in ("train", "validation", "test")}
+    assert sum(len(p) for p in parts.values()) == len(set(texts))
+    assert not (parts["train"] & parts["validation"]) and not (parts["train"] & parts["test"])
+    assert len(parts["train"]) == int(0.6 * len(texts))
+    from model_explorer.datasets.text import sentences
+    from model_explorer.errors import UserError
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    spec = DatasetSpec.model_validate({"type": "sentences", "path": str(empty)})
+    with pytest.raises(UserError, match="holds no text"):
+        sentences(spec, "workload.exploration.datasets.exploration")

