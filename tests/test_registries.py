@@ -50,7 +50,7 @@ DOCUMENTED = {
         "resnet56",
     },
     "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "imagenet_c", "arrays"},
-    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"},
+    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou", "agreement", "cosine", "kl"},
     "problems": {
         "quantization_problem",
         "energy_aware_quant_problem",
