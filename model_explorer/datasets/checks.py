@@ -115,3 +115,19 @@ def check_against_model(
     outputs = run_first_batch(model.eval(), moved, where, expects)
     if labels:
         check_labels(outputs, batches.targets, where, ignore_index)
+
+
+@torch.inference_mode()
+def nonfinite_samples(model: nn.Module, batches: Any) -> int:
+    """How many samples of `batches` give an output holding NaN or infinity."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    count = 0
+    for inputs, _ in batches:
+        moved = inputs.to(device) if isinstance(inputs, Tensor) else inputs
+        output = model(*moved) if isinstance(moved, (list, tuple)) else model(moved)
+        bad = None
+        for tensor in _outputs(output):
+            rows = ~torch.isfinite(tensor.reshape(len(tensor), -1)).all(dim=1)
+            bad = rows if bad is None else bad | rows
+        count += int(bad.sum()) if bad is not None else 0
+    return count
