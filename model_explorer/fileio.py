@@ -71,8 +71,8 @@ def read_torch_file(path: Path, where: str, what: str) -> object:
     with open(path, "rb") as file:
         start = file.read(2)
     if start not in (b"PK", b"\x80\x02"):  # a zip archive, or torch's legacy pickle
-        content = "is empty" if not start else "is not a file written by torch.save"
-        raise UserError(f"{where}: '{path}' {content}; it is not a {what}")
+        content = "it is empty" if not start else "it is not a file written by torch.save"
+        raise UserError(f"{where}: '{path}' is not a readable {what} ({content})")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # pickle, zip and torch errors all mean "not readable"

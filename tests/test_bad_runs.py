@@ -109,10 +109,10 @@ def test_a_run_killed_before_its_first_save_is_reported_at_the_next_start(
     stopped = _stopped_placeholder(tmp_path, workload, _dead_pid())
     with caplog.at_level(logging.WARNING):
         assert run_cli(capsys, "explore", workload, "--skip-baseline").status == 0
-    said = [r.getMessage() for r in caplog.records if "stopped before its first save" in r.message]
+    said = [r.getMessage() for r in caplog.records if "stopped before its first" in r.message]
     assert said == [
-        f"{stopped.relative_to(tmp_path)}: an earlier run of this workload stopped before its first save; "
-        "nothing was saved there (remove the file)"
+        f"{stopped.relative_to(tmp_path)}: an earlier run of this workload stopped before its "
+        "first save; nothing was saved there (remove the file)"
     ]
     caplog.clear()
     # --resume takes it up, says that nothing was saved, and completes it.
@@ -218,25 +218,44 @@ def test_temporaries_of_killed_writers_are_removed_at_the_next_write(tmp_path) -
     assert remaining == sorted(["r.pkl", live.name, other_host.name, other_target.name])
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
-def test_written_files_get_the_users_umask(umask, tiny, tmp_path, capsys, monkeypatch) -> None:
+@pytest.fixture
+def umask():  # noqa: ANN201
+    """Runs the test under umask 027 (not the usual 022), restoring it afterwards."""
     from model_explorer import fileio
+
+    fileio._umask.cache_clear()
+    old = os.umask(0o027)
+    yield 0o027
+    os.umask(old)
+    fileio._umask.cache_clear()
+
+
+def test_written_files_get_the_users_umask(umask, tiny, tmp_path, capsys) -> None:
     from model_explorer.models import save_checkpoint
     from tests_support import plain_cnn
 
+    expected = 0o640
+    assert file_mode() == expected
+    tiny["workload"]["calibration"]["file"] = str(tmp_path / "c.pt")
+    workload = write(tiny, tmp_path / "w.yaml")
+    assert run_cli(capsys, "calibrate", workload).status == 0
+    output = tmp_path / "r.pkl"
+    assert run_cli(capsys, "explore", workload, "--output", output, "-s").status == 0
+    checkpoint = save_checkpoint(plain_cnn(), tmp_path / "m.pt")
+    for path in (tmp_path / "c.pt", output, checkpoint):
+        assert path.stat().st_mode & 0o777 == expected, path
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_atomic_writes_follow_any_umask(mask, tmp_path) -> None:
+    from model_explorer import fileio
+
     fileio._umask.cache_clear()
-    old = os.umask(umask)
+    old = os.umask(mask)
     try:
-        expected = 0o666 & ~umask
-        assert file_mode() == expected
-        tiny["workload"]["calibration"]["file"] = str(tmp_path / "c.pt")
-        workload = write(tiny, tmp_path / "w.yaml")
-        assert run_cli(capsys, "calibrate", workload).status == 0
-        output = tmp_path / "r.pkl"
-        assert run_cli(capsys, "explore", workload, "--output", output, "-s").status == 0
-        checkpoint = save_checkpoint(plain_cnn(), tmp_path / "m.pt")
-        for path in (tmp_path / "c.pt", output, checkpoint):
-            assert path.stat().st_mode & 0o777 == expected, path
+        with atomic_path(tmp_path / "f.bin") as temporary:
+            temporary.write_bytes(b"x")
+        assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o666 & ~mask
     finally:
         os.umask(old)
         fileio._umask.cache_clear()
