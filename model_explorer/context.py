@@ -10,10 +10,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from model_explorer.datasets import DatasetSpec, TensorCache, build_loader
+from model_explorer.datasets.checks import check_against_model
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
 from model_explorer.metrics import evaluate, needs_reference, reference_outputs
-from model_explorer.models import build_model
+from model_explorer.models import MODELS, build_model
 from model_explorer.workload import DATASET_ROLES, Workload, dataset_spec
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ class WorkloadContext:
         self.workload = workload
         self.device = torch.device(device) if device is not None else workload_device(workload)
         self._caches: dict[str, TensorCache] = {}
+        self._checked: set[str] = set()
 
     def dataset(self, role: str) -> tuple[DatasetSpec, str]:
         """The spec of a dataset role ('exploration', 'train', ...) and its key path."""
@@ -56,6 +58,7 @@ class WorkloadContext:
             spec, where = self.dataset(role)
             log.debug("caching %s (%s)", where, spec.type)
             cache = TensorCache.from_spec(spec, self.workload.seed, self.device, where)
+            self.check_data(cache, where)
             if needs_reference(self.workload.metric):
                 outputs = reference_outputs(self.build_model(), cache)
                 targets = outputs[0] if len(outputs) == 1 else outputs
@@ -64,9 +67,33 @@ class WorkloadContext:
         return self._caches[role]
 
     def loader(self, role: str, shuffle: bool = False) -> DataLoader:
-        """A DataLoader over the role's subset (for training, which needs fresh augmentation)."""
+        """A DataLoader over the role's subset (for training, which needs fresh augmentation);
+        its first batch is checked against the model once, from a loader of its own so that
+        the shuffling stays as seeded."""
         spec, where = self.dataset(role)
+        if where not in self._checked:
+            first = next(iter(build_loader(spec, self.workload.seed, where)), None)
+            batches = [first] if first is not None else []
+            self.check_data(TensorCache.from_batches(batches, where=where), where)
         return build_loader(spec, self.workload.seed, where, shuffle=shuffle)
+
+    def check_data(self, cache: TensorCache, where: str) -> None:
+        """The data of `where` against the model (shapes, NaN, labels), once per dataset: the
+        model with random weights suffices, so no checkpoint is read and no RNG is consumed."""
+        if where in self._checked:
+            return
+        with torch.random.fork_rng(devices=[]):
+            model = build_model(self.workload.model, load_weights=False).to(self.device)
+        metric = self.workload.metric
+        check_against_model(
+            model,
+            cache,
+            where,
+            expected_input(self.workload),
+            labels=not needs_reference(metric),
+            ignore_index=getattr(metric.options, "ignore_index", None),
+        )
+        self._checked.add(where)
 
     def evaluate(self, model: nn.Module, role: str) -> float | list[float]:
         """The workload's accuracy metric of `model` on a dataset role."""
@@ -80,3 +107,11 @@ class WorkloadContext:
             "type": spec.type,
             "samples": self.batches(role).num_samples,
         }
+
+
+def expected_input(workload: Workload) -> str | None:
+    """What a registered model says about its input samples, for messages."""
+    name = workload.model.type
+    info = MODELS.get(name).info if name in MODELS else None
+    shape = getattr(info, "input_shape", None)
+    return f"model '{name}' takes samples of shape {list(shape)}" if shape else None

@@ -22,7 +22,7 @@ from torch import nn
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.reevaluate import check_same_model, primary_cost
-from model_explorer.fileio import atomic_path
+from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.models import load_checkpoint, save_checkpoint
 from model_explorer.plan import plan_of
 from model_explorer.problems import Problem
@@ -152,7 +152,7 @@ def load_retrained(
     file = Path(path)
     if not file.is_file():
         raise UserError(f"--retrained: '{file}' does not exist")
-    checkpoint = torch.load(file, map_location="cpu", weights_only=True)
+    checkpoint = read_torch_file(file, "--retrained", "checkpoint written by `retrain`")
     if not isinstance(checkpoint, dict) or "configuration" not in checkpoint:
         raise UserError(f"--retrained: '{file}' is not a checkpoint written by `retrain`")
     where = f"--retrained: '{file}'"

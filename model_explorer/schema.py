@@ -105,7 +105,8 @@ def _env_vars(text: str) -> list[str]:
 class Spec(BaseModel):
     """A strict section of the workload: unknown keys are an error with a suggestion."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # NaN and infinity are refused in every float setting: no setting means either.
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -276,6 +277,7 @@ _MESSAGES = {
     "int_from_float": "must be a whole number",
     "float_parsing": "must be a number",
     "float_type": "must be a number",
+    "finite_number": "must be a finite number",
     "bool_parsing": "must be true or false",
     "bool_type": "must be true or false",
     "string_type": "must be a string",

@@ -17,8 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from model_explorer.datasets.base import DatasetSpec
@@ -32,6 +31,7 @@ from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
 from model_explorer.schema import NonNegativeInt, Spec, validation_problems
 from model_explorer.sparsity.spec import SparsitySpec
 from model_explorer.training import RetrainingSpec
+from model_explorer.yamlfile import read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,18 @@ class Workload(Spec):
             raise PydanticCustomError("device", "must be 'auto', 'cpu', 'mps', 'cuda' or 'cuda:N'")
         return value
 
+    @model_validator(mode="after")
+    def _calibrator_takes_the_axis(self) -> Workload:
+        axis, calibration = self.quantization.input.axis, self.calibration
+        if axis is not None and calibration is not None and calibration.method != "max":
+            raise PydanticCustomError(
+                "calibrator_axis",
+                "per-channel input quantizers (axis {axis}) need calibration.method: max; the "
+                "{method} calibrator works per tensor: set axis: null or method: max",
+                {"key": "quantization.input.axis", "axis": axis, "method": calibration.method},
+            )
+        return self
+
     @property
     def source(self) -> Path | None:
         """The file this workload was read from, if any."""
@@ -93,20 +105,36 @@ class Workload(Spec):
 
     @classmethod
     def from_dict(
-        cls, data: Any, source: str | os.PathLike[str] | None = None, check_paths: bool = True
+        cls,
+        data: Any,
+        source: str | os.PathLike[str] | None = None,
+        check_paths: bool = True,
+        file_problems: list[str] | None = None,
     ) -> Workload:
-        """Validate a parsed workload file (with its root `workload:` key)."""
+        """Validate a parsed workload file (with its root `workload:` key). `file_problems`:
+        lines already found in the file (keys written twice), reported with the others."""
         where = str(source) if source is not None else "workload"
+        early = list(file_problems or [])
         if not isinstance(data, dict) or "workload" not in data:
             raise WorkloadError(
-                f"{where}: the file must start with the key 'workload:' holding the sections "
-                "model, problem, exploration, ...; see workloads/digits_cnn.yaml"
+                "\n".join(
+                    [
+                        *early,
+                        f"{where}: the file must start with the key 'workload:' holding the "
+                        "sections model, problem, exploration, ...; see workloads/digits_cnn.yaml",
+                    ]
+                )
             )
         extra_roots = [key for key in data if key != "workload"]
         if extra_roots:
             raise WorkloadError(
-                f"{where}: unknown top-level key '{extra_roots[0]}'; every section belongs "
-                "under 'workload:'"
+                "\n".join(
+                    [
+                        *early,
+                        f"{where}: unknown top-level key '{extra_roots[0]}'; every section "
+                        "belongs under 'workload:'",
+                    ]
+                )
             )
         body = data["workload"]
         if isinstance(body, dict) and body.get("name") is None and source is not None:
@@ -117,9 +145,10 @@ class Workload(Spec):
             workload = cls.model_validate(translation.body, context={"check_paths": check_paths})
         except ValidationError as error:
             problems += validation_problems(error, translation.body)
-        if problems:
+        if problems or early:
             prefix = "" if source is None else f"{where}: "
-            raise WorkloadError("\n".join(f"{prefix}{key}: {text}" for key, text in problems))
+            lines = early + [f"{prefix}{key}: {text}" for key, text in problems]
+            raise WorkloadError("\n".join(lines))
         if translation.ignored:
             log.info(
                 "%s: ignored, as they had no effect in the original tool: %s",
@@ -138,14 +167,9 @@ class Workload(Spec):
                 f"{path}: workload file does not exist; pass the path of a YAML file such as "
                 "workloads/digits_cnn.yaml"
             )
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise WorkloadError(f"{path}{line}: not valid YAML ({problem})") from None
-        return cls.from_dict(data, source=path, check_paths=check_paths)
+        duplicates: list[str] = []
+        data = read_yaml(path, duplicates)
+        return cls.from_dict(data, path, check_paths, file_problems=duplicates)
 
 
 load_workload = Workload.load

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# The fixtures of the broken-input tests (a tiny workload and its calibration).
+pytest_plugins = ["bad_input_support"]
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_WORKLOAD = REPOSITORY / "workloads" / "digits_cnn.yaml"
 

@@ -50,7 +50,7 @@ DOCUMENTED = {
         "resnet56",
     },
     "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "imagenet_c", "arrays"},
-    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"},
+    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou", "agreement", "cosine", "kl"},
     "problems": {
         "quantization_problem",
         "energy_aware_quant_problem",
@@ -147,8 +147,11 @@ def test_every_metric_scores_a_perfect_prediction_as_one(name: str) -> None:
     else:
         scores = torch.nn.functional.one_hot(labels, 3).permute(2, 0, 1)[None].float()
         labels = labels[None]
+    if metric.needs_reference:
+        labels = scores  # a fidelity metric scores against the float model's own outputs
     metric.update(scores, labels)
-    assert metric.compute() == pytest.approx(1.0)
+    # A perfect prediction: 1 for an accuracy, 0 for a divergence (kl).
+    assert metric.compute() == pytest.approx(1.0 if metric.higher_is_better else 0.0, abs=1e-6)
 
 
 # -- every entry does its job ---------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from model_explorer.cli.common import (
     DATASET_ROLES,
@@ -88,10 +89,28 @@ def evaluate_command(args: argparse.Namespace) -> int:
             print(
                 f"{workload.model.type} ({label}) on {info['where']} ({info['samples']} samples, "
                 f"{context.device}): {workload.metric.type} = {format_accuracy(accuracy)}"
+                + _nonfinite_note(model, context.batches(role), label, info)
             )
     if args.json:
         print(json.dumps(results, indent=2))
     return 0
+
+
+def _nonfinite_note(model, batches, label: str, info: dict) -> str:  # noqa: ANN001
+    """Say so, on stderr and beside the accuracy, when outputs hold NaN or infinity."""
+    from model_explorer.datasets.checks import nonfinite_samples
+
+    bad = nonfinite_samples(model, batches)
+    if not bad:
+        return ""
+    total = info["samples"]
+    share = "every output is" if bad == total else f"the outputs of {bad} of {total} samples are"
+    print(
+        f"warning: {label} model on {info['where']}: {share} NaN or infinite; the accuracy "
+        "counts them as wrong",
+        file=sys.stderr,
+    )
+    return f" ({bad} of {total} outputs NaN or infinite)"
 
 
 def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:

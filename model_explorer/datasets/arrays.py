@@ -44,21 +44,45 @@ def _labels_file(inputs: Path, options: ArraysOptions, where: str) -> np.ndarray
             f"{where}.labels_path: '{inputs}' is a single .npy array; name the .npy file of labels"
         )
     labels_file = resolve_path(options.labels_path)
-    if not labels_file.is_file():
-        raise UserError(f"{where}.labels_path: '{labels_file}' does not exist")
-    return np.load(labels_file)
+    with ArrayFile(labels_file, f"{where}.labels_path") as file:
+        return file.read(file.names[0])
 
 
 @register_dataset("arrays", options=ArraysOptions)
 def arrays(spec: DatasetSpec, where: str) -> Dataset:
     """Inputs as float32 in the stored layout (e.g. N, C, H, W); integer labels as int64."""
     inputs, labels = read_arrays(spec.path or "", spec.options, where)
+    _check_kinds(inputs, labels, spec.path or "", where)
     if len(inputs) != len(labels):
         raise UserError(
             f"{where}.path: {len(inputs)} inputs but {len(labels)} labels; both arrays need "
             "one entry per sample"
         )
+    if len(inputs) == 0:
+        raise UserError(
+            f"{where}.path: '{spec.path}' holds 0 samples; point it at a file with samples"
+        )
     x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
     integer = np.issubdtype(labels.dtype, np.integer)
     y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64 if integer else np.float32))
     return TensorDataset(x, y)
+
+
+def _check_kinds(inputs: object, labels: object, path: str, where: str) -> None:
+    """Inputs of numbers with a sample axis, labels of numbers one per sample."""
+    for role, array in (("inputs", inputs), ("labels", labels)):
+        if not isinstance(array, np.ndarray):
+            raise UserError(
+                f"{where}.path: the {role} of '{path}' are a group of arrays, not one array; "
+                f"name the array with {role}_key"
+            )
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+            raise UserError(
+                f"{where}.path: the {role} of '{path}' hold {array.dtype} values, not numbers; "
+                "store numeric arrays"
+            )
+        if array.ndim == 0:
+            raise UserError(
+                f"{where}.path: the {role} of '{path}' are a single number, not one entry per "
+                "sample"
+            )

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from model_explorer.datasets.base import DatasetSpec, build_loader
+from model_explorer.errors import UserError
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -45,7 +46,10 @@ class TensorCache:
 
     @classmethod
     def from_batches(
-        cls, batches: Iterable[tuple[Any, Any]], device: torch.device | str = "cpu"
+        cls,
+        batches: Iterable[tuple[Any, Any]],
+        device: torch.device | str = "cpu",
+        where: str = "dataset",
     ) -> TensorCache:
         inputs, targets, batch_size = [], [], None
         for batch_inputs, batch_targets in batches:
@@ -56,7 +60,9 @@ class TensorCache:
                     batch_targets[0] if isinstance(batch_targets, (list, tuple)) else batch_targets
                 )
         if not inputs:
-            raise ValueError("cannot cache an empty dataset")
+            raise UserError(
+                f"{where}: the data holds no samples; point it at data with at least one sample"
+            )
         device = torch.device(device)
         return cls(_to(_concat(inputs), device), _to(_concat(targets), device), batch_size or 1)
 
@@ -69,7 +75,7 @@ class TensorCache:
         where: str = "dataset",
     ) -> TensorCache:
         """Decode the spec's subset once through its DataLoader and keep it on `device`."""
-        return cls.from_batches(build_loader(spec, seed, where), device)
+        return cls.from_batches(build_loader(spec, seed, where), device, where)
 
     @property
     def device(self) -> torch.device:

@@ -14,6 +14,13 @@ from model_explorer.errors import UserError
 from model_explorer.schema import resolve_path
 
 SUFFIXES = (".npz", ".npy", ".h5", ".hdf5")
+# How each kind of file starts: a file that does not is named as what it is not.
+MAGIC = {".npz": b"PK", ".npy": b"\x93NUMPY"}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 class ArrayFile:
@@ -33,13 +40,28 @@ class ArrayFile:
             raise UserError(f"{where}: '{self.path}' is not one of {', '.join(SUFFIXES)}")
         self._handle: Any = None
 
-    def __enter__(self) -> ArrayFile:
-        if self.suffix == ".npz":
-            self._handle = np.load(self.path)
-        elif self.suffix in (".h5", ".hdf5"):
-            import h5py
+    def _not_readable(self, error: BaseException | None = None) -> UserError:
+        detail = f" ({_first_line(error)})" if error is not None else ""
+        return UserError(
+            f"{self.where}: '{self.path}' is not a readable {self.suffix} file{detail}; "
+            f"write it with numpy (np.savez, np.save) or h5py"
+        )
 
-            self._handle = h5py.File(self.path, "r")
+    def __enter__(self) -> ArrayFile:
+        magic = MAGIC.get(self.suffix)
+        if magic is not None:
+            with open(self.path, "rb") as file:
+                if file.read(len(magic)) != magic:
+                    raise self._not_readable()
+        try:
+            if self.suffix == ".npz":
+                self._handle = np.load(self.path)
+            elif self.suffix in (".h5", ".hdf5"):
+                import h5py
+
+                self._handle = h5py.File(self.path, "r")
+        except Exception as error:  # zip, HDF5 and numpy errors all mean "not readable"
+            raise self._not_readable(error) from error
         return self
 
     def __exit__(
@@ -70,6 +92,21 @@ class ArrayFile:
 
     def read(self, name: str) -> Any:
         """The array `name` (an HDF5 group: a dict of its arrays by name, sorted)."""
+        try:
+            return self._read(name)
+        except UserError:
+            raise
+        except ValueError as error:
+            if "allow_pickle" in str(error):
+                raise UserError(
+                    f"{self.where}: array '{name}' of '{self.path}' holds Python objects, not "
+                    "numbers (an object array, which is never unpickled); store numeric arrays"
+                ) from None
+            raise self._not_readable(error) from error
+        except Exception as error:  # a truncated archive, a damaged HDF5 dataset
+            raise self._not_readable(error) from error
+
+    def _read(self, name: str) -> Any:
         if self.suffix == ".npy":
             return np.load(self.path)
         if name not in self.names:

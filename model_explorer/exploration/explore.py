@@ -11,6 +11,15 @@ from pathlib import Path
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.result_file import (
+    check_writable,
+    claim,
+    release_if_empty,
+    running_elsewhere,
+    saved_evaluations,
+    this_process,
+    warn_stopped_runs,
+)
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
@@ -76,6 +85,8 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
             result = ExplorationResult.load(path)
         except UserError:
             continue
+        if running_elsewhere(result):
+            continue  # another run is writing it
         if not result.complete and result.workload == search_definition(workload):
             return path
     raise UserError(
@@ -138,6 +149,7 @@ def explore(
     spec: ExplorationSpec = workload.require("exploration")
     context = context or WorkloadContext(workload)
     previous = None
+    claimed = not options.resume
     if options.resume:
         path = find_checkpoint(workload, options.output)
         previous = ExplorationResult.load(path)
@@ -148,14 +160,21 @@ def explore(
             )
         if previous.complete:
             raise UserError(f"--resume: '{path}' is already complete")
-        log.info("resuming %s: %d evaluations recorded", path, _saved(previous))
+        check_writable(path, "--resume")
+        if _saved(previous) == 0:
+            log.warning(
+                "%s: the run that wrote it stopped before its first save; nothing was saved, "
+                "so the search starts from its first generation",
+                path,
+            )
+            previous = None
+        else:
+            log.info("resuming %s: %d evaluations recorded", path, _saved(previous))
     else:
-        path = result_path(workload, options.output)
-        if path.exists():
-            raise UserError(f"--output: '{path}' exists; choose another path or pass --resume")
+        path = _claim_result_file(workload, options.output)
     owned = runner is None
-    runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
     try:
+        runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
         if previous is not None:
             baseline = previous.baseline
         elif options.skip_baseline:
@@ -165,9 +184,30 @@ def explore(
             where = dataset_spec(workload, "baseline")[1]
             log.info("baseline accuracy on %s: %s", where, baseline)
         return _search(workload, context, path, previous, baseline, runner, options)
+    except BaseException:
+        if claimed:
+            release_if_empty(path)  # a file that received nothing is not left behind
+        raise
     finally:
-        if owned:
+        if owned and runner is not None:
             runner.close()
+
+
+def _claim_result_file(workload: Workload, output: str | None) -> Path:
+    """The new run's result file, created now: before the first evaluation, so that an
+    unwritable path fails at once; a default name is made unique."""
+    if output is not None:
+        where = "--output"
+    elif workload.problem.results_file is not None:
+        where = "workload.problem.results_file"
+    else:
+        where = f"the default result file in {RESULTS_DIRECTORY}/"
+        stem = default_result_stem(workload)
+        warn_stopped_runs(
+            sorted(RESULTS_DIRECTORY.glob(f"{stem}_*.pkl")), search_definition(workload)
+        )
+    numbered = output is None and workload.problem.results_file is None
+    return claim(result_path(workload, output), search_definition(workload), where, numbered)
 
 
 def _seed_from_sensitivity(problem: Problem, workload: Workload) -> None:
@@ -209,20 +249,25 @@ def _search(
         runner=runner,
         progress=options.progress,
     )
+    explorer.result.owner = this_process()
     if previous is not None:
         explorer.restore(previous)
     try:
         return explorer.run(), path
     except KeyboardInterrupt:
-        raise Interrupted(path, explorer.result) from None
+        raise Interrupted(path, saved_evaluations(path)) from None
     except Exception:
-        log.error(
-            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
-            "resume with `model-explorer explore WORKLOAD --resume --output %s`",
-            _saved(explorer.result),
-            path,
-            path,
-        )
+        saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
+        if not saved:
+            log.error("an evaluation failed before any evaluation was saved in %s", path)
+        else:
+            log.error(
+                "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
+                "resume with `model-explorer explore WORKLOAD --resume --output %s`",
+                saved,
+                path,
+                path,
+            )
         raise
 
 
@@ -233,9 +278,11 @@ def _saved(result: ExplorationResult) -> int:
 class Interrupted(Exception):
     """The search was interrupted (Ctrl-C); what was evaluated is saved at `path`."""
 
-    def __init__(self, path: Path, result: ExplorationResult) -> None:
+    def __init__(self, path: Path, saved: int | None) -> None:
         super().__init__(
-            f"interrupted; {_saved(result)} evaluations are saved in {path}; resume with "
+            f"interrupted; {saved} evaluations are saved in {path}; resume with "
             f"`model-explorer explore WORKLOAD --resume --output {path}`"
+            if saved
+            else "interrupted before any evaluation was saved; nothing to resume"
         )
         self.path = path

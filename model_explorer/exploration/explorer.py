@@ -13,8 +13,10 @@ uninterrupted one, and the checkpoint holds only plain data, never pickled pymoo
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +85,17 @@ class IntegerGenes(Repair):
         return X
 
 
+def whole_space(problem: Problem, limit: int) -> list[list[float]] | None:
+    """Every genome of an all-integer problem whose space holds at most `limit` configurations
+    (the first population is then the whole space, each configuration once), else None."""
+    if not all(v.integer for v in problem.variables):
+        return None
+    ranges = [range(int(v.lower), int(v.upper) + 1) for v in problem.variables]
+    if math.prod(len(r) for r in ranges) > limit:
+        return None
+    return [[float(g) for g in genome] for genome in itertools.product(*ranges)]
+
+
 def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
     """NSGA-II with the workload's settings: SBX crossover and polynomial mutation with their
     eta and probability, integer rounding for integer genes, duplicate elimination."""
@@ -94,7 +107,7 @@ def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
         operator_repair = None
         algorithm_repair = IntegerGenes(integer) if any(integer) else None
         random_sampling = FloatRandomSampling()
-    initial = problem.initial_genomes()
+    initial = whole_space(problem, nsga.pop_size) or problem.initial_genomes()
     sampling = SeededSampling(initial, random_sampling) if initial else random_sampling
     crossover = SBX(
         prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=float, repair=operator_repair
@@ -164,6 +177,8 @@ class Explorer:
         try:
             while algorithm.has_next():
                 population = algorithm.ask()
+                if population is None or len(population) == 0:
+                    break  # no configuration left that was not evaluated: the space is spent
                 genomes = population.get("X")
                 records = self._evaluate_generation(generation, genomes)
                 objectives = np.array([self.problem.objective_vector(r["values"]) for r in records])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from model_explorer.cost.energy.base import EnergyEvaluationSpec
@@ -75,3 +75,64 @@ class ExplorationSpec(Spec):
     energy_evaluation: EnergyEvaluationSpec | None = None
     extra_args: ExtraArgs = Field(default_factory=ExtraArgs)
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
+
+    @field_validator("objectives")
+    @classmethod
+    def _distinct_objectives(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise PydanticCustomError(
+                "no_objectives",
+                "names no objective; name at least one (e.g. [accuracy, weighted_bits]) or "
+                "leave the key out for the problem's default",
+            )
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise PydanticCustomError(
+                "repeated_objectives",
+                "names {names} more than once; name each objective once",
+                {"names": ", ".join(repeated)},
+            )
+        return value
+
+    @field_validator("layer_bounds")
+    @classmethod
+    def _ordered_bounds(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for pattern, (low, high) in value.items():
+            if low > high:
+                raise PydanticCustomError(
+                    "bounds_order",
+                    "the lower bound {low} of '{pattern}' is above its upper bound {high}",
+                    {"key": pattern, "low": low, "high": high, "pattern": pattern},
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> ExplorationSpec:
+        limits = self.extra_args
+        low, high = limits.num_bits_lower_limit, limits.num_bits_upper_limit
+        for pattern, bounds in self.layer_bounds.items():
+            if bounds[0] < low or bounds[1] > high:
+                raise PydanticCustomError(
+                    "bounds_range",
+                    "{bounds} of '{pattern}' reach outside the explored range {low}-{high} "
+                    "(extra_args.num_bits_lower_limit and num_bits_upper_limit); keep the "
+                    "bounds within it or widen the limits",
+                    {
+                        "key": "layer_bounds",
+                        "bounds": list(bounds),
+                        "pattern": pattern,
+                        "low": low,
+                        "high": high,
+                    },
+                )
+        above = [p for p in self.predefined_parameters if p > limits.threshold_limit]
+        if above:
+            raise PydanticCustomError(
+                "above_limit",
+                "{values} lie above extra_args.threshold_limit ({limit}); no threshold can "
+                "exceed it: lower them or raise the limit",
+                {"key": "predefined_parameters", "values": above, "limit": limits.threshold_limit},
+            )
+        return self

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.fileio import atomic_path
+from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.models.registry import ModelSpec, create_model, ships_weights
 from model_explorer.schema import resolve_path
 
@@ -69,13 +69,7 @@ def load_checkpoint(model: nn.Module, path: str | os.PathLike[str], where: str =
             f"{where}: checkpoint '{file}' does not exist; train one with "
             "`model-explorer retrain --baseline WORKLOAD` or point the key at an existing file"
         )
-    try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle, zip and torch errors all mean "not a checkpoint"
-        raise UserError(
-            f"{where}: '{file}' is not a readable PyTorch checkpoint ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''})"
-        ) from error
+    checkpoint = read_torch_file(file, where, "PyTorch checkpoint")
     state = _state_dict_of(checkpoint)
     if state is None:
         raise UserError(

@@ -128,7 +128,14 @@ def create_model(
         ) from None
     except ValueError:
         pass  # a builtin without an inspectable signature: let the call decide
-    model = factory(**kwargs)
+    try:
+        model = factory(**kwargs)
+    except Exception as error:  # the user's factory (or torchvision's) failed: say which, why
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise UserError(
+            f"{where}.type: the model factory of '{name}' raised {type(error).__name__}"
+            f"{': ' + text if text else ''}; fix the factory or model.kwargs"
+        ) from error
     if not isinstance(model, nn.Module):
         raise UserError(
             f"{where}.type: '{name}' returned {type(model).__name__}, not a torch.nn.Module"

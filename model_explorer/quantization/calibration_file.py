@@ -9,6 +9,7 @@ it untyped rather than import it back). Files load with `torch.load(weights_only
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,40 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.fileio import atomic_path
+from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import calibrator_from_state
 
 CALIBRATION_FORMAT = "model_explorer.calibration"
-CALIBRATION_VERSION = 2
+# 3: the quantizer settings the file was made with are recorded ("settings").
+CALIBRATION_VERSION = 3
+SETTINGS = ("axis", "unsigned", "narrow_range")
+
+log = logging.getLogger(__name__)
+
+
+def quantizer_settings(model: Any) -> dict[str, dict[str, Any]]:
+    """The settings of the workload's quantizers that a calibration belongs to."""
+    return {
+        role: {key: getattr(spec, key) for key in SETTINGS}
+        for role, spec in (("input", model.input_spec), ("weight", model.weight_spec))
+    }
+
+
+def settings_difference(recorded: Any, current: dict[str, dict[str, Any]]) -> str | None:
+    """What differs between the settings a file records and the workload's (None: alike)."""
+    if recorded == current:
+        return None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    for role, settings in current.items():
+        theirs = recorded.get(role) if isinstance(recorded.get(role), dict) else {}
+        for key, value in settings.items():
+            if theirs.get(key, "unrecorded") != value:
+                return (
+                    f"quantization.{role}.{key} {theirs.get(key, 'unrecorded')!r} there and "
+                    f"{value!r} in the workload"
+                )
+    return "other quantizer settings"
 
 
 def layer_signature(layers: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
@@ -57,6 +86,7 @@ def save(model: Any, path: Path, extra: dict[str, Any] | None) -> Path:
         "layers": model.layer_signature(),
         "structure": model.structure(),
         "input_quantizers": quantizers,
+        "settings": quantizer_settings(model),
     }
     with atomic_path(path) as temporary:
         torch.save(data, temporary)
@@ -68,15 +98,33 @@ def _read(path: Path, where: str) -> dict[str, Any]:
         raise UserError(
             f"{where}: '{path}' does not exist; make it with `model-explorer calibrate WORKLOAD`"
         )
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise UserError(
-            f"{where}: '{path}' is not a readable calibration file ({error})"
-        ) from error
+    data = read_torch_file(path, where, "calibration file")
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
         raise UserError(f"{where}: '{path}' is not a model_explorer calibration file")
+    for key in ("layers", "input_quantizers"):
+        if not isinstance(data.get(key), dict):
+            raise UserError(
+                f"{where}: '{path}' is a damaged calibration file: '{key}' is missing or not a "
+                "mapping; recalibrate with `model-explorer calibrate WORKLOAD --force`"
+            )
     return data
+
+
+def _check_settings(model: Any, data: dict[str, Any], path: Path, where: str) -> None:
+    if "settings" not in data:
+        log.warning(
+            "%s: made by an older version, the file does not record the quantizer settings it "
+            "was made with; recalibrate with `model-explorer calibrate WORKLOAD --force` to be "
+            "sure it fits",
+            path,
+        )
+        return
+    difference = settings_difference(data["settings"], quantizer_settings(model))
+    if difference is not None:
+        raise UserError(
+            f"{where}: '{path}' was made with other quantizer settings ({difference}); "
+            "recalibrate with `model-explorer calibrate WORKLOAD --force`"
+        )
 
 
 def _restore(quantizer: Any, entry: dict[str, Any], device: torch.device) -> None:
@@ -87,6 +135,7 @@ def _restore(quantizer: Any, entry: dict[str, Any], device: torch.device) -> Non
 
 def load(model: Any, path: Path, where: str) -> dict[str, Any]:
     data = _read(path, where)
+    _check_settings(model, data, path, where)
     if "structure" in data and not model.discovered:
         model.adopt_structure(data["structure"])
     mine, theirs = model.layer_signature(), data["layers"]
@@ -97,10 +146,17 @@ def load(model: Any, path: Path, where: str) -> dict[str, Any]:
         )
     device = next(model.model.parameters()).device
     for name, layer in model.layers.items():
-        entry = data["input_quantizers"][name]
-        _restore(layer.input_quantizer, entry, device)
-        if isinstance(layer, ActivationProduct):
-            _restore(layer.weight_quantizer, entry["operand"], device)
+        try:
+            entry = data["input_quantizers"][name]
+            _restore(layer.input_quantizer, entry, device)
+            if isinstance(layer, ActivationProduct):
+                _restore(layer.weight_quantizer, entry["operand"], device)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise UserError(
+                f"{where}: '{path}' is a damaged calibration file: the entry of layer '{name}' "
+                f"is missing or broken ({type(error).__name__}: {error}); recalibrate with "
+                "`model-explorer calibrate WORKLOAD --force`"
+            ) from None
     return data
 
 

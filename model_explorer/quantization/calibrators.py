@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from model_explorer.errors import UserError
+
 
 class Calibrator:
     """Collects statistics with `collect(x)`; `compute_amax(num_bits, unsigned)` chooses amax."""
@@ -68,6 +70,12 @@ class MaxCalibrator(Calibrator):
         if self.axis is None:
             current = x.abs().amax().float()
         else:
+            if not -x.dim() <= self.axis < x.dim():
+                raise UserError(
+                    f"quantization.input.axis: axis {self.axis} is outside the {x.dim()} "
+                    f"dimensions of the tensors its quantizers see (shape {list(x.shape)}); "
+                    f"use {-x.dim()} to {x.dim() - 1}, or null for per tensor"
+                )
             axis = self.axis % x.dim()
             dims = [d for d in range(x.dim()) if d != axis]
             current = x.abs().amax(dim=dims).float() if dims else x.abs().float()

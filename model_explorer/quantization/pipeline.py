@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
+from model_explorer.fileio import read_torch_file
+from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.spec import CalibrationSpec
 from model_explorer.schema import resolve_path
@@ -46,6 +48,7 @@ def build_quantized_model(
     """The workload's model with its layers swapped as `quantization:` says, on the device,
     calibrated from `calibration.file` unless `load_calibration` is False."""
     model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
+    check_weight_axis(model)
     if load_calibration:
         path = calibration_file(context)
         stored = model.load_calibration(path, where="workload.calibration.file").get("weights")
@@ -70,20 +73,39 @@ def calibrate_workload(
     spec: CalibrationSpec = context.workload.require("calibration")
     path = calibration_file(context)
     model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
+    check_weight_axis(model)
     fingerprint = weights_fingerprint(model.model)
     if path.exists() and not force:
         if not if_missing:
             raise UserError(
                 f"workload.calibration.file: '{path}' exists; pass --force to overwrite it"
             )
-        stored = torch.load(path, map_location="cpu", weights_only=True)
-        if isinstance(stored, dict) and stored.get("weights") == fingerprint:
+        stored = read_torch_file(path, "workload.calibration.file", "calibration file")
+        stored = stored if isinstance(stored, dict) else {}
+        difference = settings_difference(stored.get("settings"), quantizer_settings(model))
+        if stored.get("weights") == fingerprint and difference is None:
             model.load_calibration(path, where="workload.calibration.file")
             return model.to(context.device), path, False
-        log.warning("%s was made for other weights; recalibrating", path)
+        reason = "other weights" if stored.get("weights") != fingerprint else difference
+        log.warning("%s was made for %s; recalibrating", path, reason)
     calibrate_in_memory(model.to(context.device), context)
     model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
     return model, path, True
+
+
+def check_weight_axis(model: QuantizedModel) -> None:
+    """`quantization.weight.axis` must name a dimension of every quantized layer's weight."""
+    axis = model.weight_spec.axis
+    if axis is None:
+        return
+    for name, layer in model.layers.items():
+        weight = getattr(layer, "weight", None)
+        if isinstance(weight, torch.Tensor) and not -weight.dim() <= axis < weight.dim():
+            raise UserError(
+                f"workload.quantization.weight.axis: axis {axis} is outside the {weight.dim()} "
+                f"dimensions of the weight of layer '{name}' (shape {list(weight.shape)}); use "
+                "0 (per output channel) or null (per tensor)"
+            )
 
 
 def calibrate_in_memory(model: QuantizedModel, context: WorkloadContext) -> QuantizedModel:

@@ -83,6 +83,7 @@ class ExplorationResult:
         complete: bool = False,
         seed: int = 0,
         partial: list[dict[str, Any]] | None = None,
+        owner: dict[str, Any] | None = None,
     ) -> None:
         self.workload = workload
         self.problem = problem
@@ -94,6 +95,9 @@ class ExplorationResult:
         self.seed = seed
         # Evaluations of an interrupted generation, kept so that resuming need not redo them.
         self.partial = partial or []
+        # The process writing an unfinished result ({host, pid}), so that another run can tell
+        # a result being written from one whose run has stopped.
+        self.owner = owner
 
     # -- access ---------------------------------------------------------------------------
     @property
@@ -286,11 +290,19 @@ class ExplorationResult:
             "complete": self.complete,
             "seed": self.seed,
             "partial": self.partial,
+            "owner": self.owner,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write atomically: a reader sees the previous file or the new one, never half."""
-        return save_plain(self.to_data(), path)
+        try:
+            return save_plain(self.to_data(), path)
+        except OSError as error:  # a full disk, a folder gone or made read-only meanwhile
+            reason = error.strerror or type(error).__name__
+            raise UserError(
+                f"{path}: cannot write the result file ({reason}); the file keeps what it "
+                "held before"
+            ) from error
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ExplorationResult:
@@ -299,12 +311,10 @@ class ExplorationResult:
             raise UserError(f"{path}: result file does not exist")
         try:
             data = load_plain(path)
-        except (pickle.UnpicklingError, EOFError, ValueError) as error:
-            raise UserError(f"{path}: not a model_explorer result file ({error})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise UserError(f"{path}: not a model_explorer result file")
-        if data["version"] > VERSION:
-            raise UserError(f"{path}: written by a newer model_explorer (format {data['version']})")
+        except Exception as error:  # refused classes, truncation, garbage: all "not a result"
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(f"{path}: not a model_explorer result file ({text})") from None
+        _check_layout(data, path)
         return cls(
             data["workload"],
             data["problem"],
@@ -315,7 +325,57 @@ class ExplorationResult:
             data["complete"],
             data["seed"],
             data.get("partial"),
+            data.get("owner"),
         )
+
+
+# What each key of a result file holds; a file whose keys hold something else is refused.
+_LAYOUT: dict[str, tuple[type, ...]] = {
+    "version": (int,),
+    "workload": (dict,),
+    "problem": (dict,),
+    "baseline": (list, type(None)),
+    "individuals": (list,),
+    "generations": (list,),
+    "stats": (dict,),
+    "complete": (bool,),
+    "seed": (int,),
+    "partial": (list, type(None)),
+    "owner": (dict, type(None)),
+}
+_PARTIAL = {"configuration": list, "values": dict, "accuracies": list}
+_RECORD = {**_PARTIAL, "id": int, "generation": int}
+
+
+def _check_layout(data: Any, path: Path) -> None:
+    """Refuse plain data that is not a result, naming the first key that is wrong."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        kind = type(data).__name__
+        raise UserError(f"{path}: not a model_explorer result file (it holds a {kind})")
+    optional = ("partial", "owner")
+    for key, kinds in _LAYOUT.items():
+        if key not in data and key not in optional:
+            raise UserError(f"{path}: damaged result file: it has no '{key}'")
+        if key in data and not isinstance(data[key], kinds):
+            raise UserError(
+                f"{path}: damaged result file: '{key}' holds a {type(data[key]).__name__}, "
+                f"not a {' or '.join(k.__name__ for k in kinds if k is not type(None))}"
+            )
+    if data["version"] > VERSION:
+        raise UserError(f"{path}: written by a newer model_explorer (format {data['version']})")
+    records = [(_RECORD, r) for r in data["individuals"]]
+    records += [(_PARTIAL, r) for r in data.get("partial") or []]
+    for position, (layout, record) in enumerate(records):
+        wrong = [
+            key
+            for key, kind in layout.items()
+            if not isinstance(record, dict) or not isinstance(record.get(key), kind)
+        ]
+        if wrong:
+            raise UserError(
+                f"{path}: damaged result file: individual {position} lacks '{wrong[0]}' or "
+                "holds something else there"
+            )
 
 
 def load_individual(reference: str, where: str) -> tuple[ExplorationResult, Individual]:

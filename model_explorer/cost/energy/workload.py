@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,12 +75,26 @@ def read_energy_csv(path: str | Path, where: str = "dram_analysis_file") -> list
             f"{where}: '{path}' does not exist; write it with "
             "`model-explorer energy-analysis WORKLOAD`"
         )
-    with open(path, newline="") as file:
-        records = list(csv.DictReader(file))
-    missing = [c for c in CSV_COLUMNS if c != "layer_name" and records and c not in records[0]]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: '{path}' is not a CSV text file (not UTF-8)") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    missing = [c for c in CSV_COLUMNS if c != "layer_name" and c not in header]
     if missing:
-        raise UserError(f"{where}: '{path}' lacks the columns {missing}")
-    return rows_from_records(records)
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise UserError(
+            f"{where}: '{path}' is not a CSV of DRAM accesses: it lacks {len(missing)} of its "
+            f"columns ({shown}); write it with `model-explorer energy-analysis WORKLOAD`"
+        )
+    records = list(reader)
+    if not records:
+        raise UserError(f"{where}: '{path}' holds no rows; write it with `energy-analysis`")
+    try:
+        return rows_from_records(records)
+    except (TypeError, ValueError) as error:
+        raise UserError(f"{where}: '{path}' holds a value that is not a number ({error})") from None
 
 
 def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyModel:

@@ -1,0 +1,111 @@
+"""The result file of one exploration run: claimed (created exclusively) before the first
+evaluation, so that an unwritable path fails at once and two runs never share or replace a
+file; unfinished results tell a run still writing from one that stopped."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from model_explorer.errors import UserError
+from model_explorer.fileio import process_alive
+from model_explorer.results import ExplorationResult
+
+log = logging.getLogger(__name__)
+
+
+def this_process() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def running_elsewhere(result: ExplorationResult) -> bool:
+    """Whether another live process on this machine is still writing `result`."""
+    owner = result.owner or {}
+    if result.complete or owner == this_process() or "pid" not in owner:
+        return False
+    return bool(process_alive(str(owner.get("host")), int(owner["pid"])))
+
+
+def saved_evaluations(path: Path) -> int | None:
+    """How many evaluations the file at `path` holds (None: no readable result there)."""
+    try:
+        result = ExplorationResult.load(path)
+    except UserError:
+        return None
+    return len(result) + len(result.partial)
+
+
+def _unwritable(where: str, path: Path, error: OSError) -> UserError:
+    reason = error.strerror or type(error).__name__
+    existing = next((p for p in path.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        reason = f"'{existing}' is not a folder"
+    return UserError(f"{where}: cannot write '{path}' ({reason}); choose a writable path")
+
+
+def claim(path: Path, definition: dict[str, Any], where: str, numbered: bool) -> Path:
+    """Create the result file exclusively, holding an empty unfinished result. With
+    `numbered` (a default name), a name already taken gets the next free suffix `-2`, `-3`,
+    ...; otherwise an existing file is an error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unwritable(where, path, error) from None
+    candidate, number = path, 1
+    while True:
+        try:
+            with open(candidate, "xb"):
+                pass
+            break
+        except FileExistsError:
+            if not numbered:
+                raise UserError(
+                    f"{where}: '{candidate}' exists; choose another path or pass --resume"
+                ) from None
+            number += 1
+            candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+        except OSError as error:
+            raise _unwritable(where, candidate, error) from None
+    try:
+        ExplorationResult(definition, {}, owner=this_process()).save(candidate)
+    except UserError:
+        candidate.unlink(missing_ok=True)
+        raise
+    return candidate
+
+
+def check_writable(path: Path, where: str) -> None:
+    """A file to resume must be replaceable: its folder writable (atomic writes replace it)."""
+    if not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK):
+        raise UserError(
+            f"{where}: cannot write '{path}' (permission denied); make it and its folder "
+            "writable, or copy it somewhere writable and resume with --output"
+        )
+
+
+def release_if_empty(path: Path) -> bool:
+    """Remove a claimed file that received no evaluation; True when it was removed."""
+    if saved_evaluations(path) == 0:
+        path.unlink(missing_ok=True)
+        return True
+    return False
+
+
+def warn_stopped_runs(candidates: list[Path], definition: dict[str, Any]) -> None:
+    """Say once of each result of this workload whose run stopped before its first save."""
+    for path in candidates:
+        try:
+            result = ExplorationResult.load(path)
+        except UserError:
+            continue
+        empty = len(result) + len(result.partial) == 0
+        if empty and result.workload == definition and not result.complete:
+            if not running_elsewhere(result):
+                log.warning(
+                    "%s: an earlier run of this workload stopped before its first save; "
+                    "nothing was saved there (remove the file)",
+                    path,
+                )

@@ -1,0 +1,74 @@
+"""Reading a YAML file strictly: UTF-8 text only, and no key written twice in one mapping
+(PyYAML would keep the last one silently). Every problem of the file comes back at once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from model_explorer.errors import WorkloadError
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader that records keys written twice in a mapping (merge keys `<<` excepted:
+    overriding a merged key is what they are for)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int, int]] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    self.duplicates.append((str(key), seen[key], line))
+                else:
+                    seen[key] = line
+            except TypeError:
+                continue  # an unhashable key: the constructor below says so
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | os.PathLike[str], duplicates: list[str] | None = None) -> Any:
+    """The parsed content of a YAML file, or a WorkloadError naming the file, the line and
+    what is wrong (one line per key written twice). Given a `duplicates` list, the lines about
+    keys written twice are added to it instead, so that a caller can report them together with
+    its own checks of the content."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise WorkloadError(
+            f"{path} line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the file "
+            "as UTF-8"
+        ) from None
+    loader = _StrictLoader(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise WorkloadError(f"{path}{line}: not valid YAML ({problem})") from None
+    finally:
+        loader.dispose()
+    found = [
+        f"{path} line {second}: key '{key}' is written twice in one mapping (also line "
+        f"{first}); YAML would keep only the last: remove one"
+        for key, first, second in loader.duplicates
+    ]
+    if duplicates is not None:
+        duplicates.extend(found)
+    elif found:
+        raise WorkloadError("\n".join(found))
+    return data
