@@ -264,8 +264,9 @@ def _foreign_key(
         return Rejected(_unknown_text(key, own))
     kind = registry.kind + ("s" if len(takers) > 1 else "")
     verb = "take" if len(takers) > 1 else "takes"
+    names = " and ".join([", ".join(takers[:-1]), takers[-1]] if len(takers) > 1 else takers)
     return Rejected(
-        f"only the {' and '.join(takers)} {kind} {verb} '{key}'; set '{cls.type_key}: "
+        f"only the {names} {kind} {verb} '{key}'; set '{cls.type_key}: "
         f"{takers[0]}' or remove '{key}'"
     )
 

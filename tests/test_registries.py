@@ -48,8 +48,18 @@ DOCUMENTED = {
         "resnet44",
         "resnet50",
         "resnet56",
+        "digits_vit",
+        "all_minilm_l6_v2",
     },
-    "datasets": {"digits", "cifar10", "imagefolder", "imagenet", "imagenet_c", "arrays"},
+    "datasets": {
+        "digits",
+        "cifar10",
+        "imagefolder",
+        "imagenet",
+        "imagenet_c",
+        "arrays",
+        "sentences",
+    },
     "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou", "agreement", "cosine", "kl"},
     "problems": {
         "quantization_problem",
@@ -129,7 +139,9 @@ def test_every_dataset_type_validates_its_defaults(name: str, tmp_path: Path) ->
 
 
 def test_a_key_of_another_entry_says_which_entry_takes_it() -> None:
-    with pytest.raises(ValidationError, match="only the cifar10 and digits datasets take 'split'"):
+    with pytest.raises(
+        ValidationError, match="only the cifar10, digits and sentences datasets take 'split'"
+    ):
         DatasetSpec.model_validate({"type": "arrays", "path": "x.npz", "split": "test"})
     with pytest.raises(ValidationError, match="only the zigzag energy backend takes 'hardware'"):
         EnergyEvaluationSpec.model_validate({"backend": "analytic", "hardware": "tpu_like"})
