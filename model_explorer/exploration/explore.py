@@ -14,6 +14,7 @@ from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
+from model_explorer.exploration.strategies import build_strategy
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult
 from model_explorer.schema import resolve_path
@@ -186,6 +187,7 @@ def _search(
         baseline=baseline,
         runner=runner,
         progress=options.progress,
+        strategy=build_strategy(spec.strategy),
     )
     if previous is not None:
         explorer.restore(previous)

@@ -47,6 +47,11 @@ def save_plain(data: Any, path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def samples_of(record: dict[str, Any]) -> int:
+    """The samples a recorded evaluation forwarded through the model (0 when not recorded)."""
+    return int((record.get("extra") or {}).get("samples", 0))
+
+
 @dataclass
 class Individual:
     """One evaluated configuration. `configuration` is what ran (e.g. discretized thresholds),
@@ -89,7 +94,13 @@ class ExplorationResult:
         self.baseline = baseline
         self.records = individuals or []
         self.generations = generations or []
-        self.stats = stats or {"evaluations": 0, "cache_hits": 0, "early_rejected": 0}
+        self.stats = stats or {
+            "evaluations": 0,
+            "cache_hits": 0,
+            "early_rejected": 0,
+            "sample_forwards": 0,
+            "seconds": 0.0,
+        }
         self.complete = complete
         self.seed = seed
         # Evaluations of an interrupted generation, kept so that resuming need not redo them.
@@ -226,6 +237,32 @@ class ExplorationResult:
                 individuals=[r for r in self.records if r["generation"] <= generation],
             )
             history.append((generation, upto.hypervolume(reference, names)))
+        return history
+
+    def sample_forwards(self) -> int:
+        """Samples forwarded through the model by every recorded evaluation: what the search
+        cost (files that predate the count in `stats` sum it from the individuals)."""
+        return sum(samples_of(record) for record in self.records)
+
+    def hypervolume_by_samples(
+        self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
+    ) -> list[tuple[int, float]]:
+        """(sample-forwards spent, hypervolume of the feasible front found with them) after
+        every evaluation, in the order they were recorded: what the search bought for its cost."""
+        from pymoo.indicators.hv import HV
+
+        reference = reference or self.default_reference(objectives)
+        senses = self._senses(list(reference))
+        point = np.array([-reference[n] if m else reference[n] for n, m in senses])
+        indicator = HV(ref_point=point)
+        history, spent, front = [], 0, np.empty((0, len(senses)))
+        for record in self.records:
+            spent += samples_of(record)
+            if record["feasible"]:
+                row = self.objective_matrix([Individual(**record)], [n for n, _ in senses])
+                front = np.vstack([front, row])
+                front = front[non_dominated(front)]
+            history.append((spent, float(indicator(front)) if len(front) else 0.0))
         return history
 
     def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
