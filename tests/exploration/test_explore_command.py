@@ -33,6 +33,8 @@ def test_explore_writes_a_result_and_prints_the_front(small_workload: Path, caps
     assert result.complete
     assert f"{result.stats['evaluations']} evaluations" in printed
     assert "Pareto front:" in printed and f"result: {output}" in printed
+    forwards = sum(r["extra"]["samples"] for r in result.records)
+    assert f"cost: {forwards:,} sample-forwards" in printed and "(strategy surrogate)" in printed
     # The default strategy evaluates the first population, then at most 4 of the offspring
     # its surrogate screens per generation.
     assert 8 < len(result) <= 8 + 3 * 4
