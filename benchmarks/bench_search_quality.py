@@ -197,7 +197,7 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
     pop, offsprings = spec.nsga.pop_size, spec.nsga.offsprings or spec.nsga.pop_size
     budget_generations = max(1, (args.budget - pop) // offsprings)
     runs: dict[str, list[Run]] = {}
-    for name in args.strategies.split(","):
+    for name in filter(None, args.strategies.split(",")):
         generations = budget_generations
         if name == "surrogate":
             generations = args.generations or spec.nsga.generations
