@@ -1,19 +1,29 @@
-"""Search quality at an equal evaluation budget on one workload: hypervolume of the feasible
-accuracy / cost front found by random search, uniform bit widths, the greedy sensitivity path
-alone, NSGA-II with random initialization and NSGA-II seeded from the sensitivity table.
+"""Search quality against search cost on one workload: hypervolume of the feasible accuracy /
+cost front against the samples forwarded through the model to find it, for every search
+strategy (exploration.strategy), the one-shot integer program over the one-at-a-time
+accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform bit widths.
 
-    python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--repeats R]
+    python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--seeds S]
+        [--strategies nsga2,surrogate] [--generations G] [--json PATH]
 
 All methods share one problem (the workload's, with its minimum accuracy) and one reference
-point (the minimum accuracy, and the cost of every quantizer at its upper bound), so their
-hypervolumes compare directly. The sensitivity table's evaluations count against the budget
-of the methods that use it. The workload's checkpoint and calibration are made if missing.
+point (the minimum accuracy, and the cost of every quantizer at its upper bound); hypervolumes
+are normalised by the box between it and (accuracy 1, cost 0), so they compare directly and
+across workloads. `nsga2`, `spread` and `multifidelity` evaluate `--budget` candidates
+(`(budget - pop_size) / offsprings` generations); `surrogate` runs the workload's generations
+(or `--generations`). For each method: evaluations and sample-forwards spent, the final
+hypervolume, the hypervolume reached within a third of NSGA-II's mean sample-forwards, and the
+sample-forwards it needed to reach NSGA-II's mean final hypervolume (mean and standard
+deviation over the seeds; "never" counts as missing). The workload's checkpoint and
+calibration are made if missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+from dataclasses import dataclass, field
 
 import numpy as np
 from prepared import prepared_context
@@ -21,33 +31,30 @@ from pymoo.indicators.hv import HV
 
 from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
 from model_explorer.problems import PROBLEMS
-from model_explorer.quantization.sensitivity import greedy_configurations, layer_sensitivity
+from model_explorer.quantization.sensitivity import layer_sensitivity
 
 
-class Scorer:
-    """Evaluates configurations of the problem and keeps (accuracy, cost, feasible)."""
+@dataclass
+class Run:
+    """One method's evaluations in order: (sample-forwards so far, accuracy, cost, feasible)."""
 
-    def __init__(self, problem, cost: str) -> None:  # noqa: ANN001
-        self.problem = problem
-        self.cost = cost
-        self.points: list[tuple[float, float, bool]] = []
+    points: list[tuple[int, float, float, bool]] = field(default_factory=list)
 
-    def __call__(self, genome) -> None:  # noqa: ANN001
-        _, evaluation = self.problem.evaluate(np.asarray(genome, dtype=float))
-        self.points.append(
-            (
-                evaluation.values["accuracy"],
-                evaluation.values[self.cost],
-                self.problem.feasible(evaluation.values),
-            )
-        )
+    def add(self, samples: int, accuracy: float, cost: float, feasible: bool) -> None:
+        spent = (self.points[-1][0] if self.points else 0) + samples
+        self.points.append((spent, accuracy, cost, feasible))
+
+    @property
+    def forwards(self) -> int:
+        return self.points[-1][0] if self.points else 0
 
 
 def hypervolume(points, reference: tuple[float, float]) -> float:  # noqa: ANN001
     """Hypervolume of the feasible (accuracy up, cost down) points, normalised by the box
     between the reference point and (accuracy 1, cost 0)."""
-    feasible = np.array([(-a, c) for a, c, ok in points if ok], dtype=float).reshape(-1, 2)
+    feasible = np.array([(-a, c) for _, a, c, ok in points if ok], dtype=float).reshape(-1, 2)
     if not len(feasible):
         return 0.0
     ref = np.array([-reference[0], reference[1]])
@@ -55,16 +62,107 @@ def hypervolume(points, reference: tuple[float, float]) -> float:  # noqa: ANN00
     return float(HV(ref_point=ref)(feasible)) / box
 
 
-def explore_points(problem, nsga, seed: int, cost: str) -> list[tuple[float, float, bool]]:  # noqa: ANN001
-    result = Explorer(problem, nsga, seed=seed).run()
-    return [(i.values["accuracy"], i.values[cost], i.feasible) for i in result.individuals]
+def within(run: Run, forwards: float, reference: tuple[float, float]) -> float:
+    """Hypervolume of what the run found with at most `forwards` sample-forwards."""
+    return hypervolume([p for p in run.points if p[0] <= forwards], reference)
+
+
+def forwards_to_reach(run: Run, target: float, reference: tuple[float, float]) -> float | None:
+    """The sample-forwards after which the run's hypervolume first reaches `target`."""
+    for count in range(1, len(run.points) + 1):
+        if hypervolume(run.points[:count], reference) >= target - 1e-12:
+            return run.points[count - 1][0]
+    return None
+
+
+class Scorer:
+    """Evaluates genomes of the problem on the full subset, recording each into a Run."""
+
+    def __init__(self, problem, cost: str) -> None:  # noqa: ANN001
+        self.problem, self.cost, self.run = problem, cost, Run()
+
+    def __call__(self, genome) -> None:  # noqa: ANN001
+        _, evaluation = self.problem.evaluate(np.asarray(genome, dtype=float))
+        values = evaluation.values
+        feasible = self.problem.feasible(values) and evaluation.complete
+        self.run.add(evaluation.extra["samples"], values["accuracy"], values[self.cost], feasible)
+
+
+def search(problem, nsga, strategy: str, seed: int, cost: str) -> Run:  # noqa: ANN001
+    built = build_strategy(StrategySpec.model_validate(strategy))
+    result = Explorer(problem, nsga, seed=seed, strategy=built).run()
+    run = Run()
+    for record in result.records:
+        values = record["values"]
+        run.add(record["extra"]["samples"], values["accuracy"], values[cost], record["feasible"])
+    return run
+
+
+def integer_program(problem, cost: str, minimum: float, steps: int = 8) -> Run:  # noqa: ANN001
+    """The one-shot baseline: the accuracy drop of each quantizer alone at each bit width
+    below its upper bound (the others in float; the upper bound counts as no drop), then for
+    `steps` drop budgets up to the allowed one, the cheapest configuration whose summed drops
+    stay within the budget (scipy's milp), each distinct one evaluated."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
+    samples = problem.batches.num_samples
+    tables = {
+        bits: layer_sensitivity(problem.model, problem.batches, problem.metric, bits)
+        for bits in range(min(b for b, _ in bounds), max(h for _, h in bounds))
+    }
+    run = Run()
+    baseline = next(iter(tables.values())).baseline
+    run.add(samples, baseline, 0.0, False)  # the float model: forwarded, not a configuration
+    options, drops, costs = [], [], []
+    top = [high for _, high in bounds]
+    top_cost = problem.known_values(top)[cost]
+    for index, (low, high) in enumerate(bounds):
+        for bits in range(low, high + 1):
+            drop = 0.0 if bits == high else max(0.0, tables[bits].rows[index].drop)
+            if bits < high:
+                run.add(samples, baseline - drop, 0.0, False)  # a table entry
+            genome = top.copy()
+            genome[index] = bits
+            options.append((index, bits))
+            drops.append(drop)
+            costs.append(problem.known_values(genome)[cost] - top_cost)
+    one_each = np.zeros((len(bounds), len(options)))
+    for column, (index, _) in enumerate(options):
+        one_each[index, column] = 1.0
+    scorer, seen = Scorer(problem, cost), set()
+    scorer.run = run
+    for budget in np.linspace(0.0, baseline - minimum, steps):
+        found = milp(
+            np.array(costs),
+            constraints=[
+                LinearConstraint(one_each, 1.0, 1.0),
+                LinearConstraint(np.array([drops]), -np.inf, budget),
+            ],
+            integrality=np.ones(len(options)),
+            bounds=Bounds(0, 1),
+        )
+        if found.x is None:
+            continue
+        genome = top.copy()
+        for column in np.flatnonzero(found.x > 0.5):
+            index, bits = options[column]
+            genome[index] = bits
+        if tuple(genome) not in seen:
+            seen.add(tuple(genome))
+            scorer(genome)
+    return run
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
-    parser.add_argument("--budget", type=int, default=160, help="evaluations per method")
-    parser.add_argument("--repeats", type=int, default=10, help="seeds of the random methods")
+    parser.add_argument("--budget", type=int, default=160, help="evaluations of NSGA-II")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds of every search")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES.names()))
+    parser.add_argument("--generations", type=int, help="generations of `surrogate`")
+    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--json", help="write every run's points here")
     args = parser.parse_args()
 
     workload, context = prepared_context(args.workload)
@@ -72,65 +170,90 @@ def main() -> None:
     minimum = minimum_accuracy(spec, measure_baseline(context))
     problem = PROBLEMS.get(workload.problem.problem_function).builder(context, minimum)
     cost = next(o.name for o in problem.objectives if o.name != "accuracy")
-    low = min(int(v.lower) for v in problem.variables)
-    high = max(int(v.upper) for v in problem.variables)
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
-    top = Scorer(problem, cost)
-    top([b for _, b in bounds])
-    reference = (min(minimum) if minimum else 0.0, top.points[0][1])
-    pop = spec.nsga.pop_size
-    offsprings = spec.nsga.offsprings or pop
-
-    def nsga(budget: int):  # noqa: ANN202
-        generations = max(1, (budget - pop) // offsprings)
-        return spec.nsga.model_copy(update={"generations": generations})
-
-    table = layer_sensitivity(problem.model, problem.batches, problem.metric, low)
-    table_cost = len(table.rows) + 1
-    path = greedy_configurations(table, bounds)
-
-    rows: dict[str, tuple[list[float], int]] = {}
-
-    def add(name: str, value: float, evaluations: int) -> None:
-        values, _ = rows.get(name, ([], 0))
-        rows[name] = ([*values, value], evaluations)
-
-    uniform = Scorer(problem, cost)
-    for bits in range(low, high + 1):
-        uniform([min(max(bits, lo), hi) for lo, hi in bounds])
-    add("uniform bit widths", hypervolume(uniform.points, reference), high - low + 1)
-
-    greedy = Scorer(problem, cost)
-    for genome in path:
-        greedy(genome)
-    add("greedy sensitivity path", hypervolume(greedy.points, reference), table_cost + len(path))
-
-    for repeat in range(args.repeats):
-        seed = workload.seed + repeat
-        rng = np.random.default_rng(seed)
-        random = Scorer(problem, cost)
-        for _ in range(args.budget):
-            random([rng.integers(lo, hi + 1) for lo, hi in bounds])
-        add("random search", hypervolume(random.points, reference), args.budget)
-
-        problem.seeds = []
-        points = explore_points(problem, nsga(args.budget), seed, cost)
-        add("NSGA-II, random start", hypervolume(points, reference), len(points))
-
-        problem.seed_from_sensitivity(pop // 2)
-        points = explore_points(problem, nsga(args.budget - table_cost), seed, cost)
-        add("NSGA-II, sensitivity seeds", hypervolume(points, reference), table_cost + len(points))
-        problem.seeds = []
-
+    reference = (min(minimum), problem.known_values([high for _, high in bounds])[cost])
+    runs = collect(args, workload, problem, cost, min(minimum), bounds)
     print(
-        f"{workload.name}: {len(bounds)} quantizers, bits {low}-{high}, objectives accuracy / "
-        f"{cost}, reference point accuracy {reference[0]:.4f}, {cost} {reference[1]:.0f}; "
-        f"{args.repeats} seeds"
+        f"{workload.name}: {len(bounds)} quantizers, bits {bounds[0][0]}-{bounds[0][1]}, "
+        f"accuracy / {cost}, reference point accuracy {reference[0]:.4f}, {cost} "
+        f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
+        f"{args.seeds} seeds"
     )
-    print(f"{'method':30s} {'evaluations':>11s} {'hypervolume (mean +- sd)':>26s}")
-    for name, (values, evaluations) in rows.items():
-        spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        print(f"{name:30s} {evaluations:11d} {statistics.mean(values):17.4f} +- {spread:.4f}")
+    summarise(runs, reference)
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(
+                {
+                    "reference": reference,
+                    "runs": {k: [r.points for r in v] for k, v in runs.items()},
+                },
+                stream,
+            )
+
+
+def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Run]]:  # noqa: ANN001
+    """Every method's runs, by name."""
+    spec = workload.exploration
+    pop, offsprings = spec.nsga.pop_size, spec.nsga.offsprings or spec.nsga.pop_size
+    budget_generations = max(1, (args.budget - pop) // offsprings)
+    runs: dict[str, list[Run]] = {}
+    for name in filter(None, args.strategies.split(",")):
+        generations = budget_generations
+        if name == "surrogate":
+            generations = args.generations or spec.nsga.generations
+        nsga = spec.nsga.model_copy(update={"generations": generations})
+        runs[name] = [
+            search(problem, nsga, name, workload.seed + s, cost) for s in range(args.seeds)
+        ]
+    if args.baselines:
+        runs["integer program (one-shot)"] = [integer_program(problem, cost, minimum)]
+        low, high = min(b for b, _ in bounds), max(h for _, h in bounds)
+        uniform = Scorer(problem, cost)
+        for bits in range(low, high + 1):
+            uniform([min(max(bits, lo), hi) for lo, hi in bounds])
+        runs["uniform bit widths"] = [uniform.run]
+        runs["random search"] = []
+        for s in range(args.seeds):
+            rng, random = np.random.default_rng(workload.seed + s), Scorer(problem, cost)
+            for _ in range(args.budget):
+                random([rng.integers(lo, hi + 1) for lo, hi in bounds])
+            runs["random search"].append(random.run)
+    return runs
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "never"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.4f} +- {spread:.4f}"
+
+
+def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> None:
+    nsga = runs.get("nsga2")
+    target = statistics.mean(hypervolume(r.points, reference) for r in nsga) if nsga else None
+    third = statistics.mean(r.forwards for r in nsga) / 3 if nsga else None
+    if nsga:
+        print(f"NSGA-II: mean final HV {target:.4f}; a third of its sample-forwards: {third:,.0f}")
+    print(
+        "| method | runs | evaluations | sample-forwards | HV | HV within a third of NSGA-II's "
+        "forwards | forwards to NSGA-II's HV (reached in) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, group in runs.items():
+        evaluations = statistics.mean(len(r.points) for r in group)
+        forwards = statistics.mean(r.forwards for r in group)
+        final = _mean_sd([hypervolume(r.points, reference) for r in group])
+        at_third = _mean_sd([within(r, third, reference) for r in group]) if third else ""
+        reach, reached = "", ""
+        if target is not None:
+            found = [forwards_to_reach(r, target, reference) for r in group]
+            hits = [f for f in found if f is not None]
+            reach = f"{statistics.mean(hits):,.0f}" if hits else "never"
+            reached = f" ({len(hits)}/{len(group)})"
+        print(
+            f"| {name} | {len(group)} | {evaluations:.0f} | {forwards:,.0f} | {final} | "
+            f"{at_third} | {reach}{reached} |"
+        )
 
 
 if __name__ == "__main__":

@@ -134,6 +134,22 @@ def plot_convergence(result: ExplorationResult, reference: dict[str, float] | No
     return figure
 
 
+def plot_efficiency(result: ExplorationResult, reference: dict[str, float] | None = None) -> Any:
+    """Hypervolume of the feasible front against the samples forwarded to find it: what the
+    search bought for its cost (see `ExplorationResult.hypervolume_by_samples`)."""
+    plt = pyplot()
+    history = result.hypervolume_by_samples(reference)
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.step(
+        [s for s, _ in history], [h for _, h in history], where="post", gid="hypervolume-samples"
+    )
+    axes.set_xlabel("sample-forwards")
+    axes.set_ylabel("hypervolume")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
 def plot_dram_energy(rows: Sequence[Any]) -> Any:
     """Per-layer DRAM energy (uJ) of weights, inputs and outputs, stacked, from energy rows
     (`LayerEnergy`, or dicts with the CSV's columns)."""

@@ -41,6 +41,22 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     return "\n".join(lines)
 
 
+def cost_summary(result: ExplorationResult) -> str:
+    """What the search cost: samples forwarded through the model (in all and per evaluation),
+    seconds spent evaluating, and the strategy that spent them."""
+    evaluations = len(result)
+    forwards = result.stats.get("sample_forwards", result.sample_forwards())
+    seconds = result.stats.get("seconds", sum(r["seconds"] for r in result.records))
+    per = f" ({forwards / evaluations:.0f} per evaluation)" if evaluations else ""
+    exploration = result.workload.get("workload", {}).get("exploration") or {}
+    strategy = exploration.get("strategy")
+    name = strategy.get("type") if isinstance(strategy, dict) else strategy
+    return (
+        f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating"
+        f" (strategy {name or 'nsga2'})"
+    )
+
+
 def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.6g}"
@@ -73,6 +89,7 @@ def write_report(
         ("front.png", f"{result.problem.get('metric', 'accuracy')} against cost"),
         ("layers.png", "per-layer settings, mean over the front"),
         ("convergence.png", "hypervolume per generation"),
+        ("efficiency.png", "hypervolume against sample-forwards"),
         ("dram_energy.png", "DRAM energy per layer"),
     ):
         if (out / name) in written:
@@ -94,6 +111,7 @@ def _write_figures(result: ExplorationResult, out: Path) -> list[Path]:
         "front.png": plotting.plot_front(result),
         "layers.png": plotting.plot_layers(result),
         "convergence.png": plotting.plot_convergence(result),
+        "efficiency.png": plotting.plot_efficiency(result),
     }
     written = [plotting.save(figure, out / name) for name, figure in figures.items()]
     written.extend(plotting.front_to_pgfplots(result, out / "front"))
@@ -117,7 +135,6 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
     stats = result.stats
     evaluations = len(result)
     feasible = len(result.feasible())
-    seconds = sum(r["seconds"] for r in result.records)
     datasets = (workload.get("exploration") or {}).get("datasets", {})
     data = datasets.get("exploration", {})
     data_text = ", ".join(f"{k}={v}" for k, v in data.items() if k != "type")
@@ -137,7 +154,8 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
         f"- baseline {result.problem.get('metric', 'accuracy')}: {baseline}",
         f"- evaluations: {evaluations}, feasible: {feasible}{share}",
         f"- genomes answered by the cache: {stats.get('cache_hits', 0)}; "
-        f"rejected early: {stats.get('early_rejected', 0)}",
-        f"- time spent evaluating: {seconds:.1f} s",
+        f"rejected early: {stats.get('early_rejected', 0)}; "
+        f"stopped at the front: {stats.get('rejected_dominated', 0)}",
+        f"- cost: {cost_summary(result)}",
         f"- hypervolume: {hypervolume:.6g} (reference point {point})",
     ]

@@ -54,6 +54,9 @@ def test_layer_convergence_and_energy_plots(synthetic) -> None:
     convergence = plotting.plot_convergence(synthetic)
     (line,) = artists(convergence, "hypervolume")
     assert len(line.get_xdata()) == 4
+    efficiency = plotting.plot_efficiency(synthetic)
+    (step,) = artists(efficiency, "hypervolume-samples")
+    assert [tuple(p) for p in step.get_xydata()] == synthetic.hypervolume_by_samples()
     rows = analytic_energy(create_model("digits_cnn").eval(), __import__("torch").zeros(1, 1, 8, 8))
     energy = plotting.plot_dram_energy(rows)
     stacks = [artists(energy, f"energy-{kind}") for kind in ("weights", "inputs", "outputs")]
@@ -123,6 +126,9 @@ def test_report_writes_every_file_it_lists(digits_result: Path, capsys) -> None:
         (out / name).is_file() and (out / name).stat().st_size > 0 for name in listed
     )
     assert {"front.png", "layers.png", "convergence.png", "front.dat", "front.tex"} <= set(listed)
+    assert "efficiency.png" in listed
+    forwards = sum(r["extra"]["samples"] for r in ExplorationResult.load(digits_result).records)
+    assert f"- cost: {forwards:,} sample-forwards" in report
     result = ExplorationResult.load(digits_result)
     assert f"evaluations: {len(result)}, feasible: {len(result.feasible())}" in report
     assert "## Pareto front" in report and f"report: {out / 'report.md'}" in printed

@@ -68,6 +68,7 @@ DOCUMENTED = {
         "quantization_sparsity_problem",
     },
     "runners": {"serial", "processes", "dask"},
+    "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
     "inspectors": {
         "Norm",
         "Image",

@@ -39,6 +39,12 @@ def _runners() -> Any:
     return RUNNERS
 
 
+def _strategies() -> Any:
+    from model_explorer.exploration.strategies import STRATEGIES
+
+    return STRATEGIES
+
+
 def _inspectors() -> Any:
     from model_explorer.analysis.diagnose import INSPECTORS
 
@@ -70,6 +76,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "metrics": _metrics,
     "problems": _problems,
     "runners": _runners,
+    "strategies": _strategies,
     "inspectors": _inspectors,
     "energy": _energy,
     "environments": _environments,

@@ -39,7 +39,7 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
-    from model_explorer.reporting import pareto_table
+    from model_explorer.reporting import cost_summary, pareto_table
 
     workload = load_workload(args)
     options = ExploreOptions(
@@ -56,8 +56,11 @@ def explore_command(args: argparse.Namespace) -> int:
     stats = result.stats
     print(
         f"{stats['evaluations']} evaluations ({stats['cache_hits']} cache hits, "
-        f"{stats['early_rejected']} rejected early), {len(result.feasible())} feasible"
+        f"{stats['early_rejected']} rejected early, "
+        f"{stats.get('rejected_dominated', 0)} stopped at the front), "
+        f"{len(result.feasible())} feasible"
     )
+    print(f"cost: {cost_summary(result)}")
     if result.baseline is not None:
         baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")

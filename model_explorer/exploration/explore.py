@@ -23,6 +23,7 @@ from model_explorer.exploration.result_file import (
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
+from model_explorer.exploration.strategies import build_strategy
 from model_explorer.metrics import higher_is_better
 from model_explorer.problems import PROBLEMS, Problem
 from model_explorer.results import ExplorationResult
@@ -248,6 +249,7 @@ def _search(
         baseline=baseline,
         runner=runner,
         progress=options.progress,
+        strategy=build_strategy(spec.strategy),
     )
     explorer.result.owner = this_process()
     if previous is not None:

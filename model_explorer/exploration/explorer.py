@@ -38,8 +38,9 @@ from tqdm.auto import tqdm
 from model_explorer.exploration.runners.base import Runner
 from model_explorer.exploration.runners.serial import SerialRunner
 from model_explorer.exploration.spec import NSGASpec
+from model_explorer.exploration.strategies import Strategy, spread_genomes
 from model_explorer.problems.base import Evaluation, Problem
-from model_explorer.results import ExplorationResult
+from model_explorer.results import ExplorationResult, samples_of
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,13 @@ def whole_space(problem: Problem, limit: int) -> list[list[float]] | None:
     return [[float(g) for g in genome] for genome in itertools.product(*ranges)]
 
 
-def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
+def make_algorithm(
+    problem: Problem, nsga: NSGASpec, strategy: Strategy | None = None, seed: int = 0
+) -> NSGA2:
     """NSGA-II with the workload's settings: SBX crossover and polynomial mutation with their
-    eta and probability, integer rounding for integer genes, duplicate elimination."""
+    eta and probability, integer rounding for integer genes, duplicate elimination; the
+    problem's own starting genomes first, then (`strategy.spread_start`) genomes spread along
+    the cost axis, random ones for the rest."""
     integer = [v.integer for v in problem.variables]
     if all(integer):
         operator_repair, algorithm_repair = RoundingRepair(), None
@@ -108,6 +113,14 @@ def make_algorithm(problem: Problem, nsga: NSGASpec) -> NSGA2:
         algorithm_repair = IntegerGenes(integer) if any(integer) else None
         random_sampling = FloatRandomSampling()
     initial = whole_space(problem, nsga.pop_size) or problem.initial_genomes()
+    if strategy is not None and strategy.spread_start and len(initial) < nsga.pop_size:
+        initial += spread_genomes(
+            np.array([v.lower for v in problem.variables], dtype=float),
+            np.array([v.upper for v in problem.variables], dtype=float),
+            np.array(integer, dtype=bool),
+            nsga.pop_size - len(initial),
+            seed,
+        )
     sampling = SeededSampling(initial, random_sampling) if initial else random_sampling
     crossover = SBX(
         prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=float, repair=operator_repair
@@ -143,8 +156,10 @@ class Explorer:
         baseline: list[float] | None = None,
         runner: Runner | None = None,
         progress: bool = False,
+        strategy: Strategy | None = None,
     ) -> None:
         self.problem = problem
+        self.strategy = strategy or Strategy()
         self.nsga = nsga
         self.seed = seed
         self.result_path = Path(result_path) if result_path is not None else None
@@ -166,12 +181,14 @@ class Explorer:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ExplorationResult:
-        algorithm = make_algorithm(self.problem, self.nsga)
+        algorithm = make_algorithm(self.problem, self.nsga, self.strategy, self.seed)
         bounds = Bounds(self.problem)
         generations = self.nsga.generations
         algorithm.setup(
             bounds, termination=("n_gen", generations + 1), seed=self.seed, verbose=False
         )
+        if self.strategy.screens:
+            algorithm.n_offsprings = self.strategy.candidates  # proposals; the surrogate picks
         bar = tqdm(total=generations + 1, desc="generations", unit="gen", disable=not self.progress)
         generation = 0
         try:
@@ -179,6 +196,8 @@ class Explorer:
                 population = algorithm.ask()
                 if population is None or len(population) == 0:
                     break  # no configuration left that was not evaluated: the space is spent
+                if generation > 0 and self.strategy.screens:
+                    population = population[self._screen(population.get("X"))]
                 genomes = population.get("X")
                 records = self._evaluate_generation(generation, genomes)
                 objectives = np.array([self.problem.objective_vector(r["values"]) for r in records])
@@ -195,6 +214,32 @@ class Explorer:
             bar.close()
             self.save()
         return self.result
+
+    def _screen(self, genomes: np.ndarray) -> list[int]:
+        """The proposed offspring the surrogate finds most promising; configurations already
+        evaluated cost nothing and are told to NSGA-II as they are, besides."""
+        from model_explorer.exploration.surrogate import select
+
+        keys = [configuration_key(self.problem.decode(g)) for g in genomes]
+        seen = [i for i, key in enumerate(keys) if key in self._cache]
+        new = [i for i, key in enumerate(keys) if key not in self._cache]
+        complete = [r for r in self.result.records if r["complete"]]
+        picked = select(
+            self.problem,
+            complete,
+            genomes[new],
+            self.strategy.evaluations,
+            self.seed,
+            self.strategy.optimism,
+        )
+        return sorted(seen + [new[i] for i in picked])
+
+    def _front(self) -> list[dict[str, float]]:
+        """Values of the feasible, fully scored front so far (`strategy.reject_dominated`)."""
+        if not self.strategy.reject_dominated:
+            return []
+        front = self.result.pareto_front()
+        return [dict(i.values) for i in front if i.feasible and i.complete]
 
     def _evaluate_generation(self, generation: int, genomes: np.ndarray) -> list[dict[str, Any]]:
         """Records for the genomes asked, evaluating only configurations never seen before.
@@ -232,7 +277,9 @@ class Explorer:
                 bar.update(1)
 
             try:
-                self.runner.evaluate(self.problem, [genomes[i] for i in pending], done)
+                self.runner.evaluate(
+                    self.problem, [genomes[i] for i in pending], done, self._front()
+                )
             finally:
                 bar.close()
         self.result.partial = []
@@ -249,22 +296,34 @@ class Explorer:
         record = {"id": len(self.result.records), "generation": generation, "index": index, **data}
         self._cache[key] = record
         self.result.records.append(record)
-        self.result.stats["evaluations"] += 1
-        if not record["complete"] and record["extra"].get("finite", True):
-            self.result.stats["early_rejected"] += 1
+        stats = self.result.stats
+        stats["evaluations"] += 1
+        stats["sample_forwards"] = stats.get("sample_forwards", 0) + samples_of(record)
+        stats["seconds"] = stats.get("seconds", 0.0) + record["seconds"]
+        if record["extra"].get("dominated"):
+            stats["rejected_dominated"] = stats.get("rejected_dominated", 0) + 1
+        elif not record["complete"] and record["extra"].get("finite", True):
+            stats["early_rejected"] += 1
 
     def _evaluation_data(
         self, genome: np.ndarray, configuration: list[Any], evaluation: Evaluation
     ) -> dict[str, Any]:
+        # A candidate that stopped early but meets the constraints with its best reachable
+        # accuracy stopped because it could not join the front: not known to be feasible.
+        meets = self.problem.feasible(evaluation.values)
+        dominated = meets and not evaluation.complete
+        extra = {**evaluation.extra, "finite": evaluation.finite}
+        if dominated:
+            extra["dominated"] = True
         data = {
             "genome": [float(g) for g in genome],
             "configuration": configuration,
             "values": {k: float(v) for k, v in evaluation.values.items()},
             "accuracies": [float(a) for a in evaluation.accuracies],
-            "feasible": self.problem.feasible(evaluation.values),
+            "feasible": meets and not dominated,
             "complete": evaluation.complete,
             "seconds": evaluation.seconds,
-            "extra": {**evaluation.extra, "finite": evaluation.finite},
+            "extra": extra,
         }
         plan = self.problem.plan(configuration)
         if plan is not None:

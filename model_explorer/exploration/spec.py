@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from model_explorer.cost.energy.base import EnergyEvaluationSpec
 from model_explorer.datasets.base import DatasetSpec
 from model_explorer.exploration.runners.base import RunnerSpec
+from model_explorer.exploration.strategies import StrategySpec
 from model_explorer.schema import (
     Bits,
     Fraction,
@@ -60,6 +61,7 @@ class ExplorationDatasets(Spec):
 
 class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
+    strategy: StrategySpec = Field(default_factory=StrategySpec)
     objectives: list[str] | None = None  # None: the problem's default
     early_reject: bool = True
     # sensitivity: half the first population comes from the one-at-a-time sensitivity of each

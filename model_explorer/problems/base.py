@@ -76,6 +76,9 @@ class Problem(ABC):
     variables: list[Variable]
     objectives: list[Objective]
     constraints: list[Constraint]
+    # Values of fully evaluated front members, set while `evaluate` runs: a problem that knows
+    # a candidate's costs before scoring may stop once the candidate cannot join this front.
+    front: Sequence[dict[str, float]] = ()
 
     @property
     def all_constraints(self) -> list[Constraint]:
@@ -110,13 +113,26 @@ class Problem(ABC):
     def measure(self, configuration: list[Any]) -> Evaluation:
         """Apply a configuration and measure it."""
 
-    def evaluate(self, genome: Sequence[float]) -> tuple[list[Any], Evaluation]:
+    def evaluate(
+        self, genome: Sequence[float], front: Sequence[dict[str, float]] = ()
+    ) -> tuple[list[Any], Evaluation]:
+        """The configuration of a genome and its Evaluation. With `front` (the values of the
+        search's fully evaluated front), scoring may stop once the candidate cannot join it."""
         configuration = self.decode(genome)
         started = time.perf_counter()
-        evaluation = self.measure(configuration)
+        self.front = front
+        try:
+            evaluation = self.measure(configuration)
+        finally:
+            self.front = ()
         evaluation.seconds = time.perf_counter() - started
         evaluation.values[FINITE] = 1.0 if evaluation.finite else 0.0
         return configuration, evaluation
+
+    def known_values(self, configuration: list[Any]) -> dict[str, float]:
+        """The values of a configuration known without running the model (analytic costs);
+        none by default."""
+        return {}
 
     def initial_genomes(self) -> list[list[float]]:
         """Genomes to place in the first generation before random ones (none by default)."""
@@ -167,17 +183,38 @@ class ModelProblem(Problem):
         metric = self.metric if isinstance(self.metric, str) else self.metric.type
         return {**super().describe(), "metric": metric}
 
-    def score(self) -> Any:
-        """The metric's Outcome for the configuration currently applied."""
+    def score(self, known: dict[str, float] | None = None) -> Any:
+        """The metric's Outcome for the configuration currently applied. `known`: the values
+        measured without the model (costs), with which scoring also stops once the candidate
+        cannot join `self.front`."""
         from model_explorer.metrics import score
 
-        return score(
-            self.model,
-            self.batches,
-            self.metric,
-            minimum=self.minimum_accuracy if self.early_reject else None,
-            check_finite=True,
-        )
+        minimum = self.minimum_accuracy if self.early_reject else None
+        if minimum is not None and known is not None:
+            minimum = self.entry_minimum(minimum, known)
+        return score(self.model, self.batches, self.metric, minimum=minimum, check_finite=True)
+
+    def entry_minimum(self, minimum: list[float], known: dict[str, float]) -> list[float]:
+        """The accuracy a candidate needs to join `self.front`, given its other objectives
+        (`known`): the best accuracy of a front member at least as good in all of them (for a
+        divergence metric, where lower is better, the lowest: `minimum` is then a maximum).
+        Only for a single accuracy objective, with every other objective known."""
+        others = [o for o in self.objectives if o.name != "accuracy"]
+        accuracy = [o for o in self.objectives if o.name == "accuracy"]
+        if len(minimum) != 1 or len(accuracy) != 1:
+            return minimum
+        if any(o.name not in known for o in others):
+            return minimum
+        rivals = [
+            member["accuracy"]
+            for member in self.front
+            if all(
+                member[o.name] >= known[o.name] if o.maximize else member[o.name] <= known[o.name]
+                for o in others
+            )
+        ]
+        best = max if accuracy[0].maximize else min
+        return [best([minimum[0], *rivals])]
 
     @staticmethod
     def evaluation(outcome: Any, values: dict[str, float], **extra: Any) -> Evaluation:

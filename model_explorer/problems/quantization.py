@@ -146,10 +146,14 @@ class LayerwiseQuantizationProblem(ModelProblem):
             values["energy"] = self.energy.energy_uj(plan)
         return values
 
+    def known_values(self, configuration: list[Any]) -> dict[str, float]:
+        return self.cost_values(self.plan(configuration))
+
     def apply_plan(self, plan: Plan) -> None:
         apply_plan(plan, quantized=self.model)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
         plan = self.plan(configuration)
         self.apply_plan(plan)
-        return self.evaluation(self.score(), self.cost_values(plan))
+        costs = self.cost_values(plan)
+        return self.evaluation(self.score(costs), costs)

@@ -10,6 +10,7 @@ from model_explorer.results.result import (
     Individual,
     load_individual,
     load_plain,
+    samples_of,
     save_plain,
 )
 from model_explorer.results.runs import compare_results, merge_results
@@ -24,5 +25,6 @@ __all__ = [
     "load_plain",
     "merge_results",
     "non_dominated",
+    "samples_of",
     "save_plain",
 ]

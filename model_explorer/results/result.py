@@ -8,9 +8,7 @@ individuals and genes, never with the model's weights.
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,33 +16,14 @@ from typing import Any
 import numpy as np
 
 from model_explorer.errors import UserError
-from model_explorer.fileio import atomic_path
 from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
 from model_explorer.results.front import non_dominated
-
-FORMAT = "model_explorer.result"
-VERSION = 1
+from model_explorer.results.plain import FORMAT, VERSION, check_layout, load_plain, save_plain
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Refuses every class and function: only builtin containers and scalars load."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"refusing to load {module}.{name}: result files hold plain data only"
-        )
-
-
-def load_plain(path: str | os.PathLike[str]) -> Any:
-    with open(path, "rb") as file:
-        return _PlainUnpickler(io.BytesIO(file.read())).load()
-
-
-def save_plain(data: Any, path: str | os.PathLike[str]) -> Path:
-    path = Path(path)
-    with atomic_path(path) as temporary:
-        temporary.write_bytes(pickle.dumps(data, protocol=4))
-    return path
+def samples_of(record: dict[str, Any]) -> int:
+    """The samples a recorded evaluation forwarded through the model (0 when not recorded)."""
+    return int((record.get("extra") or {}).get("samples", 0))
 
 
 @dataclass
@@ -90,7 +69,13 @@ class ExplorationResult:
         self.baseline = baseline
         self.records = individuals or []
         self.generations = generations or []
-        self.stats = stats or {"evaluations": 0, "cache_hits": 0, "early_rejected": 0}
+        self.stats = stats or {
+            "evaluations": 0,
+            "cache_hits": 0,
+            "early_rejected": 0,
+            "sample_forwards": 0,
+            "seconds": 0.0,
+        }
         self.complete = complete
         self.seed = seed
         # Evaluations of an interrupted generation, kept so that resuming need not redo them.
@@ -232,6 +217,32 @@ class ExplorationResult:
             history.append((generation, upto.hypervolume(reference, names)))
         return history
 
+    def sample_forwards(self) -> int:
+        """Samples forwarded through the model by every recorded evaluation: what the search
+        cost (files that predate the count in `stats` sum it from the individuals)."""
+        return sum(samples_of(record) for record in self.records)
+
+    def hypervolume_by_samples(
+        self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
+    ) -> list[tuple[int, float]]:
+        """(sample-forwards spent, hypervolume of the feasible front found with them) after
+        every evaluation, in the order they were recorded: what the search bought for its cost."""
+        from pymoo.indicators.hv import HV
+
+        reference = reference or self.default_reference(objectives)
+        senses = self._senses(list(reference))
+        point = np.array([-reference[n] if m else reference[n] for n, m in senses])
+        indicator = HV(ref_point=point)
+        history, spent, front = [], 0, np.empty((0, len(senses)))
+        for record in self.records:
+            spent += samples_of(record)
+            if record["feasible"]:
+                row = self.objective_matrix([Individual(**record)], [n for n, _ in senses])
+                front = np.vstack([front, row])
+                front = front[non_dominated(front)]
+            history.append((spent, float(indicator(front)) if len(front) else 0.0))
+        return history
+
     def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
         """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
         front): mean, min and max of the configuration that ran. Quantizer names are split
@@ -314,7 +325,7 @@ class ExplorationResult:
         except Exception as error:  # refused classes, truncation, garbage: all "not a result"
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise UserError(f"{path}: not a model_explorer result file ({text})") from None
-        _check_layout(data, path)
+        check_layout(data, path)
         return cls(
             data["workload"],
             data["problem"],
@@ -327,55 +338,6 @@ class ExplorationResult:
             data.get("partial"),
             data.get("owner"),
         )
-
-
-# What each key of a result file holds; a file whose keys hold something else is refused.
-_LAYOUT: dict[str, tuple[type, ...]] = {
-    "version": (int,),
-    "workload": (dict,),
-    "problem": (dict,),
-    "baseline": (list, type(None)),
-    "individuals": (list,),
-    "generations": (list,),
-    "stats": (dict,),
-    "complete": (bool,),
-    "seed": (int,),
-    "partial": (list, type(None)),
-    "owner": (dict, type(None)),
-}
-_PARTIAL = {"configuration": list, "values": dict, "accuracies": list}
-_RECORD = {**_PARTIAL, "id": int, "generation": int}
-
-
-def _check_layout(data: Any, path: Path) -> None:
-    """Refuse plain data that is not a result, naming the first key that is wrong."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        kind = type(data).__name__
-        raise UserError(f"{path}: not a model_explorer result file (it holds a {kind})")
-    optional = ("partial", "owner")
-    for key, kinds in _LAYOUT.items():
-        if key not in data and key not in optional:
-            raise UserError(f"{path}: damaged result file: it has no '{key}'")
-        if key in data and not isinstance(data[key], kinds):
-            raise UserError(
-                f"{path}: damaged result file: '{key}' holds a {type(data[key]).__name__}, "
-                f"not a {' or '.join(k.__name__ for k in kinds if k is not type(None))}"
-            )
-    if data["version"] > VERSION:
-        raise UserError(f"{path}: written by a newer model_explorer (format {data['version']})")
-    records = [(_RECORD, r) for r in data["individuals"]]
-    records += [(_PARTIAL, r) for r in data.get("partial") or []]
-    for position, (layout, record) in enumerate(records):
-        wrong = [
-            key
-            for key, kind in layout.items()
-            if not isinstance(record, dict) or not isinstance(record.get(key), kind)
-        ]
-        if wrong:
-            raise UserError(
-                f"{path}: damaged result file: individual {position} lacks '{wrong[0]}' or "
-                "holds something else there"
-            )
 
 
 def load_individual(reference: str, where: str) -> tuple[ExplorationResult, Individual]:

@@ -49,6 +49,7 @@ def comparable(result: ExplorationResult) -> dict:
     data["individuals"] = [
         {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
     ]
+    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
     return data
 
 

@@ -62,6 +62,7 @@ def case_workload(case: str, checkpoint: Path, folder: Path) -> Path:
         body["calibration"]["file"] = str(folder / "calibration.pt")
     exploration = body["exploration"]
     exploration["nsga"].update(SMALL_SEARCH)
+    exploration["strategy"] = "nsga2"  # the search the golden files were recorded with
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(exploration.get(key), dict):
             merged = {**exploration[key], **value}
@@ -117,7 +118,8 @@ def test_a_seeded_search_reproduces_its_golden_file(case: str, golden_runs: dict
     assert actual["variables"] == expected["variables"]
     assert actual["baseline"] == pytest.approx(expected["baseline"], abs=1e-6)
     assert actual["generations"] == expected["generations"]
-    assert actual["stats"] == expected["stats"]
+    # Counts added since (sample-forwards, seconds) are checked by tests of their own.
+    assert {key: actual["stats"][key] for key in expected["stats"]} == expected["stats"]
     assert len(actual["individuals"]) == len(expected["individuals"])
     for got, want in zip(actual["individuals"], expected["individuals"], strict=True):
         where = f"{case} individual {want['id']}"

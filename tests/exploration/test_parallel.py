@@ -25,6 +25,7 @@ def comparable(path: Path) -> dict:
     data["individuals"] = [
         {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
     ]
+    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
     return data
 
 
@@ -72,7 +73,7 @@ class KillsOnce:
     def worker_pid(self) -> int:
         raise NotImplementedError
 
-    def evaluate(self, problem, genomes, done) -> None:  # noqa: ANN001
+    def evaluate(self, problem, genomes, done, front=()) -> None:  # noqa: ANN001
         self.generations += 1
 
         def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
@@ -81,7 +82,7 @@ class KillsOnce:
                 self.killed = True
             done(position, configuration, evaluation)
 
-        super().evaluate(problem, genomes, kill_once)
+        super().evaluate(problem, genomes, kill_once, front)
 
 
 class KillingProcessRunner(KillsOnce, ProcessRunner):

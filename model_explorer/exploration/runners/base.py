@@ -21,6 +21,8 @@ from model_explorer.schema import TypedSpec
 
 # Called as each genome finishes: (position in the list, configuration, evaluation).
 Done = Callable[[int, list[Any], Evaluation], None]
+# The values of the search's fully evaluated front, plain data sent along with the genomes.
+Front = Sequence[dict[str, float]]
 
 
 class Runner:
@@ -32,7 +34,10 @@ class Runner:
         """The plain data from which other processes rebuild the problem being explored."""
         self.recipe = recipe
 
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
+    def evaluate(
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
+    ) -> None:
+        """Evaluate every genome (`problem.evaluate(genome, front)` wherever it runs)."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from distributed.comm import get_address_host
 
 from model_explorer.errors import UserError
-from model_explorer.exploration.runners.base import Done, Runner
+from model_explorer.exploration.runners.base import Done, Front, Runner
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.exploration.runners.worker import (
     cores_per_worker,
@@ -130,11 +130,15 @@ class DaskRunner(Runner):
     def _alive(self) -> set[str]:
         return set(self.client.scheduler_info()["workers"])
 
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
+    def evaluate(
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
+    ) -> None:
         recipe = self.attached_recipe()
         self._install(recipe)
         futures = {
-            self.client.submit(evaluate_genome, recipe.key, genome, pure=False): position
+            self.client.submit(
+                evaluate_genome, recipe.key, genome, list(front), pure=False
+            ): position
             for position, genome in enumerate(genomes)
         }
         alive = self._alive()

@@ -16,7 +16,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from model_explorer.exploration.runners.base import Done, Runner, register_runner
+from model_explorer.exploration.runners.base import Done, Front, Runner, register_runner
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.exploration.runners.worker import (
     cores_per_worker,
@@ -66,11 +66,13 @@ class ProcessRunner(Runner):
         # The executor keeps its processes in a private mapping; this is for diagnostics.
         return [] if self._pool is None else [p.pid for p in self._pool._processes.values()]
 
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
+    def evaluate(
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
+    ) -> None:
         recipe = self.attached_recipe()
         waiting = dict(enumerate(genomes))
         for restart in range(self.restarts + 1):
-            if self._attempt(self._pool_for(recipe), recipe.key, waiting, done):
+            if self._attempt(self._pool_for(recipe), recipe.key, waiting, done, front):
                 return
             self.close()
             if restart == self.restarts:
@@ -90,13 +92,17 @@ class ProcessRunner(Runner):
 
     @staticmethod
     def _attempt(
-        pool: ProcessPoolExecutor, key: str, waiting: dict[int, np.ndarray], done: Done
+        pool: ProcessPoolExecutor,
+        key: str,
+        waiting: dict[int, np.ndarray],
+        done: Done,
+        front: Front = (),
     ) -> bool:
         """Evaluate the waiting genomes; False when the pool broke (the rest stay waiting)."""
         futures: dict[Future, int] = {}
         try:
             for position, genome in waiting.items():
-                futures[pool.submit(evaluate_genome, key, genome)] = position
+                futures[pool.submit(evaluate_genome, key, genome, list(front))] = position
             for future in as_completed(futures):
                 try:
                     configuration, evaluation = future.result()

@@ -7,14 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.exploration.runners.base import Done, Runner, register_runner
+from model_explorer.exploration.runners.base import Done, Front, Runner, register_runner
 from model_explorer.problems.base import Problem
 
 
 class SerialRunner(Runner):
-    def evaluate(self, problem: Problem, genomes: Sequence[np.ndarray], done: Done) -> None:
+    def evaluate(
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
+    ) -> None:
         for position, genome in enumerate(genomes):
-            configuration, evaluation = problem.evaluate(genome)
+            configuration, evaluation = problem.evaluate(genome, front)
             done(position, configuration, evaluation)
 
 

@@ -69,10 +69,13 @@ def build_problem(recipe: ProblemRecipe) -> Problem:
     return builder(WorkloadContext(workload), recipe.minimum_accuracy)
 
 
-def evaluate_genome(key: str, genome: Any) -> tuple[list[Any], Evaluation]:
-    """One task: the decoded configuration and Evaluation of a genome."""
+def evaluate_genome(
+    key: str, genome: Any, front: list[dict[str, float]] | None = None
+) -> tuple[list[Any], Evaluation]:
+    """One task: the decoded configuration and Evaluation of a genome (see Problem.evaluate
+    for `front`)."""
     with _LOCK:
-        return problem_for(key).evaluate(genome)
+        return problem_for(key).evaluate(genome, front or ())
 
 
 def cores_per_worker(cores: int | None, workers: int) -> int:

@@ -1,0 +1,187 @@
+"""Surrogate pre-screening: which of the offspring NSGA-II proposes are worth evaluating.
+
+A Gaussian process per measured quantity (accuracy, and any objective the problem cannot
+compute without the model) over the genes scaled to [0, 1], refitted every generation from the
+recorded evaluations; costs the problem knows without the model (`Problem.known_values`) are
+used as they are. A candidate's promise is the hypervolume its optimistic prediction (mean plus
+`optimism` standard deviations) adds to the front of the recorded, fully scored individuals;
+candidates are picked one at a time, each pick joining the front at its predicted mean.
+Predictions only choose what to evaluate: nothing predicted is ever recorded.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from model_explorer.problems.base import FINITE, Problem
+from model_explorer.results.front import non_dominated
+
+MINIMUM_RECORDS = 4
+
+
+def _unknown_quantities(problem: Problem, known: dict[str, float]) -> list[str]:
+    names = [o.name for o in problem.objectives] + [c.name for c in problem.all_constraints]
+    return [n for n in dict.fromkeys(names) if n not in known and n != FINITE]
+
+
+def _direction(problem: Problem, name: str) -> float:
+    """+1 for quantities where more is better (maximised, or bounded below), else -1."""
+    for objective in problem.objectives:
+        if objective.name == name:
+            return 1.0 if objective.maximize else -1.0
+    for constraint in problem.all_constraints:
+        if constraint.name == name and constraint.minimum is not None:
+            return 1.0
+    return -1.0
+
+
+class Surrogate:
+    """Regressions of the quantities a problem measures with its model, from genomes."""
+
+    def __init__(self, problem: Problem, seed: int) -> None:
+        self.problem = problem
+        self.seed = seed
+        self.lower = np.array([v.lower for v in problem.variables], dtype=float)
+        span = np.array([v.upper for v in problem.variables], dtype=float) - self.lower
+        self.span = np.where(span > 0, span, 1.0)
+        self.models: dict[str, Any] = {}
+
+    def _scaled(self, genomes: Sequence[Sequence[float]]) -> np.ndarray:
+        return (np.asarray(genomes, dtype=float) - self.lower) / self.span
+
+    def fit(self, records: list[dict[str, Any]], names: list[str]) -> bool:
+        """Fit one regression per name on the finite records; False when too few."""
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+        usable = [r for r in records if r["extra"].get("finite", True)]
+        if len(usable) < MINIMUM_RECORDS:
+            return False
+        inputs = self._scaled([r["genome"] for r in usable])
+        for name in names:
+            kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
+                np.ones(inputs.shape[1]), (1e-2, 1e3), nu=2.5
+            ) + WhiteKernel(1e-2, (1e-3, 1.0))
+            model = GaussianProcessRegressor(kernel, normalize_y=True, random_state=self.seed)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                model.fit(inputs, np.array([r["values"][name] for r in usable], dtype=float))
+            self.models[name] = model
+        return True
+
+    def predict(
+        self, genomes: Sequence[Sequence[float]]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        inputs = self._scaled(genomes)
+        return {name: model.predict(inputs, return_std=True) for name, model in self.models.items()}
+
+
+def front_matrix(problem: Problem, records: list[dict[str, Any]]) -> np.ndarray:
+    """Objective vectors (pymoo's minimisation form) of the feasible, fully scored records."""
+    rows = [problem.objective_vector(r["values"]) for r in records if r["feasible"]]
+    return np.array(rows, dtype=float).reshape(len(rows), len(problem.objectives))
+
+
+def select(
+    problem: Problem,
+    records: list[dict[str, Any]],
+    genomes: np.ndarray,
+    count: int,
+    seed: int,
+    optimism: float = 1.0,
+) -> list[int]:
+    """Positions of the `count` most promising genomes (in the order they were picked)."""
+    if len(genomes) <= count:
+        return list(range(len(genomes)))
+    known = [problem.known_values(problem.decode(g)) for g in genomes]
+    names = _unknown_quantities(problem, known[0])
+    surrogate = Surrogate(problem, seed)
+    if not surrogate.fit(records, names):
+        return list(range(count))
+    predicted = surrogate.predict(genomes)
+    # Each candidate at QUANTILES of its predictive distribution (all unknown quantities at the
+    # same quantile, `optimism` widening it), and at its mean.
+    levels = optimism * QUANTILES
+    outcomes, believed = [], []
+    for index, values in enumerate(known):
+        base = {FINITE: 1.0, **values}
+        mean = {n: float(predicted[n][0][index]) for n in names}
+        spread = {n: float(predicted[n][1][index]) * _direction(problem, n) for n in names}
+        outcomes.append([{**base, **{n: mean[n] + q * spread[n] for n in names}} for q in levels])
+        believed.append({**base, **mean})
+    return _greedy(problem, front_matrix(problem, records), outcomes, believed, count)
+
+
+# Standard normal quantiles at (k + 0.5) / 8: the expected gain is their mean gain.
+QUANTILES = np.array([-1.534, -0.887, -0.489, -0.157, 0.157, 0.489, 0.887, 1.534])
+
+
+def _greedy(
+    problem: Problem,
+    front: np.ndarray,
+    outcomes: list[list[dict[str, float]]],
+    believed: list[dict[str, float]],
+    count: int,
+) -> list[int]:
+    """Pick candidates one at a time by the hypervolume they are expected to add to the front
+    (those expected to add none: by how far their most optimistic outcome is from adding any);
+    each pick joins the front at its predicted mean."""
+    points = np.array([[problem.objective_vector(v) for v in row] for row in outcomes])
+    feasible = np.array([[problem.feasible(v) for v in row] for row in outcomes])
+    flat = points.reshape(-1, points.shape[-1])
+    both = np.vstack([front, flat]) if len(front) else flat
+    low, high = both.min(axis=0), both.max(axis=0)
+    scale = np.where(high > low, high - low, 1.0)
+    reference = (high - low) / scale + 0.1  # just beyond the worst point, in scaled units
+    front = (front - low) / scale
+    points = (points - low) / scale
+    chosen: list[int] = []
+    while len(chosen) < count:
+        front = front[non_dominated(front)] if len(front) else front
+        scores = [
+            -np.inf
+            if index in chosen
+            else _promise(front, points[index], feasible[index], reference)
+            for index in range(len(points))
+        ]
+        best = int(np.argmax(scores))
+        chosen.append(best)
+        if problem.feasible(believed[best]):
+            mean = (problem.objective_vector(believed[best]) - low) / scale
+            front = np.vstack([front, mean[None]]) if len(front) else mean[None]
+    return chosen
+
+
+def _promise(
+    front: np.ndarray, points: np.ndarray, feasible: np.ndarray, reference: np.ndarray
+) -> float:
+    """Mean hypervolume gain of a candidate's outcomes; when none gains, minus how far its most
+    optimistic feasible outcome is from joining the front (and far below that when none of its
+    outcomes is feasible)."""
+    from pymoo.indicators.hv import HV
+
+    if not feasible.any():
+        return -1e6
+    if not len(front):
+        return float(feasible.mean())
+    indicator = HV(ref_point=reference)
+    base = indicator(front)
+    gains = [
+        indicator(np.vstack([front, point[None]])) - base if ok else 0.0
+        for point, ok in zip(points, feasible, strict=True)
+    ]
+    expected = float(np.mean(gains))
+    if expected > 1e-12:
+        return expected
+    return -min(_distance(front, point) for point, ok in zip(points, feasible, strict=True) if ok)
+
+
+def _distance(front: np.ndarray, point: np.ndarray) -> float:
+    """How far a dominated point must move (in every objective at once) to be dominated no
+    more: the additive epsilon indicator against the front."""
+    return float(np.min(np.max(point[None, :] - front, axis=1)))

@@ -1,0 +1,237 @@
+"""Search strategies: what a search forwards is what it records, fronts hold only fully scored
+individuals, stopping at the front is exact, and every strategy resumes to the same result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from model_explorer.context import WorkloadContext
+from model_explorer.exploration import Explorer
+from model_explorer.exploration.spec import NSGASpec
+from model_explorer.exploration.strategies import StrategySpec, build_strategy, spread_genomes
+from model_explorer.problems.base import ModelProblem, Objective
+from model_explorer.problems.quantization import LayerwiseQuantizationProblem
+from model_explorer.quantization.pipeline import calibrate_workload
+from model_explorer.results import ExplorationResult
+from model_explorer.workload import Workload
+from tests_support import Synthetic
+
+NSGA = NSGASpec(pop_size=8, offsprings=8, generations=4)
+STRATEGIES = ["nsga2", "spread", "multifidelity", "surrogate"]
+
+
+@pytest.fixture(scope="module")
+def digits(trained_digits, tmp_path_factory):
+    """The calibrated digits model, its exploration data (360 samples in batches of 40) and
+    the minimum accuracy of the default workload."""
+    workload_file, checkpoint = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(tmp_path_factory.mktemp("cal") / "c.pt")
+    data["workload"]["exploration"]["datasets"]["exploration"]["batch_size"] = 40
+    context = WorkloadContext(Workload.from_dict(data), device="cpu")
+    model, _, _ = calibrate_workload(context)
+    baseline = context.evaluate(context.build_model(), "baseline")
+    return context, model, [0.98 * baseline]
+
+
+def digits_problem(digits) -> LayerwiseQuantizationProblem:
+    context, model, minimum = digits
+    return LayerwiseQuantizationProblem(
+        model, context.batches("exploration"), minimum_accuracy=minimum, bits=(2, 8)
+    )
+
+
+def strategy(name: str, **options):  # noqa: ANN201
+    return build_strategy(StrategySpec.model_validate({"type": name, **options}))
+
+
+def search(problem, name: str, seed: int = 0, **options) -> ExplorationResult:  # noqa: ANN001
+    return Explorer(problem, NSGA, seed=seed, strategy=strategy(name, **options)).run()
+
+
+def without_times(result: ExplorationResult) -> dict:
+    data = result.to_data()
+    data["individuals"] = [
+        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
+    ]
+    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
+    return data
+
+
+@pytest.mark.parametrize("name", ["nsga2", "multifidelity", "surrogate"])
+def test_recorded_sample_forwards_are_what_the_model_forwarded(digits, name: str) -> None:
+    problem = digits_problem(digits)
+    forwarded = []
+    hook = problem.model.register_forward_pre_hook(
+        lambda module, inputs: forwarded.append(len(inputs[0]))
+    )
+    try:
+        result = search(problem, name)
+    finally:
+        hook.remove()
+    assert result.stats["sample_forwards"] == sum(forwarded) == result.sample_forwards()
+    assert sum(r["extra"]["samples"] for r in result.records) == sum(forwarded)
+    assert result.stats["seconds"] == pytest.approx(sum(r["seconds"] for r in result.records))
+    if name != "nsga2":  # strategies that stop at the front forward less than the full subset
+        assert any(r["extra"]["samples"] < 360 and r["extra"]["finite"] for r in result.records)
+
+
+def test_the_front_holds_only_individuals_scored_on_the_full_subset(digits) -> None:
+    problem = digits_problem(digits)
+    result = search(problem, "surrogate", seed=1)
+    front = result.pareto_front()
+    assert front and all(i.feasible and i.complete for i in front)
+    assert all(i.extra["samples"] == 360 for i in front)
+    reference = digits_problem(digits)  # scores afresh, with no front to stop at
+    for individual in front:
+        _, evaluation = reference.evaluate(individual.genome)
+        assert evaluation.complete
+        assert evaluation.values["accuracy"] == pytest.approx(individual.values["accuracy"])
+
+
+def test_stopping_at_the_front_loses_nothing_the_front_would_gain(digits) -> None:
+    """Every candidate stopped because it could not join the front, scored in full afterwards,
+    is indeed no better than the final front: weakly dominated by one of its members."""
+    problem = digits_problem(digits)
+    result = search(problem, "multifidelity", seed=2)
+    stopped = [r for r in result.records if r["extra"].get("dominated")]
+    assert stopped, "the search stopped no candidate at the front"
+    members = result.pareto_front()
+    assert all(i.complete and i.extra["samples"] == 360 for i in members)
+    front = [(i.values["accuracy"], i.values["weighted_bits"]) for i in members]
+    reference = digits_problem(digits)
+    for record in stopped:
+        assert not record["feasible"] and not record["complete"]
+        _, evaluation = reference.evaluate(record["genome"])
+        accuracy, cost = evaluation.values["accuracy"], evaluation.values["weighted_bits"]
+        assert accuracy <= record["values"]["accuracy"] + 1e-12  # the bound was an upper bound
+        assert any(a >= accuracy and c <= cost for a, c in front), (accuracy, cost)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_every_strategy_resumes_to_the_uninterrupted_result(tmp_path, name: str) -> None:
+    whole = Explorer(Synthetic(), NSGA, seed=4, strategy=strategy(name)).run()
+    path = tmp_path / "checkpoint.pkl"
+    explorer = Explorer(Synthetic(), NSGA, seed=4, result_path=path, strategy=strategy(name))
+
+    def stop(generation: int, result: ExplorationResult) -> None:
+        if generation == 2:
+            raise KeyboardInterrupt
+
+    explorer.on_generation = stop
+    with pytest.raises(KeyboardInterrupt):
+        explorer.run()
+    problem = Synthetic()
+    resumed = Explorer(problem, NSGA, seed=4, strategy=strategy(name))
+    resumed.restore(ExplorationResult.load(path))
+    result = resumed.run()
+    assert without_times(result) == without_times(whole)
+    # The replay answered the recorded generations without evaluating them again.
+    assert sum(problem.calls.values()) == len(result) - len(ExplorationResult.load(path))
+
+
+def test_the_surrogate_evaluates_its_share_of_the_offspring() -> None:
+    problem = Synthetic()
+    result = Explorer(
+        problem, NSGA, seed=0, strategy=strategy("surrogate", candidates=32, evaluations=3)
+    ).run()
+    per_generation = [sum(r["generation"] == g for r in result.records) for g in range(5)]
+    assert per_generation[0] == NSGA.pop_size
+    assert all(count <= 3 for count in per_generation[1:]) and sum(per_generation[1:]) > 0
+    # NSGA-II keeps a full population of evaluated individuals.
+    ids = {r["id"] for r in result.records}
+    assert all(len(g["population"]) == NSGA.pop_size for g in result.generations)
+    assert all(set(g["population"]) <= ids for g in result.generations)
+
+
+def test_spread_genomes_cover_the_range_from_the_top() -> None:
+    lower, upper = np.array([2.0, 2.0, 0.0]), np.array([8.0, 6.0, 1.0])
+    integer = np.array([True, True, False])
+    genomes = np.array(spread_genomes(lower, upper, integer, 7, seed=0))
+    assert genomes.shape == (7, 3)
+    assert np.all(genomes >= lower) and np.all(genomes <= upper)
+    assert np.all(genomes[:, :2] == np.round(genomes[:, :2]))
+    # Level k of 7 sits at upper - k/6 of the range, each gene moved by at most one step.
+    levels = lower + np.linspace(1, 0, 7)[:, None] * (upper - lower)
+    assert np.all(np.abs(genomes[:, :2] - levels[:, :2]) <= 1.5)
+    assert np.all(np.abs(genomes[:, 2] - levels[:, 2]) <= 1.0 / 7 + 1e-12)
+    assert genomes[0, 0] >= 7 and genomes[-1, 0] <= 3
+    assert spread_genomes(lower, upper, integer, 7, seed=0) == genomes.tolist()
+
+
+def test_entry_minimum_by_hand() -> None:
+    class Costs(ModelProblem):
+        objectives = [Objective("accuracy", maximize=True), Objective("bits")]
+
+        def measure(self, configuration):  # noqa: ANN001, ANN202
+            raise NotImplementedError
+
+    problem = Costs()
+    problem.front = [
+        {"accuracy": 0.9, "bits": 20.0},
+        {"accuracy": 0.95, "bits": 30.0},
+        {"accuracy": 0.99, "bits": 40.0},
+    ]
+    # At 35 bits the members at 20 and 30 bits are no costlier: it must beat 0.95.
+    assert problem.entry_minimum([0.6], {"bits": 35.0}) == [0.95]
+    assert problem.entry_minimum([0.6], {"bits": 40.0}) == [0.99]
+    assert problem.entry_minimum([0.6], {"bits": 10.0}) == [0.6]  # cheaper than all of them
+    assert problem.entry_minimum([0.97], {"bits": 25.0}) == [0.97]  # the constraint is higher
+    assert problem.entry_minimum([0.6], {}) == [0.6]  # its cost is not known
+
+
+def test_hypervolume_by_samples_by_hand() -> None:
+    records = []
+    for index, (accuracy, bits, feasible, samples) in enumerate(
+        [(0.9, 8.0, True, 100), (0.5, 2.0, False, 40), (0.8, 4.0, True, 100)]
+    ):
+        records.append(
+            {
+                "id": index,
+                "generation": 0,
+                "index": index,
+                "genome": [bits],
+                "configuration": [int(bits)],
+                "values": {"accuracy": accuracy, "bits": bits},
+                "accuracies": [accuracy],
+                "feasible": feasible,
+                "extra": {"samples": samples},
+            }
+        )
+    problem = {
+        "variables": [{"name": "g0"}],
+        "objectives": [
+            {"name": "accuracy", "maximize": True},
+            {"name": "bits", "maximize": False},
+        ],
+    }
+    result = ExplorationResult({}, problem, individuals=records)
+    history = result.hypervolume_by_samples({"accuracy": 0.7, "bits": 10.0})
+    # (0.9 - 0.7) x (10 - 8) = 0.4; the infeasible one adds nothing; (0.8, 4) adds
+    # (0.8 - 0.7) x (8 - 4) = 0.4.
+    assert history == [
+        (100, pytest.approx(0.4)),
+        (140, pytest.approx(0.4)),
+        (240, pytest.approx(0.8)),
+    ]
+    assert result.sample_forwards() == 240
+
+
+def test_a_result_without_the_new_counts_still_loads_and_reports(tmp_path) -> None:
+    result = Explorer(Synthetic(), NSGA, seed=0, strategy=strategy("nsga2")).run()
+    data = result.to_data()
+    data["stats"] = {k: data["stats"][k] for k in ("evaluations", "cache_hits", "early_rejected")}
+    for record in data["individuals"]:
+        record["extra"].pop("samples", None)
+    from model_explorer.results import save_plain
+
+    path = save_plain(data, tmp_path / "old.pkl")
+    old = ExplorationResult.load(path)
+    assert old.sample_forwards() == 0
+    from model_explorer.reporting import write_report
+
+    written = write_report(old, tmp_path / "report")
+    assert (tmp_path / "report" / "report.md") in written
