@@ -55,11 +55,17 @@ class Registry(Generic[T]):
     shown in listings as `import_form`."""
 
     def __init__(
-        self, kind: str, imports: str | None = None, import_form: str = IMPORT_PATH
+        self,
+        kind: str,
+        imports: str | None = None,
+        import_form: str = IMPORT_PATH,
+        import_options: Any = None,
     ) -> None:
         self.kind = kind
         self.imports = imports
         self.import_form = import_form
+        # The pydantic model of the keys an imported entry takes where a workload names it.
+        self.import_options = import_options
         self.adapt_import: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
         self._entries: dict[str, Entry[T]] = {}
         self._namespaces: dict[str, Namespace] = {}
@@ -122,6 +128,15 @@ class Registry(Generic[T]):
         """Whether `resolve` may find `name`: registered, in a namespace or an import path."""
         imported = bool(self.imports) and ":" in name
         return name in self or self.namespace(name) is not None or imported
+
+    def lookup(self, name: str) -> Entry[T] | None:
+        """The entry of a registered name or, for a registry that takes them, of an import path
+        (options `import_options`; its builder is imported by `resolve`, not here), else None."""
+        if name in self._entries:
+            return self._entries[name]
+        if self.imports and ":" in name and self.namespace(name) is None:
+            return Entry(name, None, self.import_options)  # type: ignore[arg-type]
+        return None
 
     def get(self, name: str, where: str | None = None) -> Entry[T]:
         """The entry for `name`; `where` names the workload key for the error message."""

@@ -181,7 +181,8 @@ class TypedSpec(Spec):
             data = {cls.type_key: data}
         if isinstance(data, dict) and isinstance(name := cls._entry_name(data), str):
             registry = cls.registry
-            if name not in registry:
+            entry = registry.lookup(name)
+            if entry is None:
                 known = registry.names()
                 raise PydanticCustomError(
                     "unknown_type",
@@ -190,11 +191,10 @@ class TypedSpec(Spec):
                         "key": cls.type_key,
                         "kind": registry.kind,
                         "name": name,
-                        "hint": did_you_mean(name, known),
-                        "known": ", ".join(known),
+                        "hint": cls._unknown_hint(name) or did_you_mean(name, known),
+                        "known": ", ".join(known + registry.forms()),
                     },
                 )
-            entry = registry.get(name)
             own = set(cls.model_fields) | _option_keys(entry)
             if any(key not in own for key in data):
                 data = {
@@ -206,6 +206,11 @@ class TypedSpec(Spec):
         return data
 
     @classmethod
+    def _unknown_hint(cls, name: str) -> str:
+        """What a subclass knows of a name its registry lacks (appended to the error)."""
+        return ""
+
+    @classmethod
     def _check_entry(cls, entry: Any, data: dict[str, Any], context: Any) -> dict[str, Any]:
         """A subclass's checks that need the entry (before pydantic's own, so that their
         problems are listed with every other): returns `data` with `Rejected` values."""
@@ -213,7 +218,8 @@ class TypedSpec(Spec):
 
     @model_validator(mode="after")
     def _validate_options(self, info: ValidationInfo) -> TypedSpec:
-        options = self.registry.get(getattr(self, self.type_key)).options
+        entry = self.registry.lookup(getattr(self, self.type_key))
+        options = entry.options if entry is not None else None
         extra = dict(self.model_extra or {})
         self._options = options.model_validate(extra, context=info.context) if options else None
         return self

@@ -87,6 +87,7 @@ FORMS = {
     "models": ["torchvision:<name>", "package.module:factory"],
     "environments": ["threads=N", "quantized:RESULTS#ID", "package.module:factory"],
     "inspectors": ["package.module:Class"],
+    "datasets": ["package.module:builder"],
 }
 
 

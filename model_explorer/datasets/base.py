@@ -24,7 +24,21 @@ log = logging.getLogger(__name__)
 # A builder takes the validated spec and the key path it came from (for error messages) and
 # returns a map-style dataset of (input, target) pairs: the whole split, before subsetting.
 DatasetBuilder = Callable[["DatasetSpec", str], Dataset]
-DATASETS: Registry[DatasetBuilder] = Registry("dataset")
+DATASETS: Registry[DatasetBuilder] = Registry(
+    "dataset", imports="dataset builder", import_form="package.module:builder"
+)
+
+# The dataset types of the original tool that were its own modules, and what they held.
+ORIGINAL_DATASETS = {
+    "cityscapes": "Cityscapes segmentation",
+    "cityscapes_weather": "Cityscapes with weather corruptions",
+    "david": "the DAVID segmentation data",
+    "bdd100k": "BDD100K driving scenes for YOLOP",
+    "bdd100k_corrupted": "BDD100K with corruptions",
+    "yolo_dataset": "a YOLO-format detection data set",
+    "coco": "COCO detection",
+    "mnist": "MNIST, downloaded by torchvision there",
+}
 
 
 class DatasetSpec(TypedSpec):
@@ -38,6 +52,16 @@ class DatasetSpec(TypedSpec):
     randomize: bool = False
     path: str | None = None
     workers: NonNegativeInt = 0
+
+    @classmethod
+    def _unknown_hint(cls, name: str) -> str:
+        if name in ORIGINAL_DATASETS:
+            return (
+                f" ({ORIGINAL_DATASETS[name]}: a module of the original tool, not shipped here;"
+                " bring it as 'type: package.module:builder', a function of yours that returns"
+                " the (input, target) samples)"
+            )
+        return ""
 
     @classmethod
     def _check_entry(cls, entry: Any, data: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -100,7 +124,7 @@ def select_indices(length: int, sample_limit: int | None, randomize: bool, seed:
 
 def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Dataset:
     """The spec's samples: the builder's split reduced to the seeded subset."""
-    dataset = DATASETS.get(spec.type, f"{where}.type").builder(spec, where)
+    dataset = DATASETS.resolve(spec.type, f"{where}.type")(spec, where)
     streamed = isinstance(dataset, SampleStream)
     if streamed and spec.sample_limit is None:
         return dataset  # the whole stream: its order is the stored one, shuffled for training

@@ -1,0 +1,66 @@
+"""Datasets of the user's own code: `type: package.module:builder`.
+
+The builder is called with `path` (when the spec gives one, resolved against the workload's
+folder) and the spec's `kwargs`, and returns a map-style dataset of (input, target) pairs
+(`len()` and `[index]`, e.g. a torch `Dataset` or a list). `batch_size`, `sample_limit`,
+`randomize` and the tensor cache then apply as to every other dataset. This is how a dataset the
+original tool had as its own module (Cityscapes, BDD100K, ...) is brought here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import Field
+from torch.utils.data import Dataset
+
+from model_explorer.datasets.base import DATASETS, DatasetSpec
+from model_explorer.errors import UserError
+from model_explorer.schema import Spec, resolve_path
+
+
+class ImportedDatasetOptions(Spec):
+    """The keys a `package.module:builder` dataset takes besides the common ones."""
+
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+DATASETS.import_options = ImportedDatasetOptions
+
+
+@DATASETS.adapt_imports
+def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str], Dataset]:
+    """The registry's `(spec, where) -> dataset` around the user's `builder(path=, **kwargs)`."""
+
+    def build(spec: DatasetSpec, where: str) -> Dataset:
+        kwargs = dict(spec.options.kwargs)
+        if spec.path is not None:
+            kwargs["path"] = str(resolve_path(spec.path))
+        try:
+            inspect.signature(function).bind(**kwargs)
+        except TypeError as error:
+            raise UserError(
+                f"{where}.kwargs: dataset builder '{spec.type}' does not accept these arguments "
+                f"({error}); its signature is {inspect.signature(function)}"
+            ) from None
+        try:
+            dataset = function(**kwargs)
+        except UserError:
+            raise
+        except Exception as error:  # the user's code: name it and what it raised
+            text = str(error).splitlines()[0] if str(error) else ""
+            raise UserError(
+                f"{where}.type: dataset builder '{spec.type}' raised {type(error).__name__}"
+                f"{': ' + text if text else ''}; fix the builder or {where}.kwargs"
+            ) from error
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise UserError(
+                f"{where}.type: dataset builder '{spec.type}' returned a "
+                f"{type(dataset).__name__}, not a dataset of (input, target) pairs with len() "
+                "and [index]"
+            )
+        return dataset
+
+    return build
