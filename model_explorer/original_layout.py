@@ -122,9 +122,10 @@ def _accuracy_function(translation: Translation) -> None:
 
 def _dataset_keys(translation: Translation, path: tuple[str, ...], spec: dict[str, Any]) -> None:
     kind = spec.get("type")
-    if not isinstance(kind, str) or kind not in DATASETS:
+    entry = DATASETS.lookup(kind) if isinstance(kind, str) else None
+    if entry is None:
         return  # the schema names the type; its keys cannot be judged without one
-    options = DATASETS.get(kind).options
+    options = entry.options
     taken = set(options.model_fields) if options is not None else set()
     for key in DATASET_KEYS:
         if key not in taken:

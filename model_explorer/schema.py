@@ -196,6 +196,8 @@ class TypedSpec(Spec):
                     },
                 )
             own = set(cls.model_fields) | _option_keys(entry)
+            if _takes_any_key(entry):
+                own |= set(data)
             if any(key not in own for key in data):
                 data = {
                     key: value if key in own else _foreign_key(cls, registry, str(key), own)
@@ -237,6 +239,11 @@ class TypedSpec(Spec):
         if (info.context or {}).get("defaults") and self._options is not None:
             data = {**data, **self._options.model_dump(mode=info.mode, exclude_none=True)}
         return data
+
+
+def _takes_any_key(entry: Any) -> bool:
+    """Whether the entry's options take keys they do not declare (user code's arguments)."""
+    return entry.options is not None and entry.options.model_config.get("extra") == "allow"
 
 
 def _option_keys(entry: Any) -> set[str]:

@@ -1,10 +1,11 @@
 """Datasets of the user's own code: `type: package.module:builder`.
 
 The builder is called with `path` (when the spec gives one, resolved against the workload's
-folder) and the spec's `kwargs`, and returns a map-style dataset of (input, target) pairs
-(`len()` and `[index]`, e.g. a torch `Dataset` or a list). `batch_size`, `sample_limit`,
-`randomize` and the tensor cache then apply as to every other dataset. This is how a dataset the
-original tool had as its own module (Cityscapes, BDD100K, ...) is brought here.
+folder) and every other key beside the common ones as a keyword argument (`split: val`); it
+returns a map-style dataset of (input, target) pairs (`len()` and `[index]`, e.g. a torch
+`Dataset` or a list). `batch_size`, `sample_limit`, `randomize` and the tensor cache then apply
+as to every other dataset. This is how a dataset the original tool had as its own module
+(Cityscapes, BDD100K, ...) is brought here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict
 from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DATASETS, DatasetSpec
@@ -22,9 +23,10 @@ from model_explorer.schema import Spec, resolve_path
 
 
 class ImportedDatasetOptions(Spec):
-    """The keys a `package.module:builder` dataset takes besides the common ones."""
+    """A `package.module:builder` dataset takes any key beside the common ones: each is a
+    keyword argument of the builder, checked against its signature when it is called."""
 
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    model_config = ConfigDict(extra="allow")
 
 
 DATASETS.import_options = ImportedDatasetOptions
@@ -35,15 +37,15 @@ def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str]
     """The registry's `(spec, where) -> dataset` around the user's `builder(path=, **kwargs)`."""
 
     def build(spec: DatasetSpec, where: str) -> Dataset:
-        kwargs = dict(spec.options.kwargs)
+        kwargs = dict(spec.options.model_extra or {})
         if spec.path is not None:
             kwargs["path"] = str(resolve_path(spec.path))
         try:
             inspect.signature(function).bind(**kwargs)
         except TypeError as error:
             raise UserError(
-                f"{where}.kwargs: dataset builder '{spec.type}' does not accept these arguments "
-                f"({error}); its signature is {inspect.signature(function)}"
+                f"{where}: dataset builder '{spec.type}' does not take the keys given beside "
+                f"'type' ({error}); its signature is {inspect.signature(function)}"
             ) from None
         try:
             dataset = function(**kwargs)
@@ -53,7 +55,7 @@ def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str]
             text = str(error).splitlines()[0] if str(error) else ""
             raise UserError(
                 f"{where}.type: dataset builder '{spec.type}' raised {type(error).__name__}"
-                f"{': ' + text if text else ''}; fix the builder or {where}.kwargs"
+                f"{': ' + text if text else ''}; fix the builder or the keys of {where}"
             ) from error
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise UserError(

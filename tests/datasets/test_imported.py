@@ -70,7 +70,7 @@ def imported(**fields) -> DatasetSpec:
 
 
 def test_a_builder_of_the_users_gives_the_builtin_digits_samples(user_code: Path) -> None:
-    ours = build_loader(imported(kwargs={"split": "validation"}, batch_size=50), seed=0)
+    ours = build_loader(imported(split="validation", batch_size=50), seed=0)
     builtin = build_loader(
         DatasetSpec.model_validate({"type": "digits", "split": "validation", "batch_size": 50}),
         seed=0,
@@ -102,7 +102,7 @@ def test_the_same_model_scores_the_same_on_both(user_code: Path, trained_digits,
         "imported": {
             "type": "my_datasets:digits_pairs",
             "path": "marker.txt",
-            "kwargs": {"split": "test"},
+            "split": "test",  # beside the common keys: a keyword argument of the builder
             "batch_size": 90,
         },
     }.items():
@@ -123,8 +123,8 @@ def test_the_same_model_scores_the_same_on_both(user_code: Path, trained_digits,
     ("fields", "says"),
     [
         (
-            {"kwargs": {"colour": "red"}},
-            "baseline.kwargs: dataset builder 'my_datasets:digits_pairs' does not accept",
+            {"colour": "red"},
+            "baseline: dataset builder 'my_datasets:digits_pairs' does not take",
         ),
         (
             {"type": "my_datasets:broken"},
@@ -145,11 +145,11 @@ def test_a_broken_builder_is_one_sentence_naming_the_key(user_code: Path, fields
     assert "\n" not in str(caught.value)
 
 
-def test_keys_of_an_imported_dataset_are_checked_by_the_schema(user_code: Path) -> None:
-    with pytest.raises(Exception, match="split"):  # a key of the digits type, not this one
-        imported(split="test")
+def test_the_common_keys_of_an_imported_dataset_are_checked_by_the_schema(user_code) -> None:  # noqa: ANN001
     with pytest.raises(Exception, match="does not exist"):
         imported(path="no_such_file.txt")
+    with pytest.raises(Exception, match="batch_size"):
+        imported(batch_size=0)
 
 
 def test_a_dataset_type_of_the_original_tool_says_how_to_bring_it() -> None:
@@ -158,3 +158,30 @@ def test_a_dataset_type_of_the_original_tool_says_how_to_bring_it() -> None:
     text = str(caught.value)
     assert "cityscapes" in text and "package.module:builder" in text
     assert np.char.count(text, "a module of the original tool") == 1
+
+
+def test_a_dataset_of_the_original_layout_needs_only_its_type_changed(
+    user_code: Path, trained_digits, caplog
+) -> None:
+    """The original's dataset sections carry `kind: null`, `split: val` and `total_samples`;
+    with `type` naming the user's builder, `split` reaches the builder and the others are
+    ignored as the original ignored them for every type but ImageNet."""
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(Path(workload_file).read_text())
+    data["workload"]["exploration"]["datasets"]["baseline"] = {
+        "type": "my_datasets:digits_pairs",
+        "kind": None,
+        "path": "marker.txt",
+        "sample_limit": None,
+        "batch_size": 8,
+        "randomize": True,
+        "split": "validation",
+        "total_samples": 1281167,
+    }
+    path = user_code / "original.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with caplog.at_level("INFO"):
+        assert main(["validate", str(path)]) == 0
+    ignored = " ".join(r.getMessage() for r in caplog.records)
+    assert "baseline.kind" in ignored and "baseline.total_samples" in ignored
+    assert main(["evaluate", "--no-progress", str(path)]) == 0
