@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from pydantic import ConfigDict
 from torch import Tensor, nn
 
+from model_explorer.errors import UserError
 from model_explorer.registry import Registry
 from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
@@ -71,8 +73,57 @@ class MeanOverSamples(Metric):
         return (self.total + remaining * self.best) / (self.count + remaining)
 
 
+class ImportedMetricOptions(Spec):
+    """A `package.module:Class` metric takes any key beside `type`: its constructor's arguments."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 MetricBuilder = Callable[[Any], Metric]
-METRICS: Registry[MetricBuilder] = Registry("metric")
+METRICS: Registry[MetricBuilder] = Registry(
+    "metric", "metric class", "package.module:Class", ImportedMetricOptions
+)
+
+
+class UserMetric(Metric):
+    """A metric of the user's code: any object with `update(output, target)` and `compute()`,
+    optionally `upper_bound(remaining)` (for early rejection), `higher_is_better` and
+    `needs_reference`, which default as for `Metric`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.higher_is_better = bool(getattr(inner, "higher_is_better", True))  # type: ignore[misc]
+        self.needs_reference = bool(getattr(inner, "needs_reference", False))  # type: ignore[misc]
+
+    def update(self, output: Tensor, target: Tensor) -> None:
+        self.inner.update(output, target)
+
+    def compute(self) -> float:
+        return float(self.inner.compute())
+
+    def upper_bound(self, remaining: int) -> float | None:
+        bound = getattr(self.inner, "upper_bound", None)
+        return None if bound is None else bound(remaining)
+
+
+@METRICS.adapt_imports
+def _user_metric(cls: Callable[..., Any]) -> MetricBuilder:
+    def build(options: Any) -> Metric:
+        name = f"{cls.__module__}:{getattr(cls, '__qualname__', cls)}"
+        try:
+            inner = cls(**(options.model_extra or {}) if options is not None else {})
+        except Exception as error:  # the user's code: name it, the keys and what it raised
+            text = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            raise UserError(
+                f"workload.metric: metric '{name}' cannot be made from the keys given beside "
+                f"'type' ({text})"
+            ) from error
+        missing = [m for m in ("update", "compute") if not callable(getattr(inner, m, None))]
+        if missing:
+            raise UserError(f"workload.metric: metric '{name}' has no {' or '.join(missing)}()")
+        return UserMetric(inner)
+
+    return build
 
 
 class MetricSpec(TypedSpec):
@@ -218,7 +269,7 @@ def create_metric(spec: MetricSpec | str) -> Metric:
     """A fresh metric for a spec or a name such as 'top1'."""
     if isinstance(spec, str):
         spec = MetricSpec(type=spec)
-    return METRICS.get(spec.type, "workload.metric.type").builder(spec.options)
+    return METRICS.resolve(spec.type, "workload.metric.type")(spec.options)
 
 
 def needs_reference(spec: MetricSpec | str) -> bool:

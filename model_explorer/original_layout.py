@@ -110,7 +110,8 @@ def _accuracy_function(translation: Translation) -> None:
             (
                 where,
                 f"'{name}' ({WITHOUT_COUNTERPART[name]}) has no counterpart here; remove it and "
-                f"set workload.metric to one of {', '.join(METRICS.names())}",
+                f"set workload.metric to one of {', '.join(METRICS.names())} or to a metric "
+                "class of yours, 'package.module:Class'",
             )
         )
     else:

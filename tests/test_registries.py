@@ -88,6 +88,7 @@ FORMS = {
     "environments": ["threads=N", "quantized:RESULTS#ID", "package.module:factory"],
     "inspectors": ["package.module:Class"],
     "datasets": ["package.module:builder"],
+    "metrics": ["package.module:Class"],
 }
 
 
