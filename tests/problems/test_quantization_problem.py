@@ -130,3 +130,31 @@ def test_result_size_does_not_grow_with_the_model(digits, tmp_path: Path) -> Non
         sizes.append(path.stat().st_size)
     assert parameters[1] > 50 * parameters[0]
     assert abs(sizes[1] - sizes[0]) < 0.05 * sizes[0]
+
+
+@pytest.mark.parametrize(
+    ("maximize", "bound", "front", "expected"),
+    [
+        # accuracy, maximised: the candidate must beat the best member at most as costly
+        (True, 0.96, [(0.97, 30), (0.98, 40), (0.99, 50)], 0.98),
+        # a divergence, minimised: it must come below the lowest one at most as costly
+        (False, 0.05, [(0.03, 30), (0.02, 40), (0.01, 50)], 0.02),
+        # no member at most as costly: the constraint's own bound
+        (True, 0.96, [(0.99, 50)], 0.96),
+        (False, 0.05, [(0.01, 50)], 0.05),
+    ],
+)
+def test_stopping_at_the_front_follows_the_metrics_direction(
+    maximize: bool, bound: float, front: list, expected: float
+) -> None:
+    """The accuracy a candidate of 45 weighted bits needs to join a front, by hand."""
+    from model_explorer.problems.base import ModelProblem, Objective
+
+    class Bare(ModelProblem):  # only what the rule reads: objectives and the front
+        def measure(self, configuration):  # noqa: ANN001, ANN202
+            raise AssertionError("not scored here")
+
+    problem = object.__new__(Bare)
+    problem.objectives = [Objective("accuracy", maximize), Objective("weighted_bits", False)]
+    problem.front = [{"accuracy": a, "weighted_bits": c} for a, c in front]
+    assert problem.entry_minimum([bound], {"weighted_bits": 45}) == [expected]
