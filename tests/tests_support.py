@@ -1,8 +1,12 @@
-"""Shared helpers of the tests: a cheap synthetic Problem, small models, a user inspector."""
+"""Shared helpers of the tests: a cheap synthetic Problem, small models, a user inspector, the
+calibrated digits model, results compared without their wall-clock times."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -10,6 +14,7 @@ from torch import nn
 
 from model_explorer.analysis.diagnose import BaseInspector
 from model_explorer.problems import Constraint, Evaluation, Objective, Problem, Variable
+from model_explorer.results import ExplorationResult
 
 
 class Synthetic(Problem):
@@ -104,3 +109,35 @@ class Explodes(BaseInspector):
 
     def run(self, context):
         raise RuntimeError("planted failure")
+
+
+def without_times(result: ExplorationResult | str | os.PathLike[str]) -> dict:
+    """A result's data (or a result file's) without wall-clock times, which differ between runs
+    by nature."""
+    if not isinstance(result, ExplorationResult):
+        result = ExplorationResult.load(result)
+    data = result.to_data()
+    data["individuals"] = [
+        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
+    ]
+    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
+    return data
+
+
+def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[Any, Any]:
+    """(context, calibrated QuantizedModel) of the default workload with the session's trained
+    checkpoint, its calibration file in `folder`, exploration batches of 40."""
+    import yaml
+
+    from model_explorer.context import WorkloadContext
+    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.workload import Workload
+
+    workload_file, checkpoint = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(folder / "c.pt")
+    data["workload"]["exploration"]["datasets"]["exploration"]["batch_size"] = 40
+    context = WorkloadContext(Workload.from_dict(data), device="cpu")
+    model, _, _ = calibrate_workload(context)
+    return context, model

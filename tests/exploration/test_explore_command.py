@@ -10,6 +10,7 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.results import ExplorationResult
+from tests_support import without_times
 
 
 @pytest.fixture
@@ -105,14 +106,6 @@ def test_interrupted_digits_search_resumes_to_the_same_result(
     small_workload: Path, monkeypatch, capsys
 ) -> None:
     from model_explorer.exploration.explorer import Explorer
-
-    def without_times(result: ExplorationResult) -> dict:
-        data = result.to_data()
-        data["individuals"] = [
-            {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
-        ]
-        data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
-        return data
 
     whole = small_workload.parent / "whole.pkl"
     assert main(["explore", str(small_workload), "--output", str(whole)]) == 0

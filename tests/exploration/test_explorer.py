@@ -17,7 +17,7 @@ from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.problems import Problem
 from model_explorer.results import ExplorationResult
-from tests_support import Synthetic
+from tests_support import Synthetic, without_times
 
 NSGA = NSGASpec(pop_size=12, offsprings=8, generations=6)
 
@@ -41,16 +41,6 @@ def run(
 
         explorer.on_generation = stop
     return explorer.run()
-
-
-def comparable(result: ExplorationResult) -> dict:
-    """A result's data without wall-clock times, which differ between runs by nature."""
-    data = result.to_data()
-    data["individuals"] = [
-        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
-    ]
-    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
-    return data
 
 
 def test_every_evaluation_is_recorded_once() -> None:
@@ -108,8 +98,8 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path: Path, stop_after: int) -
     second = Synthetic()
     resumed = run(second, path, resume_from=checkpoint)
     assert resumed.complete
-    assert comparable(resumed) == comparable(uninterrupted)
-    assert comparable(ExplorationResult.load(path)) == comparable(uninterrupted)
+    assert without_times(resumed) == without_times(uninterrupted)
+    assert without_times(ExplorationResult.load(path)) == without_times(uninterrupted)
     # The resumed run measured only what the checkpoint did not hold.
     recorded = {tuple(r["configuration"]) for r in checkpoint.records}
     assert not recorded & set(second.calls)
@@ -126,7 +116,7 @@ def test_interrupt_inside_a_generation_keeps_finished_evaluations(tmp_path: Path
     assert checkpoint.partial  # evaluations of the unfinished generation are kept
     second = Synthetic()
     resumed = run(second, path, resume_from=checkpoint)
-    assert comparable(resumed) == comparable(uninterrupted)
+    assert without_times(resumed) == without_times(uninterrupted)
     assert sum(first.calls.values()) + sum(second.calls.values()) == len(uninterrupted)
 
 

@@ -17,16 +17,7 @@ from model_explorer.exploration.explore import ExploreOptions, explore
 from model_explorer.exploration.runners import ProcessRunner, RunnerSpec, build_runner
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
-
-
-def comparable(path: Path) -> dict:
-    """A result file's data without wall-clock times, which differ between runs by nature."""
-    data = ExplorationResult.load(path).to_data()
-    data["individuals"] = [
-        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
-    ]
-    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
-    return data
+from tests_support import without_times
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +35,7 @@ def digits_search(trained_digits, tmp_path_factory) -> dict:
     assert main(["calibrate", str(path)]) == 0
     output = folder / "serial.pkl"
     assert main(["explore", str(path), "--output", str(output)]) == 0
-    return {"data": data, "serial": comparable(output)}
+    return {"data": data, "serial": without_times(output)}
 
 
 def with_runner(search: dict, folder: Path, runner: dict | None) -> Workload:
@@ -60,7 +51,7 @@ def test_process_runner_gives_the_serial_result(digits_search: dict, tmp_path: P
     with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
     output = tmp_path / "processes.pkl"
     assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
-    assert comparable(output) == digits_search["serial"]
+    assert without_times(output) == digits_search["serial"]
 
 
 class KillsOnce:
@@ -103,7 +94,7 @@ def test_a_killed_worker_process_is_replaced_and_the_result_unchanged(
             runner.close()
     assert runner.killed
     assert "a worker process died" in caplog.text
-    assert comparable(output) == digits_search["serial"]
+    assert without_times(output) == digits_search["serial"]
 
 
 def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
@@ -125,7 +116,7 @@ def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
     assert not ExplorationResult.load(output).complete
     monkeypatch.setattr(Explorer, "_close_generation", original)
     assert main(["explore", workload, "--output", output, "--resume"]) == 0
-    assert comparable(Path(output)) == digits_search["serial"]
+    assert without_times(Path(output)) == digits_search["serial"]
 
 
 def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
@@ -133,7 +124,7 @@ def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_pat
     with_runner(digits_search, tmp_path, {"type": "dask", "workers": 2})
     output = tmp_path / "dask.pkl"
     assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
-    assert comparable(output) == digits_search["serial"]
+    assert without_times(output) == digits_search["serial"]
 
 
 def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
@@ -154,7 +145,7 @@ def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
     finally:
         runner.close()
     assert runner.killed
-    assert comparable(output) == digits_search["serial"]
+    assert without_times(output) == digits_search["serial"]
 
 
 def test_the_dask_runner_without_dask_says_what_to_install(monkeypatch) -> None:

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
-from model_explorer.context import WorkloadContext
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.exploration.strategies import StrategySpec, build_strategy, spread_genomes
 from model_explorer.problems.base import ModelProblem, Objective
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
-from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
-from tests_support import Synthetic
+from tests_support import Synthetic, calibrated_digits, without_times
 
 NSGA = NSGASpec(pop_size=8, offsprings=8, generations=4)
 STRATEGIES = ["nsga2", "spread", "multifidelity", "surrogate"]
@@ -26,13 +22,7 @@ STRATEGIES = ["nsga2", "spread", "multifidelity", "surrogate"]
 def digits(trained_digits, tmp_path_factory):
     """The calibrated digits model, its exploration data (360 samples in batches of 40) and
     the minimum accuracy of the default workload."""
-    workload_file, checkpoint = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    data["workload"]["model"]["weights"] = str(checkpoint)
-    data["workload"]["calibration"]["file"] = str(tmp_path_factory.mktemp("cal") / "c.pt")
-    data["workload"]["exploration"]["datasets"]["exploration"]["batch_size"] = 40
-    context = WorkloadContext(Workload.from_dict(data), device="cpu")
-    model, _, _ = calibrate_workload(context)
+    context, model = calibrated_digits(trained_digits, tmp_path_factory.mktemp("cal"))
     baseline = context.evaluate(context.build_model(), "baseline")
     return context, model, [0.98 * baseline]
 
@@ -50,15 +40,6 @@ def strategy(name: str, **options):  # noqa: ANN201
 
 def search(problem, name: str, seed: int = 0, **options) -> ExplorationResult:  # noqa: ANN001
     return Explorer(problem, NSGA, seed=seed, strategy=strategy(name, **options)).run()
-
-
-def without_times(result: ExplorationResult) -> dict:
-    data = result.to_data()
-    data["individuals"] = [
-        {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
-    ]
-    data["stats"] = {k: v for k, v in data["stats"].items() if k != "seconds"}
-    return data
 
 
 @pytest.mark.parametrize("name", ["nsga2", "multifidelity", "surrogate"])

@@ -7,26 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from model_explorer.context import WorkloadContext
 from model_explorer.cost.bits import weighted_bits
 from model_explorer.errors import UserError
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
-from model_explorer.quantization.pipeline import calibrate_workload
-from model_explorer.workload import Workload
+from tests_support import calibrated_digits
 
 
 @pytest.fixture(scope="module")
 def digits(trained_digits, tmp_path_factory):
-    workload_file, checkpoint = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    data["workload"]["model"]["weights"] = str(checkpoint)
-    data["workload"]["calibration"]["file"] = str(tmp_path_factory.mktemp("cal") / "c.pt")
-    data["workload"]["exploration"]["datasets"]["exploration"]["batch_size"] = 40
-    context = WorkloadContext(Workload.from_dict(data), device="cpu")
-    model, _, _ = calibrate_workload(context)
-    return context, model
+    return calibrated_digits(trained_digits, tmp_path_factory.mktemp("cal"))
 
 
 def problem(digits, **kwargs) -> LayerwiseQuantizationProblem:
