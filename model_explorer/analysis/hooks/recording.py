@@ -14,7 +14,8 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.analysis.hooks.operators import SKIPPED
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
+from model_explorer.analysis.hooks.walk import OperatorWalk
+from model_explorer.modules import tensors_in
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
@@ -120,27 +121,20 @@ class _Interceptor(TorchDispatchMode):
         return out
 
 
-class Recorder:
+class Recorder(OperatorWalk):
     """Runs a model once and records its operators (see Recording). Operators inside
     quantizers are not recorded: an input quantizer's output is its input, quantized; a weight
     quantizer's output is its layer's weight."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        root = model.model if isinstance(getattr(model, "model", None), nn.Module) else model
-        self.names = {id(m): n for n, m in root.named_modules()}
-        self.constants = {id(p): n for n, p in root.named_parameters()}
-        self.constants.update({id(b): n for n, b in root.named_buffers()})
-        self.trace = ModuleTrace()
+        super().__init__(model)
+        self.constants = {id(p): n for n, p in self.root.named_parameters()}
+        self.constants.update({id(b): n for n, b in self.root.named_buffers()})
         self.values: dict[int, Value] = {}
         self.alive: list[Any] = []
         self.recording = Recording()
 
     # -- where a tensor comes from ------------------------------------------------------
-    def inside_quantizer(self) -> bool:
-        current = self.trace.current
-        return current is not None and isinstance(current[1], TensorQuantizer)
-
     def is_weight(self, value: Any) -> bool:
         return (
             isinstance(value, Tensor)
@@ -184,10 +178,8 @@ class Recorder:
     def record(self, packet: str, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
         arguments = tuple(self._argument(a) for a in (*args, *kwargs.values()))
         outputs = [self._keep(t, Value(snapshot(t))) for t in tensors_in(out)]
-        current = self.trace.current
-        layer = current[1] if current is not None and isinstance(current[1], QuantLayer) else None
-        module = current[0] if current is not None else ""
-        self.recording.calls.append(Call(packet, arguments, outputs, module, layer))
+        call = Call(packet, arguments, outputs, self.current_module(), self.current_layer())
+        self.recording.calls.append(call)
 
     def _left(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
         """After a quantizer: a weight quantizer's output is its layer's weight; an input
@@ -195,8 +187,7 @@ class Recorder:
         if not isinstance(module, TensorQuantizer) or not isinstance(output, Tensor):
             return
         if isinstance(module, WeightQuantizer):
-            parent = self.trace.current
-            layer = parent[0] if parent is not None else ""
+            layer = self.current_module()
             name = f"{layer}.weight" if layer else "weight"
             self.constants[id(output)] = name
             self._keep(output, Value(snapshot(output), is_const=True, name=name))
@@ -211,13 +202,7 @@ class Recorder:
         self.alive.clear()
         for tensor, name in zip(inputs, names, strict=True):
             self.recording.inputs.append(self._keep(tensor, Value(snapshot(tensor), name=name)))
-        modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
-        with (
-            module_hooks(self.model, after=self._left, modules=modules) as self.trace,
-            torch.no_grad(),
-            unfused_attention(),
-            _Interceptor(self),
-        ):
+        with self.watching(), torch.no_grad(), _Interceptor(self):
             output = self.model(*inputs)
         self.recording.outputs = [self.value(t) for t in tensors_in(output)]
         self.values.clear()

@@ -29,10 +29,10 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.analysis.hooks.operators import SKIPPED, Operator, operator_of, quantparam
+from model_explorer.analysis.hooks.walk import OperatorWalk
 from model_explorer.errors import UserError
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
-from model_explorer.quantization.layers import QuantLayer
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+from model_explorer.modules import tensors_in
+from model_explorer.quantization.quantizer import WeightQuantizer
 
 
 class StopAnalysis(Exception):
@@ -87,42 +87,30 @@ class _Interceptor(TorchDispatchMode):
         return out
 
 
-class HookRunner:
+class HookRunner(OperatorWalk):
     """Runs a model over samples and calls an analysis object's hooks (see the module docstring)."""
 
     def __init__(self, model: nn.Module, analysis: Any, source: str | None = None) -> None:
-        self.model = model
+        super().__init__(model)
         self.analysis = analysis
         self.source = source
-        # Operators of a QuantizedModel or SparseModel are named as in the model it wraps.
-        root = model.model if isinstance(getattr(model, "model", None), nn.Module) else model
-        self.names = {id(m): n for n, m in root.named_modules()}
-        self.parameters = {id(p): n for n, p in root.named_parameters()}
-        self.trace = ModuleTrace()  # the modules running, while `run` runs
+        self.parameters = {id(p): n for n, p in self.root.named_parameters()}
         self.counts: Counter[str] = Counter()
         self.aliases: dict[int, str] = {}
         self.alive: list[Tensor] = []
         self.current = ""
 
     # -- naming and tensors ---------------------------------------------------------------
-    def inside_quantizer(self) -> bool:
-        current = self.trace.current
-        return current is not None and isinstance(current[1], TensorQuantizer)
-
     def operator_name(self, opcode: str) -> str:
-        module = self.trace.current[0] if self.trace.current is not None else ""
+        module = self.current_module()
         key = f"{module}/{opcode}"
         index = self.counts[key]
         self.counts[key] += 1
         return f"{key}#{index}" if module else f"{opcode}#{index}"
 
-    def _layer(self) -> QuantLayer | None:
-        current = self.trace.current
-        return current[1] if current is not None and isinstance(current[1], QuantLayer) else None
-
     def tensor(self, value: Tensor, role: str, name: str) -> dict[str, Any]:
         parameter = self.parameters.get(id(value)) or self.aliases.get(id(value))
-        layer = self._layer()
+        layer = self.current_layer()
         param = None
         if layer is not None and role in ("input", "filter"):
             param = quantparam(layer.input_quantizer if role == "input" else layer.weight_quantizer)
@@ -227,13 +215,8 @@ class HookRunner:
         first error is the one raised, an EndAnalysis failure after it is added to it."""
         done = 0
         first: BaseException | None = None
-        modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
         try:
-            # Attention runs unfused, so that its projections and products are operators.
-            with (
-                module_hooks(self.model, after=self._left, modules=modules) as self.trace,
-                unfused_attention(),
-            ):
+            with self.watching():
                 self._start_analysis()
                 for inputs in samples:
                     if max_samples is not None and done >= max_samples:
