@@ -19,7 +19,7 @@ from pydantic import ConfigDict
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
-from model_explorer.registry import Registry
+from model_explorer.registry import Registry, call_user_code
 from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
 
@@ -110,14 +110,9 @@ class UserMetric(Metric):
 def _user_metric(cls: Callable[..., Any]) -> MetricBuilder:
     def build(options: Any) -> Metric:
         name = f"{cls.__module__}:{getattr(cls, '__qualname__', cls)}"
-        try:
-            inner = cls(**(options.model_extra or {}) if options is not None else {})
-        except Exception as error:  # the user's code: name it, the keys and what it raised
-            text = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            raise UserError(
-                f"workload.metric: metric '{name}' cannot be made from the keys given beside "
-                f"'type' ({text})"
-            ) from error
+        keys = (options.model_extra or {}) if options is not None else {}
+        where, fix = "workload.metric", "fix the class or the keys beside 'type'"
+        inner = call_user_code(cls, keys, f"metric '{name}'", where, where, fix)
         missing = [m for m in ("update", "compute") if not callable(getattr(inner, m, None))]
         if missing:
             raise UserError(f"workload.metric: metric '{name}' has no {' or '.join(missing)}()")

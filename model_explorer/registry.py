@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -187,3 +188,38 @@ def import_object(path: str, where: str, what: str = "factory") -> Callable[...,
     if not callable(found):
         raise UserError(f"{where}: '{path}' is a {type(found).__name__}, not a {what}")
     return found
+
+
+def call_user_code(
+    function: Callable[..., Any],
+    kwargs: dict[str, Any],
+    called: str,
+    arguments_at: str,
+    raised_at: str,
+    fix: str,
+) -> Any:
+    """`function(**kwargs)`, where `function` is the user's code (or a library's) named in a
+    workload: arguments its signature refuses, and anything it raises, become one UserError
+    naming the key (`arguments_at`, `raised_at`), what was `called` and what to do (`fix`)."""
+    try:
+        signature = inspect.signature(function)
+    except ValueError:
+        signature = None  # a builtin without an inspectable signature: let the call decide
+    if signature is not None:
+        try:
+            signature.bind(**kwargs)
+        except TypeError as error:
+            raise UserError(
+                f"{arguments_at}: {called} does not accept these arguments ({error}); it takes "
+                f"{signature}"
+            ) from None
+    try:
+        return function(**kwargs)
+    except UserError:
+        raise
+    except Exception as error:  # the user's code failed: say which, and why
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise UserError(
+            f"{raised_at}: {called} raised {type(error).__name__}{': ' + text if text else ''}; "
+            f"{fix}"
+        ) from error

@@ -10,7 +10,6 @@ as to every other dataset. This is how a dataset the original tool had as its ow
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DATASETS, DatasetSpec
 from model_explorer.errors import UserError
+from model_explorer.registry import call_user_code
 from model_explorer.schema import Spec, resolve_path
 
 
@@ -40,23 +40,14 @@ def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str]
         kwargs = dict(spec.options.model_extra or {})
         if spec.path is not None:
             kwargs["path"] = str(resolve_path(spec.path))
-        try:
-            inspect.signature(function).bind(**kwargs)
-        except TypeError as error:
-            raise UserError(
-                f"{where}: dataset builder '{spec.type}' does not take the keys given beside "
-                f"'type' ({error}); its signature is {inspect.signature(function)}"
-            ) from None
-        try:
-            dataset = function(**kwargs)
-        except UserError:
-            raise
-        except Exception as error:  # the user's code: name it and what it raised
-            text = str(error).splitlines()[0] if str(error) else ""
-            raise UserError(
-                f"{where}.type: dataset builder '{spec.type}' raised {type(error).__name__}"
-                f"{': ' + text if text else ''}; fix the builder or the keys of {where}"
-            ) from error
+        dataset = call_user_code(
+            function,
+            kwargs,
+            f"dataset builder '{spec.type}'",
+            where,
+            f"{where}.type",
+            f"fix the builder or the keys of {where}",
+        )
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise UserError(
                 f"{where}.type: dataset builder '{spec.type}' returned a "

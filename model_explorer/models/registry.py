@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +11,7 @@ from pydantic_core import PydanticCustomError
 from torch import nn
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.registry import Registry
+from model_explorer.registry import Registry, call_user_code
 from model_explorer.schema import PositiveInt, Spec
 
 
@@ -120,22 +119,14 @@ def create_model(
     factory = MODELS.resolve(name, f"{where}.type")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
-    try:
-        inspect.signature(factory).bind(**kwargs)
-    except TypeError as error:
-        raise UserError(
-            f"{where}.kwargs: model '{name}' does not accept these arguments ({error})"
-        ) from None
-    except ValueError:
-        pass  # a builtin without an inspectable signature: let the call decide
-    try:
-        model = factory(**kwargs)
-    except Exception as error:  # the user's factory (or torchvision's) failed: say which, why
-        text = str(error).splitlines()[0] if str(error) else ""
-        raise UserError(
-            f"{where}.type: the model factory of '{name}' raised {type(error).__name__}"
-            f"{': ' + text if text else ''}; fix the factory or model.kwargs"
-        ) from error
+    model = call_user_code(
+        factory,
+        kwargs,
+        f"the model factory of '{name}'",
+        f"{where}.kwargs",
+        f"{where}.type",
+        "fix the factory or model.kwargs",
+    )
     if not isinstance(model, nn.Module):
         raise UserError(
             f"{where}.type: '{name}' returned {type(model).__name__}, not a torch.nn.Module"

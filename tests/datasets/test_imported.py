@@ -124,7 +124,7 @@ def test_the_same_model_scores_the_same_on_both(user_code: Path, trained_digits,
     [
         (
             {"colour": "red"},
-            "baseline: dataset builder 'my_datasets:digits_pairs' does not take",
+            "baseline: dataset builder 'my_datasets:digits_pairs' does not accept these arguments",
         ),
         (
             {"type": "my_datasets:broken"},
