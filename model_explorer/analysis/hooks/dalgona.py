@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from torch import Tensor, nn
@@ -92,6 +93,11 @@ class DalgonaRunner(HookRunner):
         self.args = args
         self.recorder = Recorder(model)
         self.samples = 0
+
+    def watching(self) -> AbstractContextManager[None]:
+        """No hooks around the whole run: the Recorder walks each sample itself (hooks of both
+        would run every module's hooks twice and keep every quantized weight of every sample)."""
+        return nullcontext()
 
     def _start_analysis(self) -> None:
         if (start := self.hook("StartAnalysis")) is not None:
