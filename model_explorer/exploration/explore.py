@@ -15,9 +15,10 @@ from model_explorer.exploration.result_file import (
     check_writable,
     claim,
     release_if_empty,
-    running_elsewhere,
+    saved,
     saved_evaluations,
     this_process,
+    unfinished_results,
     warn_stopped_runs,
 )
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
@@ -81,15 +82,8 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
         return path
     stem = default_result_stem(workload)
     candidates = sorted(RESULTS_DIRECTORY.glob(f"{stem}_*.pkl"), key=lambda p: p.stat().st_mtime)
-    for path in reversed(candidates):
-        try:
-            result = ExplorationResult.load(path)
-        except UserError:
-            continue
-        if running_elsewhere(result):
-            continue  # another run is writing it
-        if not result.complete and result.workload == search_definition(workload):
-            return path
+    for path, _ in unfinished_results(reversed(candidates), search_definition(workload)):
+        return path
     raise UserError(
         f"--resume: no unfinished result of this workload in {RESULTS_DIRECTORY}/ ({stem}_*.pkl); "
         "name one with --output"
@@ -162,7 +156,7 @@ def explore(
         if previous.complete:
             raise UserError(f"--resume: '{path}' is already complete")
         check_writable(path, "--resume")
-        if _saved(previous) == 0:
+        if saved(previous) == 0:
             log.warning(
                 "%s: the run that wrote it stopped before its first save; nothing was saved, "
                 "so the search starts from its first generation",
@@ -170,7 +164,7 @@ def explore(
             )
             previous = None
         else:
-            log.info("resuming %s: %d evaluations recorded", path, _saved(previous))
+            log.info("resuming %s: %d evaluations recorded", path, saved(previous))
     else:
         path = _claim_result_file(workload, options.output)
     owned = runner is None
@@ -271,10 +265,6 @@ def _search(
                 path,
             )
         raise
-
-
-def _saved(result: ExplorationResult) -> int:
-    return len(result) + len(result.partial)
 
 
 class Interrupted(Exception):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,32 @@ def running_elsewhere(result: ExplorationResult) -> bool:
     return bool(process_alive(str(owner.get("host")), int(owner["pid"])))
 
 
+def saved(result: ExplorationResult) -> int:
+    """How many evaluations a result holds, those of an unfinished generation included."""
+    return len(result) + len(result.partial)
+
+
 def saved_evaluations(path: Path) -> int | None:
     """How many evaluations the file at `path` holds (None: no readable result there)."""
     try:
         result = ExplorationResult.load(path)
     except UserError:
         return None
-    return len(result) + len(result.partial)
+    return saved(result)
+
+
+def unfinished_results(
+    paths: Iterable[Path], definition: dict[str, Any]
+) -> Iterator[tuple[Path, ExplorationResult]]:
+    """The readable results among `paths` of the search `definition` that are not complete and
+    that no other live process is writing, in the order of `paths`."""
+    for path in paths:
+        try:
+            result = ExplorationResult.load(path)
+        except UserError:
+            continue
+        if not result.complete and result.workload == definition and not running_elsewhere(result):
+            yield path, result
 
 
 def _unwritable(where: str, path: Path, error: OSError) -> UserError:
@@ -96,16 +116,10 @@ def release_if_empty(path: Path) -> bool:
 
 def warn_stopped_runs(candidates: list[Path], definition: dict[str, Any]) -> None:
     """Say once of each result of this workload whose run stopped before its first save."""
-    for path in candidates:
-        try:
-            result = ExplorationResult.load(path)
-        except UserError:
-            continue
-        empty = len(result) + len(result.partial) == 0
-        if empty and result.workload == definition and not result.complete:
-            if not running_elsewhere(result):
-                log.warning(
-                    "%s: an earlier run of this workload stopped before its first save; "
-                    "nothing was saved there (remove the file)",
-                    path,
-                )
+    for path, result in unfinished_results(candidates, definition):
+        if saved(result) == 0:
+            log.warning(
+                "%s: an earlier run of this workload stopped before its first save; "
+                "nothing was saved there (remove the file)",
+                path,
+            )
