@@ -13,8 +13,7 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.shards import ShardStream, expand_shards
-from model_explorer.datasets.vision import IMAGENET_MEAN, IMAGENET_STD
-from model_explorer.errors import UserError
+from model_explorer.datasets.vision import IMAGENET_MEAN, IMAGENET_STD, open_image_folder
 from model_explorer.schema import PositiveInt, Spec, resolve_path
 
 
@@ -71,19 +70,7 @@ def imagenet(spec: DatasetSpec, where: str) -> Dataset:
         shards = [str(resolve_path(shard)) for shard in expand_shards(spec.path or "")]
         length = options.total_samples or 0
         return ShardStream(shards, length, transform, options.shuffle_buffer, where)
-    return _image_folder(resolve_path(spec.path or ""), transform, where)
-
-
-def _image_folder(root: Path, transform: Any, where: str) -> Dataset:
-    from torchvision import datasets
-
-    try:
-        return datasets.ImageFolder(str(root), transform=transform)
-    except (FileNotFoundError, OSError) as error:
-        raise UserError(
-            f"{where}.path: '{root}' is not an image folder ({error}); it needs one sub-folder "
-            "per class holding that class's images"
-        ) from error
+    return open_image_folder(resolve_path(spec.path or ""), transform, where)
 
 
 class ImageNetCOptions(Spec):
@@ -109,4 +96,4 @@ def imagenet_c(spec: DatasetSpec, where: str) -> Dataset:
     `path/<condition>/<severity>/<class>/<image>`, with ImageNet's preprocessing."""
     options: ImageNetCOptions = spec.options
     root = resolve_path(spec.path or "") / options.condition / str(options.severity)
-    return _image_folder(root, imagenet_transform(options.resize, options.crop), where)
+    return open_image_folder(root, imagenet_transform(options.resize, options.crop), where)

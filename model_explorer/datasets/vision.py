@@ -5,7 +5,8 @@ Nothing downloads: a missing data set is an error that says where to put it.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from torch.utils.data import Dataset
 
@@ -68,7 +69,7 @@ class ImageFolderOptions(Spec):
 @register_dataset("imagefolder", options=ImageFolderOptions)
 def imagefolder(spec: DatasetSpec, where: str) -> Dataset:
     """`path/<class name>/<image>` files; classes are numbered in sorted folder-name order."""
-    from torchvision import datasets, transforms
+    from torchvision import transforms
 
     options: ImageFolderOptions = spec.options
     steps = []
@@ -85,9 +86,16 @@ def imagefolder(spec: DatasetSpec, where: str) -> Dataset:
     if options.grayscale:
         steps.append(transforms.Grayscale())
     steps += [transforms.ToTensor(), transforms.Normalize(options.mean, options.std)]
-    root = resolve_path(spec.path or "")
+    return open_image_folder(resolve_path(spec.path or ""), transforms.Compose(steps), where)
+
+
+def open_image_folder(root: Path, transform: Any, where: str) -> Dataset:
+    """torchvision's ImageFolder at `root` (classes numbered in sorted folder-name order); a
+    folder it cannot read is one error naming `where`.path."""
+    from torchvision import datasets
+
     try:
-        return datasets.ImageFolder(str(root), transform=transforms.Compose(steps))
+        return datasets.ImageFolder(str(root), transform=transform)
     except (FileNotFoundError, OSError) as error:
         raise UserError(
             f"{where}.path: '{root}' is not an image folder ({error}); it needs one sub-folder "
