@@ -140,13 +140,17 @@ def _greedy(
     reference = (high - low) / scale + 0.1  # just beyond the worst point, in scaled units
     front = (front - low) / scale
     points = (points - low) / scale
+    from pymoo.indicators.hv import HV
+
+    indicator = HV(ref_point=reference)
     chosen: list[int] = []
     while len(chosen) < count:
         front = front[non_dominated(front)] if len(front) else front
+        base = indicator(front) if len(front) else 0.0  # the front's, once per pick
         scores = [
             -np.inf
             if index in chosen
-            else _promise(front, points[index], feasible[index], reference)
+            else _promise(front, base, points[index], feasible[index], indicator)
             for index in range(len(points))
         ]
         best = int(np.argmax(scores))
@@ -158,19 +162,15 @@ def _greedy(
 
 
 def _promise(
-    front: np.ndarray, points: np.ndarray, feasible: np.ndarray, reference: np.ndarray
+    front: np.ndarray, base: float, points: np.ndarray, feasible: np.ndarray, indicator: Any
 ) -> float:
-    """Mean hypervolume gain of a candidate's outcomes; when none gains, minus how far its most
-    optimistic feasible outcome is from joining the front (and far below that when none of its
-    outcomes is feasible)."""
-    from pymoo.indicators.hv import HV
-
+    """Mean hypervolume gain (over `base`, the front's) of a candidate's outcomes; when none
+    gains, minus how far its most optimistic feasible outcome is from joining the front (and
+    far below that when none of its outcomes is feasible)."""
     if not feasible.any():
         return -1e6
     if not len(front):
         return float(feasible.mean())
-    indicator = HV(ref_point=reference)
-    base = indicator(front)
     gains = [
         indicator(np.vstack([front, point[None]])) - base if ok else 0.0
         for point, ok in zip(points, feasible, strict=True)
