@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model_explorer.modules import set_child
 from model_explorer.quantization.layers import (
     FunctionalCall,
     QuantLayer,
@@ -33,11 +34,16 @@ from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantiz
 MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
 
 
+def product(left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
+    """`left @ right`, or `einsum(equation, left, right)`."""
+    return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
+
+
 class MatMul(nn.Module):
     """The float counterpart of an ActivationProduct: `left @ right` (or an einsum)."""
 
     def forward(self, left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
-        return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
+        return product(left, right, equation)
 
 
 class ActivationProduct(nn.Module):
@@ -57,7 +63,7 @@ class ActivationProduct(nn.Module):
         """`left @ right`, or `einsum(equation, left, right)`, of the quantized operands."""
         with layer_forward():
             left, right = self.input_quantizer(left), self.weight_quantizer(right)
-            return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
+            return product(left, right, equation)
 
     @staticmethod
     def product_macs(args: tuple[Any, ...], output: Tensor) -> int:
@@ -305,9 +311,7 @@ def open_attention(model: nn.Module) -> dict[str, nn.Module]:
     replaced = {}
     for name, module in list(model.named_modules()):
         if type(module) is nn.MultiheadAttention and name:
-            attention = QuantMultiheadAttention.from_float(module, _float_quantizers)
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, attention)
+            set_child(model, name, QuantMultiheadAttention.from_float(module, _float_quantizers))
             replaced[name] = module
     return replaced
 

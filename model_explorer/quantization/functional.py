@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from model_explorer.modules import module_hooks
-from model_explorer.quantization.attention import ActivationProduct, attention
+from model_explorer.quantization.attention import ActivationProduct, attention, product
 from model_explorer.quantization.layers import FunctionalCall, inside_layer
 
 # Modules whose forward has a fused fast path that would run their weights in float.
@@ -63,7 +63,6 @@ class Interceptor(TorchFunctionMode):
         self.counts: dict[str, int] = {}
         self.discovering: Any = None  # the ModuleTrace of a discovery pass
         self.found_scopes: dict[str, None] = {}
-        self.missed: set[tuple[str, int]] = set()
         self._depth = 0
         self._handles: list[Any] = []
 
@@ -112,11 +111,11 @@ class Interceptor(TorchFunctionMode):
                 return self._weight_call(func, layer, args, kwargs)
         elif self.make_product is not None:
             if func in _MATMULS and all(_is_activation(a) for a in args[:2]):
-                return self._product(2)(args[0], args[1])
+                return self._product()(args[0], args[1])
             if func is torch.einsum and _two_operands(args):
                 operands = args[1:] if len(args) == 3 else tuple(args[1])
                 if all(_is_activation(a) for a in operands):
-                    return self._product(2)(*operands, args[0])
+                    return self._product()(*operands, args[0])
             if func is F.scaled_dot_product_attention:
                 return self._attention(*args, **kwargs)
         return func(*args, **kwargs)
@@ -143,7 +142,7 @@ class Interceptor(TorchFunctionMode):
             self.counts.setdefault(name, 0)
         return name
 
-    def _product(self, count: int) -> Callable[..., Tensor]:
+    def _product(self) -> Callable[..., Tensor]:
         """The ActivationProduct for the next product of the current scope (made while
         discovering), or plain matmul/einsum when none was found there."""
         scope = (
@@ -158,10 +157,7 @@ class Interceptor(TorchFunctionMode):
             name = f"{scope}.matmul_{index}" if scope else f"matmul_{index}"
             self.products[key] = (name, self.make_product())
         found = self.products.get(key)
-        if found is None:
-            self.missed.add(key)
-            return _plain_product
-        return found[1]
+        return product if found is None else found[1]
 
     def _attention(
         self,
@@ -182,8 +178,8 @@ class Interceptor(TorchFunctionMode):
             repeat = query.shape[-3] // key.shape[-3]
             key = key.repeat_interleave(repeat, dim=-3)
             value = value.repeat_interleave(repeat, dim=-3)
-        products = (self._product(2), self._product(2))
-        if any(p is _plain_product for p in products):
+        products = (self._product(), self._product())
+        if any(p is product for p in products):
             products = None
         return attention(query, key, value, attn_mask, dropout_p, scale, products)[0]
 
@@ -206,10 +202,6 @@ class Interceptor(TorchFunctionMode):
             finally:
                 self.discovering = None
         return list(self.found_scopes)
-
-
-def _plain_product(left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
-    return torch.einsum(equation, left, right) if equation else torch.matmul(left, right)
 
 
 def _two_operands(args: tuple) -> bool:

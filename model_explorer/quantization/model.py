@@ -33,8 +33,6 @@ from model_explorer.quantization.swap import SWAPPABLE, swap_layers
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_FORMAT = calibration_file.CALIBRATION_FORMAT
-
 
 def _quantizer(spec: QuantizerSpec, cls: type[TensorQuantizer], **extra: Any) -> TensorQuantizer:
     return cls(
@@ -166,8 +164,7 @@ class QuantizedModel(nn.Module):
         """Take the scopes and products a discovery (or a calibration file) names."""
         device = next(self.model.parameters()).device
         for key, (name, product) in products:
-            owner = self.model.get_submodule(key[0]) if key[0] else self.model
-            owner.add_module(name.rpartition(".")[2], product.to(device))
+            set_child(self.model, name, product.to(device))
             self.interceptor.products[key] = (name, product)
             self.layers[name] = product
         order = {name: index for index, (name, _) in enumerate(self.model.named_modules())}
