@@ -14,7 +14,8 @@ from model_explorer.datasets.checks import check_against_model
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
 from model_explorer.metrics import evaluate, needs_reference, reference_outputs
-from model_explorer.models import MODELS, build_model
+from model_explorer.models import build_model
+from model_explorer.models.registry import model_info
 from model_explorer.workload import DATASET_ROLES, Workload, dataset_spec
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,6 @@ class WorkloadContext:
 def expected_input(workload: Workload) -> str | None:
     """What a registered model says about its input samples, for messages."""
     name = workload.model.type
-    info = MODELS.get(name).info if name in MODELS else None
+    info = model_info(name)
     shape = getattr(info, "input_shape", None)
     return f"model '{name}' takes samples of shape {list(shape)}" if shape else None

@@ -39,10 +39,15 @@ def register_model(
     return MODELS.register(name, info=ModelInfo(tuple(input_shape), ships_weights=ships_weights))
 
 
+def model_info(name: str) -> Any:
+    """What a registered model declares about itself (ModelInfo), or None."""
+    entry = MODELS.lookup(name)
+    return entry.info if entry is not None else None
+
+
 def ships_weights(name: str) -> bool:
     """Whether a model's factory brings trained weights (no checkpoint file needed)."""
-    entry = MODELS.get(name) if name in MODELS else None
-    return entry is not None and getattr(entry.info, "ships_weights", False)
+    return bool(getattr(model_info(name), "ships_weights", False))
 
 
 # Model types of the original tool that were its own modules (or torch.hub downloads), not
@@ -99,8 +104,7 @@ class ModelSpec(Spec):
                 "model.weights to a local checkpoint file instead",
                 {"key": "pretrained"},
             )
-        entry = MODELS.get(self.type) if self.type in MODELS else None
-        original = entry is not None and getattr(entry.info, "pretrained_in_original", False)
+        original = getattr(model_info(self.type), "pretrained_in_original", False)
         if original and self.weights is None and self.pretrained is None:
             raise PydanticCustomError(
                 "weights_null",
