@@ -42,13 +42,20 @@ def calibration_file(context: WorkloadContext) -> Path:
     return resolve_path(spec.file)
 
 
+def quantized_model(context: WorkloadContext) -> QuantizedModel:
+    """The workload's model with its layers swapped as `quantization:` says, not calibrated,
+    where it was built; a weight axis its layers cannot use is refused."""
+    model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
+    check_weight_axis(model)
+    return model
+
+
 def build_quantized_model(
     context: WorkloadContext, load_calibration: bool = True
 ) -> QuantizedModel:
     """The workload's model with its layers swapped as `quantization:` says, on the device,
     calibrated from `calibration.file` unless `load_calibration` is False."""
-    model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
-    check_weight_axis(model)
+    model = quantized_model(context)
     if load_calibration:
         path = calibration_file(context)
         stored = model.load_calibration(path, where="workload.calibration.file").get("weights")
@@ -72,8 +79,7 @@ def calibrate_workload(
     stale one (other weights) under `if_missing`."""
     spec: CalibrationSpec = context.workload.require("calibration")
     path = calibration_file(context)
-    model = QuantizedModel.from_spec(context.build_model(), context.workload.quantization)
-    check_weight_axis(model)
+    model = quantized_model(context)
     fingerprint = weights_fingerprint(model.model)
     if path.exists() and not force:
         if not if_missing:

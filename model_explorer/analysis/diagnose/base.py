@@ -128,18 +128,18 @@ class DiagnosisContext:
     def quantized_model(self) -> Any:
         """The workload's QuantizedModel, calibrated from `calibration.file`, or calibrated here
         (not saved) when the file does not exist yet."""
-        from model_explorer.quantization import QuantizedModel
         from model_explorer.quantization.pipeline import (
             build_quantized_model,
             calibrate_in_memory,
             calibration_file,
         )
+        from model_explorer.quantization.pipeline import quantized_model as uncalibrated
 
         spec = self.workload.require("calibration")
         if spec.file is not None and calibration_file(self.context).exists():
             return build_quantized_model(self.context).eval()
         log.info("no calibration file yet: calibrating in memory for the diagnosis")
-        model = QuantizedModel.from_spec(self.context.build_model(), self.workload.quantization)
+        model = uncalibrated(self.context)
         return calibrate_in_memory(model.to(self.device), self.context).eval()
 
     @cached_property
