@@ -153,7 +153,8 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     ) -> None:
         check_objectives(objectives, JOINT_QUANTITIES)
         super().__init__(model, batches, metric, objectives=["accuracy"], **kwargs)
-        senses = {**JOINT_QUANTITIES, "accuracy": higher_is_better(metric)}
+        # the accuracy's sense as the quantization problem found it (its only objective)
+        senses = {**JOINT_QUANTITIES, "accuracy": self.objectives[0].maximize}
         self.objectives = check_objectives(objectives, senses)
         self.sparse = sparse
         self.genes = ThresholdGenes(sparse.explorable_modules, threshold_limit, steps, method)
