@@ -28,9 +28,6 @@ from model_explorer.modules import module_hooks
 from model_explorer.quantization.attention import ActivationProduct, attention, product
 from model_explorer.quantization.layers import FunctionalCall, inside_layer
 
-# Modules whose forward has a fused fast path that would run their weights in float.
-FAST_PATH_MODULES = (nn.TransformerEncoder, nn.TransformerEncoderLayer)
-
 _WEIGHT_FUNCTIONS = {
     F.linear,
     F.conv1d,

@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.modules import set_child
+from model_explorer.modules import set_child, unfused_attention
 from model_explorer.quantization import calibration_file
 from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import make_calibrator
-from model_explorer.quantization.functional import FAST_PATH_MODULES, Interceptor
+from model_explorer.quantization.functional import Interceptor
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
@@ -97,12 +97,8 @@ class QuantizedModel(nn.Module):
             )
         self.interceptor = Interceptor(product)
         self._refresh_weights()
-        self._static_scopes = [
-            name for name, module in model.named_modules() if isinstance(module, FAST_PATH_MODULES)
-        ]
         self.scopes: list[str] = []
         self.discovered = False
-        self.interceptor.install(model, self._static_scopes)
         # A new nn.Module starts in training mode; take the wrapped model's mode instead, so
         # that code restoring "the" mode does not switch an eval model's batch norms to training.
         self.train(model.training)
@@ -146,9 +142,12 @@ class QuantizedModel(nn.Module):
         }
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.discovered:
-            return self.discover(lambda: self.model(*args, **kwargs))
-        return self.model(*args, **kwargs)
+        # nn.MultiheadAttention's and nn.TransformerEncoder(Layer)'s fused fast path would run
+        # their weights in float: always the plain path.
+        with unfused_attention():
+            if not self.discovered:
+                return self.discover(lambda: self.model(*args, **kwargs))
+            return self.model(*args, **kwargs)
 
     # -- products outside layers' forwards ----------------------------------------------------
     def discover(self, run: Any) -> Any:
@@ -171,8 +170,8 @@ class QuantizedModel(nn.Module):
         self.layers = dict(
             sorted(self.layers.items(), key=lambda item: order.get(item[0], len(order)))
         )
-        self.scopes = [s for s in scopes if s not in self._static_scopes]
-        self.interceptor.install(self.model, [*self._static_scopes, *self.scopes])
+        self.scopes = list(scopes)
+        self.interceptor.install(self.model, self.scopes)
         self.discovered = True
 
     def structure(self) -> dict[str, Any]:
