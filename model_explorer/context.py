@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -83,11 +84,9 @@ class WorkloadContext:
         model with random weights suffices, so no checkpoint is read and no RNG is consumed."""
         if where in self._checked:
             return
-        with torch.random.fork_rng(devices=[]):
-            model = build_model(self.workload.model, load_weights=False).to(self.device)
         metric = self.workload.metric
         check_against_model(
-            model,
+            self._probe_model,
             cache,
             where,
             expected_input(self.workload),
@@ -95,6 +94,12 @@ class WorkloadContext:
             ignore_index=getattr(metric.options, "ignore_index", None),
         )
         self._checked.add(where)
+
+    @cached_property
+    def _probe_model(self) -> nn.Module:
+        """The workload's model with random weights, built once for every data check."""
+        with torch.random.fork_rng(devices=[]):
+            return build_model(self.workload.model, load_weights=False).to(self.device)
 
     def evaluate(self, model: nn.Module, role: str) -> float | list[float]:
         """The workload's accuracy metric of `model` on a dataset role."""
