@@ -19,6 +19,7 @@ from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
 from model_explorer.workload import Workload
+from model_explorer.yamlfile import read_yaml
 
 
 def default_out_dir(workload: Workload) -> Path:
@@ -94,7 +95,7 @@ def write_recommended_workload(workload: Workload, findings: Sequence[Finding], 
     """Write the workload file with the findings' recommendations merged in; validated before
     it is written. Returns how many findings contributed."""
     source = workload.source
-    data: Any = yaml.safe_load(source.read_text())
+    data: Any = read_yaml(source)  # the project's one YAML reader (already validated)
     override = merged_recommendations(findings)
     exploration = workload.exploration
     bit_range = (
