@@ -75,6 +75,12 @@ class ArrayFile:
             self._handle = None
 
     @property
+    def handle(self) -> Any:
+        """The open h5py.File or npz archive (None for `.npy`), for layouts read beyond
+        `names`/`read` (HDF5 attributes)."""
+        return self._handle
+
+    @property
     def names(self) -> list[str]:
         if self.suffix == ".npy":
             return [Path(self.path).stem]

@@ -83,10 +83,7 @@ def file_samples(path: str | Path) -> Iterator[Sample]:
     with ArrayFile(path, "--input-data") as file:
         where = f"--input-data: '{file.path}'"
         if file.suffix in (".h5", ".hdf5"):
-            import h5py
-
-            with h5py.File(file.path, "r") as handle:
-                yield from _hdf5_samples(handle, where)
+            yield from _hdf5_samples(file.handle, where)  # opened (and checked) by ArrayFile
         else:
             yield from _arrays_to_samples([file.read(name) for name in file.names], where)
 
