@@ -65,21 +65,26 @@ class OutputList(list):
         return self[0].get(key, default) if len(self) == 1 else default
 
 
-def _arguments(op: CircleOp, t: list[dict | None]) -> tuple[tuple, tuple] | None:
-    """(arguments before the output, arguments after it) of an operator's own hooks."""
+# The operators dalgona calls hooks of their own for (`Conv2DPre`, ...); the others get the
+# Default hooks.
+OWN_HOOKS = {"Conv2D", "DepthwiseConv2D", "Add", "FullyConnected", "TransposeConv", "Split"}
+
+
+def _arguments(op: CircleOp, t: list[dict | None]) -> tuple[tuple, tuple]:
+    """(arguments before the output, arguments after it) of an operator's own hooks (one of
+    OWN_HOOKS)."""
     o = op.options
     if op.opcode == "Conv2D":
         return (t[0], t[1], t[2], o["padding"], o["stride"], o["dilation"]), (o["fused_act"],)
     if op.opcode == "DepthwiseConv2D":
         head = (t[0], t[1], t[2], o["padding"], o["stride"], o["depth_multiplier"])
         return (*head, o["dilation"]), (o["fused_act"],)
-    if op.opcode in ("Add", "FullyConnected") and "fused_act" in o:
+    if op.opcode in ("Add", "FullyConnected"):  # both always carry a fused_act
         return tuple(t), (o["fused_act"],)
     if op.opcode == "TransposeConv":
         return (t[2], t[1], t[0], t[3], o["padding"], o["stride"]), ()
-    if op.opcode == "Split":
-        return (t[0], t[1], o["num_split"]), ()
-    return None
+    assert op.opcode == "Split", op.opcode
+    return (t[0], t[1], o["num_split"]), ()
 
 
 class DalgonaRunner(HookRunner):
@@ -128,17 +133,17 @@ class DalgonaRunner(HookRunner):
         """Pre, then Post: the operator's own hook if the analysis has it, else the Default
         one; tensors built afresh for each call (as dalgona does), and only for hooks that
         exist."""
-        own = _arguments(op, [None] * len(op.inputs)) is not None
+        own = op.opcode in OWN_HOOKS
         pre = self.hook(f"{op.opcode}Pre") if own else None
         if pre is not None:
-            head, tail = _arguments(op, self._inputs(op))  # type: ignore[misc]
+            head, tail = _arguments(op, self._inputs(op))
             self._positional(f"{op.opcode}Pre", op.name, pre, *head, *tail)
         elif (default := self.hook("DefaultOpPre")) is not None:
             given = [x for x in self._inputs(op) if x is not None]  # dalgona skips missing ones
             self._positional("DefaultOpPre", op.name, default, op.opcode, given)
         post = self.hook(f"{op.opcode}Post") if own else None
         if post is not None:
-            head, tail = _arguments(op, self._inputs(op))  # type: ignore[misc]
+            head, tail = _arguments(op, self._inputs(op))
             outputs = [tensor(v) for v in op.outputs]
             output = outputs if op.opcode == "Split" else outputs[0]
             self._positional(f"{op.opcode}Post", op.name, post, *head, output, *tail)
