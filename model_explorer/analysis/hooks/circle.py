@@ -149,12 +149,18 @@ class Builder:
         than zero); the padded Value."""
         widths = [(0, 0), (0, 0), *pads]
         padded = Value(np.pad(value.data, widths, constant_values=fill))
-        paddings = const(np.array([widths[i] for i in NHWC], np.int32))
-        inputs: list[Value | None] = [value, paddings]
+        self.emit_pad(value, [widths[i] for i in NHWC], fill, module, [padded])
+        return padded
+
+    def emit_pad(
+        self, value: Value, paddings: list[tuple[int, int]], fill: float, module: str, out: list
+    ) -> None:
+        """A Pad of `value` by `paddings` (one (before, after) row per axis, in the presented
+        layout), a PadV2 with the fill as third input for a fill other than zero."""
+        inputs: list[Value | None] = [value, const(np.array(paddings, np.int32))]
         if fill != 0:
             inputs.append(const(np.array(fill, np.float32)))
-        self.emit("PadV2" if fill != 0 else "Pad", module, inputs, [padded])
-        return padded
+        self.emit("PadV2" if fill != 0 else "Pad", module, inputs, out)
 
 
 def activation_kind(call: Call) -> str | None:

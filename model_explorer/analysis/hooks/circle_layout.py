@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model_explorer.analysis.hooks.circle import NHWC, Builder, arg, const, simple
+from model_explorer.analysis.hooks.circle import NCHW, NHWC, Builder, arg, const, simple
 from model_explorer.analysis.hooks.recording import Call, Value
 
 RESHAPES = {"view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "flatten"}
@@ -40,9 +40,7 @@ def _reshape(builder: Builder, call: Call) -> None:
     x, out = call.args[0], call.outputs[0]
     if x.data.ndim == 4 and x.nchw and x.data.shape[2] * x.data.shape[3] > 1:
         plain = Value(x.data, nchw=False)
-        builder.emit(
-            "Transpose", call.module, [x, const(np.array((0, 3, 1, 2), np.int32))], [plain]
-        )
+        builder.emit("Transpose", call.module, [x, const(np.array(NCHW, np.int32))], [plain])
         x = plain
     spread = out.data.ndim == 4 and out.data.shape[2] * out.data.shape[3] > 1
     result = Value(out.data, nchw=False) if spread else out
@@ -91,10 +89,7 @@ def _pad(builder: Builder, call: Call) -> None:
     for index in range(len(widths) // 2):
         pads[rank - 1 - index] = (widths[2 * index], widths[2 * index + 1])
     order = list(NHWC) if rank == 4 and x.nchw else list(range(rank))
-    inputs: list[Value | None] = [x, const(np.array([pads[i] for i in order], np.int32))]
-    if fill != 0:
-        inputs.append(const(np.array(fill, np.float32)))
-    builder.emit("PadV2" if fill != 0 else "Pad", call.module, inputs, call.outputs[:1])
+    builder.emit_pad(x, [pads[i] for i in order], fill, call.module, call.outputs[:1])
 
 
 LAYOUT_CONVERTERS = {
