@@ -15,6 +15,7 @@ from model_explorer.errors import UserError
 from model_explorer.metrics import MetricSpec, higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
+from model_explorer.problems.checks import check_layer_bounds
 from model_explorer.quantization import QuantizedModel
 
 # Every quantity the problem measures, and whether more is better when it is an objective.
@@ -87,6 +88,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.weighting = weighting
         self.early_reject = early_reject
         names = model.explorable_modules
+        check_layer_bounds(layer_bounds or {}, names)  # each pattern must match a quantizer
         self.variables = [
             Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in names
         ]

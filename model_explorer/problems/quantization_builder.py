@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from model_explorer.cost.energy.workload import build_energy_model
-from model_explorer.problems.checks import check_layer_bounds
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.problems.registry import register_problem
 from model_explorer.quantization.pipeline import build_quantized_model
@@ -33,7 +32,6 @@ def _quantization_problem(
 ) -> LayerwiseQuantizationProblem:
     exploration = context.workload.require("exploration")
     model = build_quantized_model(context)
-    check_layer_bounds(exploration.layer_bounds, model.explorable_modules)
     energy = build_energy_model(context, list(model.layers)) if "energy" in objectives else None
     return LayerwiseQuantizationProblem(
         model,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from model_explorer.cost.energy.workload import build_energy_model
-from model_explorer.problems.checks import check_layer_bounds
 from model_explorer.problems.quantization_builder import bit_settings
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
@@ -56,7 +55,6 @@ def build_joint_problem(
 ) -> QuantizationSparsityProblem:
     exploration = context.workload.require("exploration")
     quantized = build_quantized_model(context)
-    check_layer_bounds(exploration.layer_bounds, quantized.explorable_modules)
     objectives = exploration.objectives or ["accuracy", "effective_bops"]
     energy = build_energy_model(context, list(quantized.layers)) if "energy" in objectives else None
     return QuantizationSparsityProblem(
