@@ -300,3 +300,20 @@ def test_a_space_smaller_than_the_population_is_evaluated_once_each(
     evaluated = [tuple(r["configuration"]) for r in result.records]
     assert result.complete
     assert sorted(evaluated) == sorted(space)  # every configuration, each once
+
+
+@pytest.mark.parametrize("problem", ["quantization_problem", "quantization_sparsity_problem"])
+def test_a_layer_bounds_pattern_matching_no_quantizer_is_refused_before_the_search(
+    problem: str, tiny, tmp_path, capsys
+) -> None:
+    tiny["workload"].setdefault("problem", {})["problem_function"] = problem
+    tiny["workload"]["exploration"]["layer_bounds"] = {"classifier.*": [2, 4]}
+    output = tmp_path / "r.pkl"
+    outcome = run_cli(capsys, "explore", write(tiny, tmp_path / "w.yaml"), "--output", output)
+    assert outcome.status == 2
+    assert len(outcome.errors) == 1, outcome.errors
+    assert (
+        "workload.exploration.layer_bounds.classifier.*: matches no quantizer"
+        in (outcome.errors[0])
+    )
+    assert not output.exists()  # the claimed result file, empty, is released
