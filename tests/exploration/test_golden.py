@@ -8,7 +8,12 @@ exactly as it is" means for a search.
 
 They were recorded on 2 CPU cores with torch's default thread count; with another thread count a
 block mean at a threshold's edge may fall the other way (one block in 360 samples, measured with
-one thread). Regenerate only when a change is meant to alter search results:
+one thread). The same holds across machines: a reduction summed in another order moves a block
+mean that sits on a threshold by one ulp, and pymoo's operators may round a gene's last bit
+otherwise. So genomes are compared to 1e-12, and quantities counted in sparse blocks to a few
+blocks in the 360 samples (`BLOCK_TOLERANCE`); a change of behaviour moves far more than that, and
+a flip that changes what NSGA-II selects changes the genomes asked for, which are compared.
+Regenerate only when a change is meant to alter search results:
 `python tests/exploration/test_golden.py --write` (it trains the baseline as the
 `trained_digits` fixture does).
 """
@@ -47,6 +52,17 @@ CASES = {
     "energy": ("digits_cnn_energy.yaml", {"energy_evaluation": {"dram_analysis_file": None}}),
     "sparsity": ("digits_cnn_sparsity.yaml", {}),
     "joint": ("digits_cnn_joint.yaml", {}),
+}
+
+
+# Quantities counted in zero blocks: a block mean on a threshold's edge may fall either way on
+# another machine (one block in 360 samples, measured), which moves them by about 1/360 per
+# sample.
+BLOCK_TOLERANCE = {
+    "created_blocks": {"abs": 0.01},
+    "present_blocks": {"abs": 0.01},
+    "block_sparsity": {"rel": 1e-4},
+    "effective_bops": {"rel": 1e-4},
 }
 
 
@@ -123,12 +139,14 @@ def test_a_seeded_search_reproduces_its_golden_file(case: str, golden_runs: dict
     assert len(actual["individuals"]) == len(expected["individuals"])
     for got, want in zip(actual["individuals"], expected["individuals"], strict=True):
         where = f"{case} individual {want['id']}"
-        for key in ("id", "generation", "genome", "configuration", "feasible", "complete"):
+        for key in ("id", "generation", "configuration", "feasible", "complete"):
             assert got[key] == want[key], f"{where}: {key}"
+        assert got["genome"] == pytest.approx(want["genome"], rel=1e-12, abs=1e-15), where
         assert got["accuracies"] == pytest.approx(want["accuracies"], abs=1e-6), where
         assert got["values"].keys() == want["values"].keys(), where
         for name, value in want["values"].items():
-            assert got["values"][name] == pytest.approx(value, rel=1e-6, abs=1e-6), (
+            tolerance = BLOCK_TOLERANCE.get(name, {"rel": 1e-6, "abs": 1e-6})
+            assert got["values"][name] == pytest.approx(value, **tolerance), (
                 f"{where}: {name}"
             )
 
