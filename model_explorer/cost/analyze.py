@@ -3,9 +3,12 @@
 Collect, aggregate, render: `analyze_cost` runs the model once and records one row per executed
 operation, a `CostReport` totals and groups them, the CLI renders. Two collection levels:
 
-- operations (default): every ATen operation seen by a TorchDispatchMode, attributed to the
-  innermost module running it, so functional code (`x + y` in residual blocks, `torch.matmul`,
-  `scaled_dot_product_attention`, pooling, flatten) is counted, not only modules;
+- operations (default): every operator of the network as the tracer (tracing/) sorts and names
+  them, attributed to the innermost module running it, so functional code (`x + y` in residual
+  blocks, `torch.matmul`, `scaled_dot_product_attention`, pooling, flatten) is counted, not only
+  modules; each row carries the operator's name in the analysis hooks (`operator`). Calls that
+  are no operator (a tensor under another identity, a view of a weight, a fake quantizer's
+  inner work) have no row;
 - leaf modules: forward hooks on modules without children (the convention of module-hook
   tools and of the seed "DNN analyzer"), which miss functional operations. To reproduce the
   seed's published totals this level skips modules that are identities at inference (Dropout,
@@ -35,12 +38,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
-from model_explorer.modules import ModuleTrace, module_hooks, tensors_in, unfused_attention
+from model_explorer.modules import module_hooks, tensors_in, unfused_attention
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
+from model_explorer.tracing import Consumer, OperatorCall, Tracer
 
 CONVENTIONS = {
     "params": "parameter elements used by the operation",
@@ -57,17 +60,6 @@ CONVENTIONS = {
 
 _IDENTITIES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.Identity)
 _ACCUMULATING = WEIGHT_LAYERS  # their bias initialises the accumulator
-_VIEWS = {
-    "t",
-    "view",
-    "_unsafe_view",
-    "reshape",
-    "alias",
-    "detach",
-    "expand",
-    "permute",
-    "transpose",
-}
 # Fused scaled-dot-product-attention kernels (torch's counter has formulas for the CUDA ones).
 _ATTENTION = {
     "_scaled_dot_product_flash_attention_for_cpu",
@@ -84,7 +76,8 @@ class CostRow:
 
     name: str  # module path ("" for the model itself)
     module_type: str
-    operation: str
+    operation: str  # the ATen operator
+    operator: str = ""  # its name in the analysis hooks, `<module>/<Opcode>#<n>`
     params: int = 0
     macs: int = 0
     attention_macs: int = 0
@@ -128,7 +121,8 @@ class CostReport:
         frame["duration_share"] = frame["seconds"] / total if total else 0.0
         if depth is not None:
             frame["name"] = frame["name"].map(lambda n: ".".join(n.split(".")[:depth]) if n else n)
-            numeric = [c for c in frame.columns if c not in ("name", "module_type", "operation")]
+            text = ("name", "module_type", "operation", "operator")
+            numeric = [c for c in frame.columns if c not in text]
             grouped = frame.groupby("name", sort=False)
             frame = grouped[numeric].sum().reset_index()
             frame.insert(1, "operations", grouped.size().values)
@@ -156,61 +150,44 @@ def _bytes(plan: Plan, name: str) -> tuple[float, float]:
     return settings.get(INPUT_BITS, 32) / 8, settings.get(WEIGHT_BITS, 32) / 8
 
 
-class _Collector(TorchDispatchMode):
-    """One row per ATen operation, attributed to the innermost module running it."""
+class _Collector(Consumer):
+    """One row per operator of the network (tracing/), attributed to the innermost module
+    running it and named as the analysis hooks name it."""
 
-    def __init__(
-        self, trace: ModuleTrace, parameters: dict[int, nn.Parameter], plan: Plan, sync: Any
-    ) -> None:
-        super().__init__()
-        self.trace = trace
-        self.parameters = parameters
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.sync = sync
         self.rows: list[CostRow] = []
         self.storage: dict[int, float] = {}  # parameter id -> bytes, at its first use
-        self.alive: list[Tensor] = []  # views of parameters, kept so that their ids stay unique
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        self.sync()
-        started = time.perf_counter()
-        out = func(*args, **kwargs)
-        self.sync()
-        seconds = time.perf_counter() - started
-        inputs = tensors_in((args, kwargs))
-        if inputs:  # factory functions allocate; they read nothing
-            self.rows.append(self._row(func, args, kwargs, inputs, out, seconds))
-        return out
+    def after(self, call: OperatorCall) -> None:
+        tracer = self.tracer
+        params, activations = [], []
+        for tensor in call.inputs:
+            parameter = tracer.parameter(tensor)
+            if parameter is not None:
+                params.append(parameter)
+            else:
+                activations.append(tensor)
+        self.rows.append(self._row(call, params, activations))
 
-    def _row(self, func: Any, args: Any, kwargs: dict, inputs: list, out: Any, seconds: float):  # noqa: ANN202
-        current = self.trace.current
-        name, module_type = (current[0], type(current[1]).__name__) if current else ("", "model")
-        operation = func.overloadpacket.__name__
-        outputs = tensors_in(out)
-        view = func.is_view or operation in _VIEWS
-        params = [self.parameters[id(t)] for t in inputs if id(t) in self.parameters]
-        activations = [t for t in inputs if id(t) not in self.parameters]
-        if view and params:
-            # A view of a parameter (a linear layer's transposed weight) is that parameter.
-            for output in outputs:
-                self.parameters[id(output)] = params[0]
-                self.alive.append(output)
-            params = []
-        in_bytes, weight_bytes = _bytes(self.plan, name)
+    def _row(self, call: OperatorCall, params: list, activations: list) -> CostRow:
+        owner, view, outputs = call.owner, call.view, call.outputs
+        in_bytes, weight_bytes = _bytes(self.plan, call.module)
         macs = attention = 0
-        if operation in _ATTENTION:
-            attention = _attention_macs(args, out)
-        elif func.overloadpacket in flop_registry:
-            macs = int(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out)) // 2
+        if call.packet in _ATTENTION:
+            attention = _attention_macs(call.args, call.out)
+        elif call.func.overloadpacket in flop_registry:
+            formula = flop_registry[call.func.overloadpacket]
+            macs = int(formula(*call.args, **call.kwargs, out_val=call.out)) // 2
         param_elements = sum(p.numel() for p in params)
         for parameter in params:
             self.storage.setdefault(id(parameter), parameter.numel() * weight_bytes)
         produced = 0.0 if view else sum(o.numel() for o in outputs) * 4.0
         return CostRow(
-            name=name,
-            module_type=module_type,
-            operation=operation,
+            name=call.module,
+            module_type=type(owner).__name__ if owner is not None else "model",
+            operation=call.packet,
+            operator=call.name,
             params=param_elements,
             macs=macs,
             attention_macs=attention,
@@ -221,7 +198,7 @@ class _Collector(TorchDispatchMode):
             write_bytes=produced,
             storage_bytes=param_elements * weight_bytes,
             inference_bytes=produced,
-            seconds=seconds,
+            seconds=call.seconds,
         )
 
 
@@ -243,17 +220,16 @@ def analyze_cost(
     inputs and parameters of the layers it gives bit widths are counted at those widths."""
     x = _example(model, example)
     plan = plan or {}
-    parameters = {id(p): p for p in model.parameters()}
-    unique_params = sum(p.numel() for p in parameters.values())
+    unique_params = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
     if leaf_modules_only:
         rows = _leaf_rows(model, x, plan, sync)
         storage = sum(r.storage_bytes for r in _first_calls(rows))
     else:
-        with module_hooks(model) as trace, torch.no_grad(), unfused_attention():
-            collector = _Collector(trace, parameters, plan, sync)
-            with collector:
-                model(x)
+        collector = _Collector(plan)
+        tracer = Tracer(model, [collector], timed=True, sync=sync)
+        with tracer.watching():
+            tracer.run(x)
         rows = collector.rows
         storage = sum(collector.storage.values())
     level = "leaf modules" if leaf_modules_only else "operations"
@@ -305,7 +281,7 @@ def _leaf_row(
     accumulated = isinstance(module, _ACCUMULATING) and isinstance(bias, Tensor)
     read_params = param_elements - (bias.numel() if accumulated else 0)
     try:
-        macs = layer_macs(module, args[0], outputs[0]) * args[0].shape[0]
+        macs = layer_macs(module, args[0], outputs[0])
     except TypeError:
         macs = 0
     in_bytes, weight_bytes = _bytes(plan, name)

@@ -1,6 +1,8 @@
 """Per-layer sizes of convolution and linear layers (and of quantized products of two
-activations, which have no weight), measured on one example sample: multiply-accumulates,
-weight elements, input and output elements (all per sample)."""
+activations, which have no weight), measured on one example batch and divided by its samples:
+multiply-accumulates, weight elements, input and output elements (all per sample). A layer's
+calls are counted whole, so a layer that sees more rows than samples (Swin's attention over
+windows folded into the batch dimension) is counted in full."""
 
 from __future__ import annotations
 
@@ -28,34 +30,39 @@ class LayerCost:
 
 
 def layer_macs(module: nn.Module, input: Tensor, output: Tensor) -> int:
-    """Multiply-accumulates of one call for the first sample (the convention of torchinfo and
+    """Multiply-accumulates of one call, over its whole input (the convention of torchinfo and
     calflops: every product of a weight and an input counts once; bias additions do not)."""
     if isinstance(module, _CONVOLUTIONS):
         kernel = module.in_channels // module.groups * math.prod(module.kernel_size)
-        return output[0].numel() * kernel
+        return output.numel() * kernel
     if isinstance(module, _TRANSPOSED):
         kernel = module.out_channels // module.groups * math.prod(module.kernel_size)
-        return input[0].numel() * kernel
+        return input.numel() * kernel
     if isinstance(module, nn.Linear):
-        return output[0].numel() * module.in_features
+        return output.numel() * module.in_features
     raise TypeError(f"no MAC rule for {type(module).__name__}")
 
 
 def measure_layers(
     model: nn.Module, example: Any, layers: dict[str, nn.Module]
 ) -> dict[str, LayerCost]:
-    """Run `model` once on `example` (a batch; the first sample is counted) and record each
-    named layer's cost. Layers called more than once add up."""
+    """Run `model` once on `example` (a batch) and record each named layer's cost per sample.
+    Layers called more than once add up."""
     found: dict[str, LayerCost] = {}
+    samples = max(1, len(example))
+
+    def per_sample(count: int) -> int:
+        return round(count / samples)
 
     def record(name: str, module: nn.Module, args: tuple, output: Tensor) -> None:
         product = getattr(module, "product_macs", None)  # a product of two activations
         weight = getattr(module, "weight", None)
+        macs = product(args, output) if product else layer_macs(module, args[0], output)
         cost = LayerCost(
-            macs=product(args, output) if product else layer_macs(module, args[0], output),
+            macs=per_sample(macs),
             weight_elements=0 if weight is None else weight.numel(),
-            input_elements=args[0][0].numel(),
-            output_elements=output[0].numel(),
+            input_elements=per_sample(args[0].numel()),
+            output_elements=per_sample(output.numel()),
         )
         previous = found.get(name)
         if previous is not None:

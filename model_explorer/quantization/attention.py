@@ -67,11 +67,11 @@ class ActivationProduct(nn.Module):
 
     @staticmethod
     def product_macs(args: tuple[Any, ...], output: Tensor) -> int:
-        """Multiply-accumulates of one call, for the first sample."""
+        """Multiply-accumulates of one call, over its whole operands."""
         left, right = args[0], args[1]
         if len(args) > 2 and args[2]:
-            return einsum_macs(args[2], left, right) // max(1, left.shape[0])
-        return output[0].numel() * left.shape[-1]
+            return einsum_macs(args[2], left, right)
+        return output.numel() * left.shape[-1]
 
 
 def einsum_macs(equation: str, left: Tensor, right: Tensor) -> int:

@@ -30,6 +30,7 @@ from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
 from model_explorer.quantization.swap import SWAPPABLE, swap_layers
+from model_explorer.tracing import Wrapper
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def data_quantizers(layer: nn.Module) -> list[TensorQuantizer]:
     return [layer.input_quantizer]
 
 
-class QuantizedModel(nn.Module):
+class QuantizedModel(Wrapper, nn.Module):
     """Swaps the chosen layers of `model` (in place) for fake-quantized ones; calling the
     QuantizedModel runs the swapped model. `restore()` puts the float layers back.
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.quantization.calibrators import Calibrator, MaxCalibrator
+from model_explorer.tracing import Opaque
 
 # Below this an amax counts as zero: everything quantizes to 0 (as in NVIDIA's implementation).
 ZERO_AMAX = 1.0 / (1 << 24)
@@ -132,7 +133,7 @@ def fake_quantize(
     return apply_quantization(x, quant_params(amax, num_bits, unsigned, narrow_range, axis))
 
 
-class TensorQuantizer(nn.Module):
+class TensorQuantizer(Opaque, nn.Module):
     """Fake-quantizes the tensors passing through it.
 
     `num_bits` can change at any time; a calibrator whose amax depends on the bit width (mse,
@@ -267,7 +268,9 @@ class WeightQuantizer(TensorQuantizer):
     """A quantizer for a layer's weight: amax comes from the weight itself (max of |w|, per
     output channel by default) and follows it when the weight changes; quantized weights are
     cached per bit width, so evaluating a new bit configuration re-quantizes only the layers
-    whose weight bits changed."""
+    whose weight bits changed. To the tracer its output is the weight of the layer calling it."""
+
+    traced_output = "weight"
 
     def __init__(self, *args, cache_size: int | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -12,6 +12,7 @@ from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import open_attention
 from model_explorer.quantization.layers import QuantLayer, _rebuild
 from model_explorer.sparsity.sparsifier import BlockSparsifier
+from model_explorer.tracing import Wrapper
 
 SPARSIFIABLE_LAYERS = ("Conv1d", "Conv2d", "Linear")
 
@@ -50,7 +51,7 @@ SPARSE_LAYERS: dict[type[nn.Module], type[SparseLayer]] = {
 }
 
 
-class SparseModel(nn.Module):
+class SparseModel(Wrapper, nn.Module):
     """Gives every chosen layer of `model` a BlockSparsifier (in place); calling the SparseModel
     runs the model. Float layers are swapped for sparse ones; layers already swapped by a
     QuantizedModel get the sparsifier added, so one model can be quantized and sparse at once

@@ -1,6 +1,7 @@
 """Recorded ATen calls that move data between layouts, as Circle operators (`analyze
 --dalgona`): reductions, reshapes, transposes, splits and pads, their axes and shapes those of
-the NHWC tensors presented."""
+the NHWC tensors presented. Which calls reshape or transpose is the tracer's opcode
+(model_explorer.tracing.operators: Reshape, Transpose)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,6 @@ import numpy as np
 
 from model_explorer.analysis.hooks.circle import NCHW, NHWC, Builder, arg, const, simple
 from model_explorer.analysis.hooks.recording import Call, Value
-
-RESHAPES = {"view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "flatten"}
-TRANSPOSES = {"t", "transpose", "permute"}
 
 
 def _circle_axes(axes: list[int], rank: int) -> list[int]:
@@ -96,8 +94,8 @@ LAYOUT_CONVERTERS = {
     **dict.fromkeys(
         ("mean", "sum", "amax", "_adaptive_avg_pool2d", "adaptive_avg_pool2d"), _reduce
     ),
-    **dict.fromkeys(RESHAPES, _reshape),
-    **dict.fromkeys(TRANSPOSES, _transpose),
+    "Reshape": _reshape,  # by the tracer's opcode; the others by ATen packet
+    "Transpose": _transpose,
     **dict.fromkeys(("split", "split_with_sizes", "chunk"), _split),
     "constant_pad_nd": _pad,
 }

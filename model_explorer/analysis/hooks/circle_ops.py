@@ -229,7 +229,11 @@ def circle_ops(recording: Recording) -> list[CircleOp]:
     for call in recording.calls:
         if id(call) in builder.absorbed:
             continue
-        convert = CONVERTERS.get(call.packet) or LAYOUT_CONVERTERS.get(call.packet, simple)
+        convert = (
+            CONVERTERS.get(call.packet)
+            or LAYOUT_CONVERTERS.get(call.opcode)
+            or LAYOUT_CONVERTERS.get(call.packet, simple)
+        )
         convert(builder, call)
     name_ops(builder.ops)
     return builder.ops

@@ -11,27 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from model_explorer.analysis.hooks.operators import SKIPPED
-from model_explorer.analysis.hooks.walk import OperatorWalk
 from model_explorer.modules import tensors_in
 from model_explorer.quantization.layers import QuantLayer
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
-
-# Operators whose output is their (first) input under another identity: no operator of the
-# network, the tensor keeps its producer.
-TRANSPARENT = {
-    "detach",
-    "alias",
-    "lift_fresh",
-    "clone",
-    "_to_copy",
-    "contiguous",
-    "as_strided_",  # restrides an output in place (memory format), values unchanged
-}
-# Views of a weight are the weight (a linear layer's transposed weight).
-WEIGHT_VIEWS = {"t", "transpose", "permute", "view", "reshape", "_unsafe_view"}
+from model_explorer.tracing import Consumer, OperatorCall, Tracer
 
 
 def snapshot(tensor: Tensor, copy: bool = True) -> np.ndarray:
@@ -70,14 +53,16 @@ class Value:
 @dataclass(eq=False)
 class Call:
     """One ATen operator of the forward: its arguments (tensors as Values, lists of tensors as
-    lists of Values, anything else as it was), its output Values, the module running it and the
-    quantized layer it belongs to (or None)."""
+    lists of Values, anything else as it was), its output Values, the module running it, the
+    quantized layer it belongs to (or None) and its name (as the tracer names it)."""
 
     packet: str
     args: tuple[Any, ...]
     outputs: list[Value]
     module: str
     layer: QuantLayer | None = None
+    name: str = ""
+    opcode: str = ""
 
     def values(self) -> Iterator[Value]:
         for argument in self.args:
@@ -96,77 +81,55 @@ class Recording:
     calls: list[Call] = field(default_factory=list)
 
 
-class _Interceptor(TorchDispatchMode):
-    def __init__(self, recorder: Recorder) -> None:
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        recorder = self.recorder
-        packet = func.overloadpacket.__name__
-        out = func(*args, **kwargs)
-        if recorder.inside_quantizer() or not tensors_in((args, kwargs)):
-            return out
-        if packet in TRANSPARENT or packet == "copy_":
-            source = args[1] if packet == "copy_" else args[0]
-            if isinstance(source, Tensor):
-                recorder.same(source, out)
-        elif packet in SKIPPED:
-            pass
-        elif packet in WEIGHT_VIEWS and recorder.is_weight(args[0]):
-            recorder.weight_view(packet, args[0], out)
-        else:
-            recorder.record(packet, args, kwargs, out)
-        return out
-
-
-class Recorder(OperatorWalk):
-    """Runs a model once and records its operators (see Recording). Operators inside
-    quantizers are not recorded: an input quantizer's output is its input, quantized; a weight
-    quantizer's output is its layer's weight."""
+class Recorder(Consumer):
+    """Runs a model once and records its operators (see Recording), as the tracer
+    (model_explorer.tracing) finds them. Tensors that stand for others are not operators: a
+    transparent call's output is its input, a view of a weight is the weight (a linear layer's
+    transposed weight keeps the weight's own layout, marked `view='t'`; other views of a
+    constant are the constant as used, folded), an input quantizer's output is its input,
+    quantized, and a weight quantizer's output is its layer's weight."""
 
     def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        self.constants = {id(p): n for n, p in self.root.named_parameters()}
-        self.constants.update({id(b): n for n, b in self.root.named_buffers()})
+        self.model = model
+        self.tracer = Tracer(model, [self])
         self.values: dict[int, Value] = {}
         self.alive: list[Any] = []
         self.recording = Recording()
 
     # -- where a tensor comes from ------------------------------------------------------
-    def is_weight(self, value: Any) -> bool:
-        return (
-            isinstance(value, Tensor)
-            and id(value) in self.constants
-            and (id(value) not in self.values or self.values[id(value)].is_const)
-        )
-
     def _keep(self, tensor: Tensor, value: Value) -> Value:
         self.values[id(tensor)] = value
         self.alive.append(tensor)  # ids stay unique while the forward runs
         return value
 
     def value(self, tensor: Tensor) -> Value:
-        """The Value a tensor argument stands for now."""
+        """The Value a tensor argument stands for now (one nobody produced is a constant)."""
         known = self.values.get(id(tensor))
         if known is not None:
             return known
-        name = self.constants.get(id(tensor))
-        data = snapshot(tensor, copy=name is None)
+        name = self.tracer.constant(tensor)
+        data = snapshot(tensor, copy=self.tracer.parameter(tensor) is not tensor)
         return self._keep(tensor, Value(data, is_const=True, name=name))
 
-    def same(self, source: Tensor, out: Any) -> None:
-        for output in tensors_in(out):
-            self._keep(output, self.value(source))
+    def aliased(self, source: Tensor, outputs: list[Tensor], packet: str) -> None:
+        known = self.value(source)
+        for output in outputs:
+            if not known.is_const or known.name is None:
+                self._keep(output, known)  # the same tensor under another identity
+            elif packet == "t":  # a linear layer's weight, in the weight's own layout
+                self._keep(output, Value(known.data, True, known.name, known.nchw, view=packet))
+            else:
+                self._keep(output, Value(snapshot(output), True, known.name, view=packet))
 
-    def weight_view(self, packet: str, weight: Tensor, out: Any) -> None:
-        """A view of a weight stands for the weight, in the weight's own layout."""
-        known = self.value(weight)
-        for output in tensors_in(out):
-            view = Value(known.data, True, known.name, known.nchw, view=packet)
-            self._keep(output, view)
-            self.constants[id(output)] = self.constants[id(weight)]
+    def quantized(
+        self, name: str, module: nn.Module, source: Tensor | None, output: Tensor
+    ) -> None:
+        weight = self.tracer.constant(output)
+        if weight is not None:
+            self._keep(output, Value(snapshot(output), is_const=True, name=weight))
+        elif source is not None:
+            known = self.value(source)
+            self._keep(output, Value(snapshot(output), known.is_const, source=known))
 
     def _argument(self, value: Any) -> Any:
         if isinstance(value, Tensor):
@@ -175,25 +138,12 @@ class Recorder(OperatorWalk):
             return [self.value(v) for v in value]
         return value
 
-    def record(self, packet: str, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
-        arguments = tuple(self._argument(a) for a in (*args, *kwargs.values()))
-        outputs = [self._keep(t, Value(snapshot(t))) for t in tensors_in(out)]
-        call = Call(packet, arguments, outputs, self.current_module(), self.current_layer())
-        self.recording.calls.append(call)
-
-    def _left(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
-        """After a quantizer: a weight quantizer's output is its layer's weight; an input
-        quantizer's output is its input, quantized."""
-        if not isinstance(module, TensorQuantizer) or not isinstance(output, Tensor):
-            return
-        if isinstance(module, WeightQuantizer):
-            layer = self.current_module()
-            name = f"{layer}.weight" if layer else "weight"
-            self.constants[id(output)] = name
-            self._keep(output, Value(snapshot(output), is_const=True, name=name))
-        elif args and isinstance(args[0], Tensor):
-            source = self.value(args[0])
-            self._keep(output, Value(snapshot(output), source.is_const, source=source))
+    def after(self, call: OperatorCall) -> None:
+        arguments = tuple(self._argument(a) for a in (*call.args, *call.kwargs.values()))
+        outputs = [self._keep(t, Value(snapshot(t))) for t in call.outputs]
+        layer = call.owner if isinstance(call.owner, QuantLayer) else None
+        recorded = Call(call.packet, arguments, outputs, call.module, layer, call.name, call.opcode)
+        self.recording.calls.append(recorded)
 
     # -- running ------------------------------------------------------------------------
     def run(self, inputs: tuple[Tensor, ...], names: list[str]) -> Recording:
@@ -202,8 +152,8 @@ class Recorder(OperatorWalk):
         self.alive.clear()
         for tensor, name in zip(inputs, names, strict=True):
             self.recording.inputs.append(self._keep(tensor, Value(snapshot(tensor), name=name)))
-        with self.watching(), torch.no_grad(), _Interceptor(self):
-            output = self.model(*inputs)
+        with self.tracer.watching():
+            output = self.tracer.run(*inputs)
         self.recording.outputs = [self.value(t) for t in tensors_in(output)]
         self.values.clear()
         self.alive.clear()

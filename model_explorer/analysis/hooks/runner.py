@@ -1,8 +1,9 @@
 """Operator-level analysis hooks: user code called before and after every operator of a forward.
 
-Operators are intercepted at the ATen level (a TorchDispatchMode), so functional code counts as
-operators (`x + y`, `torch.cat`, `F.relu`, `flatten`), not only modules, and any model that runs
-eagerly can be analysed (nothing is traced). An analysis object may define:
+Operators are the tracer's (model_explorer.tracing: ATen calls, named `<module>/<Opcode>#<n>`
+as the cost table's rows are), so functional code counts as operators (`x + y`, `torch.cat`,
+`F.relu`, `flatten`), not only modules, and any model that runs eagerly can be analysed
+(nothing is traced ahead of time). An analysis object may define:
 
     StartAnalysis(self) / EndAnalysis(self)
     StartNetworkExecution(self, inputs) / EndNetworkExecution(self, outputs)
@@ -19,20 +20,18 @@ from __future__ import annotations
 import inspect
 import linecache
 import traceback
-from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from model_explorer.analysis.hooks.operators import SKIPPED, Operator, operator_of, quantparam
-from model_explorer.analysis.hooks.walk import OperatorWalk
+from model_explorer.analysis.hooks.operators import quantparam
 from model_explorer.errors import UserError
 from model_explorer.modules import tensors_in
-from model_explorer.quantization.quantizer import WeightQuantizer
+from model_explorer.quantization.layers import QuantLayer
+from model_explorer.tracing import Consumer, Operator, OperatorCall, Tracer
 
 
 class StopAnalysis(Exception):
@@ -58,70 +57,40 @@ def _user_line(
     return f" ({Path(frame.filename).name}, line {frame.lineno}: {frame.line})" if frame else ""
 
 
-class _Interceptor(TorchDispatchMode):
-    def __init__(self, runner: HookRunner) -> None:
-        super().__init__()
-        self.runner = runner
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        runner = self.runner
-        packet = func.overloadpacket.__name__
-        if runner.inside_quantizer() or packet in SKIPPED or not tensors_in((args, kwargs)):
-            return func(*args, **kwargs)
-        operator = operator_of(packet, args)
-        if operator.opcode in ("Transpose", "Reshape") and runner.is_parameter(args[0]):
-            # A view of a weight (a linear layer's transposed weight) is the weight, not an
-            # operator of the network: remember it and run on.
-            out = func(*args, **kwargs)
-            runner.alias(args[0], out)
-            return out
-        if packet == "mm" and len(args) > 1 and id(args[1]) in runner.aliases:
-            operator = Operator(
-                "FullyConnected", ("input", "filter")
-            )  # a linear layer without bias
-        name = runner.operator_name(operator.opcode)
-        runner.call_pre(name, operator, args)
-        out = func(*args, **kwargs)
-        runner.call_post(name, operator, args, out)
-        return out
-
-
-class HookRunner(OperatorWalk):
-    """Runs a model over samples and calls an analysis object's hooks (see the module docstring)."""
+class HookRunner(Consumer):
+    """Runs a model over samples and calls an analysis object's hooks (see the module
+    docstring), at every operator the tracer (model_explorer.tracing) finds."""
 
     def __init__(self, model: nn.Module, analysis: Any, source: str | None = None) -> None:
-        super().__init__(model)
+        self.model = model
         self.analysis = analysis
         self.source = source
-        self.parameters = {id(p): n for n, p in self.root.named_parameters()}
-        self.counts: Counter[str] = Counter()
-        self.aliases: dict[int, str] = {}
-        self.alive: list[Tensor] = []
-        self.current = ""
+        self.transposed: dict[int, Tensor] = {}  # transposed views of weights -> the weight
+        self.layer: QuantLayer | None = None  # the quantized layer of the operator, if any
+        self.tracer = Tracer(model, [self])
 
-    # -- naming and tensors ---------------------------------------------------------------
-    def operator_name(self, opcode: str) -> str:
-        module = self.current_module()
-        key = f"{module}/{opcode}"
-        index = self.counts[key]
-        self.counts[key] += 1
-        return f"{key}#{index}" if module else f"{opcode}#{index}"
+    def watching(self) -> AbstractContextManager[Any]:
+        """What surrounds the whole run: the tracer's module hooks."""
+        return self.tracer.watching()
 
+    # -- tensors --------------------------------------------------------------------------
     def tensor(self, value: Tensor, role: str, name: str) -> dict[str, Any]:
-        parameter = self.parameters.get(id(value)) or self.aliases.get(id(value))
-        layer = self.current_layer()
-        param = None
+        param, layer = None, self.layer
         if layer is not None and role in ("input", "filter"):
             param = quantparam(layer.input_quantizer if role == "input" else layer.weight_quantizer)
         data = value.detach()
-        if role == "filter" and id(value) in self.aliases and data.dim() == 2:
-            data = data.t()  # a linear layer's weight, in its own (out, in) layout
+        if role == "filter" and id(value) in self.transposed and data.dim() == 2:
+            data = self.transposed[id(value)].detach()  # a linear layer's weight, (out, in)
         return {
-            "name": parameter or f"{name}:{role}",
+            "name": self.tracer.constant(value) or f"{name}:{role}",
             "data": data.cpu().numpy(),
             "quantparam": param,
         }
+
+    def aliased(self, source: Tensor, outputs: list[Tensor], packet: str) -> None:
+        if packet in ("t", "transpose") and self.tracer.constant(source) is not None:
+            for output in outputs:
+                self.transposed[id(output)] = source
 
     def _arguments(self, name: str, operator: Operator, args: tuple) -> dict[str, Any]:
         named = {}
@@ -157,6 +126,14 @@ class HookRunner(OperatorWalk):
     def hook(self, name: str) -> Callable[..., Any] | None:
         return getattr(self.analysis, name, None)
 
+    def before(self, call: OperatorCall) -> None:
+        self.layer = call.owner if isinstance(call.owner, QuantLayer) else None
+        self.call_pre(call.name, call.operator, call.args)
+
+    def after(self, call: OperatorCall) -> None:
+        self.layer = call.owner if isinstance(call.owner, QuantLayer) else None
+        self.call_post(call.name, call.operator, call.args, call.out)
+
     def call_pre(self, name: str, operator: Operator, args: tuple) -> None:
         specific = self.hook(f"{operator.opcode}Pre")
         default = self.hook("DefaultOpPre")
@@ -169,17 +146,6 @@ class HookRunner(OperatorWalk):
             self._call(
                 "DefaultOpPre", name, default, name, operator.opcode, list(_tensor_values(named))
             )
-
-    def is_parameter(self, value: Any) -> bool:
-        return isinstance(value, Tensor) and (
-            id(value) in self.parameters or id(value) in self.aliases
-        )
-
-    def alias(self, source: Tensor, out: Any) -> None:
-        name = self.parameters.get(id(source)) or self.aliases[id(source)]
-        for output in tensors_in(out):
-            self.aliases[id(output)] = name
-            self.alive.append(output)
 
     def call_post(self, name: str, operator: Operator, args: tuple, out: Any) -> None:
         specific = self.hook(f"{operator.opcode}Post")
@@ -249,18 +215,9 @@ class HookRunner(OperatorWalk):
                 raise HookError(f"{first}; then EndAnalysis failed too: {error}") from first
             first.add_note(f"then EndAnalysis failed too: {error}")
 
-    def _left(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
-        """After a module's forward: a weight quantizer's output stands for its layer's weight."""
-        parent = self.trace.current
-        if isinstance(module, WeightQuantizer) and parent is not None:
-            layer = parent[0]
-            self.aliases[id(output)] = f"{layer}.weight" if layer else "weight"
-            self.alive.append(output)
-
     def _sample(self, inputs: tuple[Tensor, ...]) -> None:
-        self.counts.clear()
-        self.aliases.clear()
-        self.alive.clear()
+        self.transposed.clear()
+        self.layer = None
         if (start := self.hook("StartNetworkExecution")) is not None:
             self._call(
                 "StartNetworkExecution",
@@ -268,8 +225,9 @@ class HookRunner(OperatorWalk):
                 start,
                 [self.tensor(x, f"input{i}", "network") for i, x in enumerate(inputs)],
             )
-        with torch.no_grad(), _Interceptor(self):
-            output = self.model(*inputs)
+        output = self.tracer.run(*inputs)
+        self.transposed.clear()
+        self.layer = None
         if (end := self.hook("EndNetworkExecution")) is not None:
             outputs = tensors_in(output)
             self._call(

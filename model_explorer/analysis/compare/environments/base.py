@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
-from model_explorer.modules import tensors_in
 from model_explorer.registry import Registry
+from model_explorer.tracing import Consumer, OperatorCall, trace
 
 
 class EnvironmentSkipped(Exception):
@@ -64,29 +64,24 @@ def logits(output: Any, where: str = "compare") -> Tensor:
     return output.reshape(len(output), -1)
 
 
+class _OperatorOutputs(Consumer):
+    def __init__(self) -> None:
+        self.outputs: dict[str, Tensor] = {}
+
+    def after(self, call: OperatorCall) -> None:
+        found = call.outputs
+        if found and found[0].is_floating_point():
+            # A copy: a later in-place operator (ReLU(inplace=True)) must not change it.
+            self.outputs[call.name] = found[0].detach().to("cpu", torch.float64, copy=True)
+
+
 def operator_outputs(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
-    """Every operator's output of one forward of `model`, by the operator hooks' names
-    (`<module path>/<Opcode>#<n>`; a QuantizedModel's as in the model it wraps), as float64
-    copies on the CPU, in execution order."""
-    from model_explorer.analysis.hooks import HookRunner
-
-    class Recorder(HookRunner):
-        def __init__(self) -> None:
-            super().__init__(model, None)
-            self.outputs: dict[str, Tensor] = {}
-
-        def call_pre(self, name: str, operator: Any, args: tuple) -> None:
-            pass
-
-        def call_post(self, name: str, operator: Any, args: tuple, out: Any) -> None:
-            found = tensors_in(out)
-            if found and found[0].is_floating_point():
-                # A copy: a later in-place operator (ReLU(inplace=True)) must not change it.
-                self.outputs[name] = found[0].detach().to("cpu", torch.float64, copy=True)
-
-    recorder = Recorder()
-    recorder.run([(inputs,)])
-    return recorder.outputs
+    """Every operator's output of one forward of `model`, by the tracer's names
+    (`<module path>/<Opcode>#<n>`, as the hooks and the cost table name them; a QuantizedModel's
+    as in the model it wraps), as float64 copies on the CPU, in execution order."""
+    found = _OperatorOutputs()
+    trace(model, [found], inputs)
+    return found.outputs
 
 
 EnvironmentBuilder = Callable[[str, Any], Environment]

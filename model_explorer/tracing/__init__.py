@@ -1,0 +1,25 @@
+"""One tracer of forward passes for every analysis: ATen operators sorted once
+(tracing/operators.py) and told to consumers (tracing/tracer.py)."""
+
+from model_explorer.tracing.operators import Operator, operator_of
+from model_explorer.tracing.tracer import (
+    Consumer,
+    Opaque,
+    OperatorCall,
+    Tracer,
+    Wrapper,
+    root_of,
+    trace,
+)
+
+__all__ = [
+    "Consumer",
+    "Opaque",
+    "Operator",
+    "OperatorCall",
+    "Tracer",
+    "Wrapper",
+    "operator_of",
+    "root_of",
+    "trace",
+]
