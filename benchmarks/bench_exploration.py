@@ -19,15 +19,16 @@ from prepared import prepared_context
 from model_explorer.context import WorkloadContext
 from model_explorer.exploration.explore import ExploreOptions, explore
 from model_explorer.metrics import evaluate
+from model_explorer.workload import Workload
 
 
 def interleaved_times(context: WorkloadContext, result) -> tuple[float, float]:
     """Median seconds of a candidate evaluation (full, no early rejection; a fresh model, so
     weights are quantized as the search first meets each bit width) and of a float forward
     pass over the same subset, timed alternately for every recorded candidate in order."""
-    from model_explorer.problems import PROBLEMS
+    from model_explorer.problems import build_problem
 
-    problem = PROBLEMS.get(result.problem["name"]).builder(context, None)
+    problem = build_problem(context, None, result.problem["name"])
     model = context.build_model()
     batches = context.batches("exploration")
     candidates, floats = [], []
@@ -48,8 +49,9 @@ def main() -> None:
     workload, context = prepared_context(args.workload)
     runs = {}
     for early in (False, True):
-        spec = workload.model_copy(deep=True)
-        spec.exploration.early_reject = early
+        data = workload.to_dict()
+        data["workload"]["problem"]["early_reject"] = early
+        spec = Workload.from_dict(data)
         output = f"/tmp/bench_exploration_{early}.pkl"
         result, path = explore(spec, ExploreOptions(output=output), context=context)
         path.unlink()

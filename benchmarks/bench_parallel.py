@@ -28,12 +28,13 @@ from model_explorer.workload import Workload
 
 
 def heavy(workload: Workload, generations: int) -> Workload:
-    spec = workload.model_copy(deep=True)
+    data = workload.to_dict()
+    data["workload"]["problem"]["early_reject"] = False
+    spec = Workload.from_dict(data)
     exploration = spec.exploration
     exploration.datasets.exploration = DatasetSpec.model_validate(
         {"type": "digits", "split": "all", "batch_size": 600}
     )
-    exploration.early_reject = False
     exploration.nsga = exploration.nsga.model_copy(
         update={"pop_size": 24, "offsprings": 24, "generations": generations}
     )

@@ -32,7 +32,7 @@ from pymoo.indicators.hv import HV
 from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems import build_problem
 from model_explorer.quantization.sensitivity import layer_sensitivity
 
 
@@ -166,9 +166,8 @@ def main() -> None:
     args = parser.parse_args()
 
     workload, context = prepared_context(args.workload)
-    spec = workload.exploration
-    minimum = minimum_accuracy(spec, measure_baseline(context))
-    problem = PROBLEMS.get(workload.problem.problem_function).builder(context, minimum)
+    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context))
+    problem = build_problem(context, minimum)
     cost = next(o.name for o in problem.objectives if o.name != "accuracy")
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
     reference = (min(minimum), problem.known_values([high for _, high in bounds])[cost])

@@ -22,12 +22,12 @@ import torch
 from prepared import prepared_context
 
 from model_explorer.metrics import evaluate
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems import build_problem
 
 
 def measure(path: str, candidates: int) -> None:
     workload, context = prepared_context(path)
-    problem = PROBLEMS.get(workload.problem.problem_function).builder(context, None)
+    problem = build_problem(context)
     model = context.build_model()
     batches = context.batches("exploration")
     rng = np.random.default_rng(0)

@@ -2,6 +2,13 @@
 effect there: mapped to ours, or set aside (and named in one INFO line), before the schema checks
 the file. A key given in both spellings is a problem naming both.
 
+The original (and this project before the problem owned its settings) kept the problem's settings
+in `exploration:` and `exploration.extra_args`; they move to `problem:` (the block size to
+`sparsity:`, the energy evaluation to the top level), and `Translation.moves` remembers where each
+was written so that errors name the key as the file spells it. A moved setting the chosen problem
+does not take (the original's `extra_args` held every problem's) is set aside, as it had no
+effect there.
+
 What each key meant comes from the original's code: the accuracy function was the model
 module's (classification: share of argmax == label; segmentation: the overall pixel accuracy of
 a confusion matrix); `model.extra_args`, `calibration.samples`,
@@ -15,8 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from model_explorer.datasets.base import DATASETS
+from model_explorer.errors import did_you_mean
 from model_explorer.metrics import METRICS
+from model_explorer.problems.registry import PROBLEMS
+from model_explorer.schema import validation_problems
 
 ACCURACY_FUNCTIONS = {
     "classification_accuracy": "top1",
@@ -38,6 +50,36 @@ IGNORED = (
 # Dataset keys of the original that only some types take; with any other type they are ignored.
 DATASET_KEYS = ("kind", "total_samples")
 DATASET_SECTIONS = ("calibration", "exploration", "retraining", "reevaluation")
+# Settings of the problem (and of sparsity and energy) written in `exploration:`: where each
+# was, and where it belongs.
+_EXTRA_ARGS = ("exploration", "extra_args")
+MOVES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    *(
+        (("exploration", key), ("problem", key))
+        for key in (
+            "objectives",
+            "minimum_accuracy",
+            "allowable_accuracy_drop",
+            "maximum_divergence",
+            "early_reject",
+            "layer_bounds",
+            "predefined_parameters",
+        )
+    ),
+    *(
+        ((*_EXTRA_ARGS, key), ("problem", key))
+        for key in (
+            "num_bits_lower_limit",
+            "num_bits_upper_limit",
+            "bit_weighting_function",
+            "discrete_threshold_steps",
+            "discrete_threshold_method",
+            "threshold_limit",
+        )
+    ),
+    ((*_EXTRA_ARGS, "block_size"), ("sparsity", "block_size")),
+    (("exploration", "energy_evaluation"), ("energy_evaluation",)),
+)
 
 
 @dataclass
@@ -48,6 +90,23 @@ class Translation:
     body: Any
     problems: list[tuple[str, str]] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    # Settings of the original layout the chosen problem does not take: key path as written
+    # -> (the setting's name, its value).
+    unused: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    # Key path as this project spells it -> as the file wrote it (dotted, below `workload`).
+    moves: dict[str, str] = field(default_factory=dict)
+
+    def written_problem(self) -> list[str]:
+        """The problem's settings the file wrote in the original layout."""
+        return [new.partition(".")[2] for new in self.moves if new.startswith("problem.")]
+
+    def written(self, key: str) -> str:
+        """A dotted key path (`workload.problem.layer_bounds.x`) as the file spells it."""
+        prefix, _, rest = key.partition(".")
+        for new, old in self.moves.items():
+            if rest == new or rest.startswith(new + "."):
+                return ".".join((prefix, old + rest[len(new) :]))
+        return key
 
 
 def translate(body: Any) -> Translation:
@@ -58,6 +117,7 @@ def translate(body: Any) -> Translation:
     _accuracy_function(translation)
     for path in IGNORED:
         _set_aside(translation, path)
+    _move_settings(translation)
     for section in DATASET_SECTIONS:
         datasets = _node(translation.body, (section, "datasets"))
         for role, spec in (datasets or {}).items():
@@ -131,3 +191,100 @@ def _dataset_keys(translation: Translation, path: tuple[str, ...], spec: dict[st
     for key in DATASET_KEYS:
         if key not in taken:
             _set_aside(translation, (*path, key))
+
+
+def _move_settings(translation: Translation) -> None:
+    """The problem's, sparsity's and energy's settings out of `exploration:` (see MOVES)."""
+    body = translation.body
+    for old, new in MOVES:
+        parent = _node(body, old[:-1])
+        if not isinstance(parent, dict) or old[-1] not in parent:
+            continue
+        target = body
+        for key in new[:-1]:
+            if not isinstance(target.get(key, {}), dict):
+                break  # a section that is no mapping: the schema names it
+            target = target.setdefault(key, {})
+        else:
+            if new[-1] in target:
+                del parent[old[-1]]  # named once, as the spelling to drop
+                translation.problems.append(
+                    (
+                        _dotted(old),
+                        f"is the original spelling of {_dotted(new)}, which the file gives too; "
+                        "keep one",
+                    )
+                )
+                continue
+            target[new[-1]] = parent.pop(old[-1])
+            translation.moves[".".join(new)] = ".".join(old)
+    _unused_settings(translation)
+    _left_in_extra_args(translation)
+
+
+def _unused_settings(translation: Translation) -> None:
+    """Moved settings the chosen problem does not take had no effect there: set aside."""
+    problem = translation.body.get("problem")
+    if not isinstance(problem, dict):
+        return
+    name = problem.get("problem_function", "quantization_problem")
+    entry = PROBLEMS.lookup(name) if isinstance(name, str) else None
+    if entry is None or entry.options is None:
+        return  # the schema names an unknown problem
+    for new, old in list(translation.moves.items()):
+        section, _, key = new.partition(".")
+        if section == "problem" and key not in entry.options.model_fields:
+            translation.unused[f"workload.{old}"] = (key, problem.pop(key))
+            del translation.moves[new]
+    translation.problems.extend(_unused_problems(translation, problem))
+
+
+def _unused_problems(translation: Translation, problem: dict[str, Any]) -> list[tuple[str, str]]:
+    """Settings set aside are still values no run could use when they are wrong (an infinite
+    threshold limit): checked by the options of a problem that takes them all, together with
+    the settings the chosen problem took, and reported where they were written."""
+    unused = {key: value for key, value in translation.unused.values()}
+    if not unused:
+        return []
+    takers = [
+        e.options
+        for e in PROBLEMS.entries()
+        if e.options is not None and set(unused) <= set(e.options.model_fields)
+    ]
+    if not takers:
+        return []
+    options = takers[0]
+    given = {k: v for k, v in {**problem, **unused}.items() if k in options.model_fields}
+    try:
+        options.model_validate(given)
+    except ValidationError as error:
+        written = {key: path for path, (key, _) in translation.unused.items()}
+        found = []
+        for path, text in validation_problems(error, given):
+            key, _, rest = path.removeprefix("workload.").partition(".")
+            if key in written:
+                found.append((written[key] + (f".{rest}" if rest else ""), text))
+        return found
+    return []
+
+
+def _left_in_extra_args(translation: Translation) -> None:
+    """`extra_args` is gone once its settings moved; a key left in it is unknown."""
+    exploration = translation.body.get("exploration")
+    if not isinstance(exploration, dict) or "extra_args" not in exploration:
+        return
+    left = exploration["extra_args"]
+    if isinstance(left, dict) and not left:
+        del exploration["extra_args"]
+        return
+    if not isinstance(left, dict):
+        translation.problems.append((_dotted(_EXTRA_ARGS), "must be a mapping of keys to values"))
+    known = sorted(old[-1] for old, _ in MOVES if old[:-1] == _EXTRA_ARGS)
+    for key in left if isinstance(left, dict) else ():
+        translation.problems.append(
+            (
+                _dotted((*_EXTRA_ARGS, str(key))),
+                f"unknown key{did_you_mean(str(key), known)}; known keys: {', '.join(known)}",
+            )
+        )
+    del exploration["extra_args"]

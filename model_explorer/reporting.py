@@ -116,9 +116,11 @@ def _write_figures(result: ExplorationResult, out: Path) -> list[Path]:
     written = [plotting.save(figure, out / name) for name, figure in figures.items()]
     written.extend(plotting.front_to_pgfplots(result, out / "front"))
     workload = result.workload.get("workload", {})
-    energy_file = ((workload.get("exploration") or {}).get("energy_evaluation") or {}).get(
-        "dram_analysis_file"
+    # Results written before the problem owned its settings kept it in `exploration:`.
+    energy = workload.get("energy_evaluation") or (workload.get("exploration") or {}).get(
+        "energy_evaluation"
     )
+    energy_file = (energy or {}).get("dram_analysis_file")
     if energy_file and Path(energy_file).is_file():
         from model_explorer.cost.energy.workload import read_energy_csv
 

@@ -20,12 +20,13 @@ from typing import Any
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from model_explorer.cost.energy.base import EnergyEvaluationSpec
 from model_explorer.datasets.base import DatasetSpec
 from model_explorer.errors import WorkloadError
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.metrics import MetricSpec
 from model_explorer.models.registry import ModelSpec
-from model_explorer.original_layout import translate
+from model_explorer.original_layout import Translation, translate
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
 from model_explorer.schema import NonNegativeInt, Spec, validation_problems
@@ -56,10 +57,12 @@ class Workload(Spec):
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     sparsity: SparsitySpec = Field(default_factory=SparsitySpec)
     calibration: CalibrationSpec | None = None
+    energy_evaluation: EnergyEvaluationSpec | None = None
     exploration: ExplorationSpec | None = None
     retraining: RetrainingSpec | None = None
     reevaluation: ReevaluationSpec | None = None
     _source: Path | None = PrivateAttr(default=None)
+    _translation: Translation | None = PrivateAttr(default=None)
 
     @field_validator("device")
     @classmethod
@@ -84,6 +87,21 @@ class Workload(Spec):
     def source(self) -> Path | None:
         """The file this workload was read from, if any."""
         return self._source
+
+    def key(self, path: str) -> str:
+        """`workload.<path>` as the file spells it: settings the original layout wrote elsewhere
+        (`exploration.extra_args.num_bits_lower_limit` for `problem.num_bits_lower_limit`) are
+        named where they were written, so that messages point at the user's key."""
+        key = f"workload.{path}"
+        return self._translation.written(key) if self._translation is not None else key
+
+    def __eq__(self, other: object) -> bool:
+        # The same settings spelt the original way or this project's way are the same workload.
+        return isinstance(other, Workload) and (
+            self.to_dict(defaults=True) == other.to_dict(defaults=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     def require(self, section: str) -> Any:
         """The named section, or a UserError saying the command needs it."""
@@ -147,15 +165,17 @@ class Workload(Spec):
             problems += validation_problems(error, translation.body)
         if problems or early:
             prefix = "" if source is None else f"{where}: "
-            lines = early + [f"{prefix}{key}: {text}" for key, text in problems]
+            lines = early + [
+                f"{prefix}{translation.written(key)}: {text}" for key, text in problems
+            ]
             raise WorkloadError("\n".join(lines))
-        if translation.ignored:
-            log.info(
-                "%s: ignored, as they had no effect in the original tool: %s",
-                where,
-                ", ".join(translation.ignored),
-            )
+        _log_ignored(where, translation, workload.problem.problem_function)
         workload._source = Path(source) if source is not None else None
+        workload._translation = translation
+        if workload.problem.options is not None:
+            workload.problem.options.written_at(
+                {name: workload.key(f"problem.{name}") for name in translation.written_problem()}
+            )
         return workload
 
     @classmethod
@@ -173,6 +193,18 @@ class Workload(Spec):
 
 
 load_workload = Workload.load
+
+
+def _log_ignored(where: str, translation: Translation, problem: str) -> None:
+    """One INFO line naming every key set aside: those the original tool never read, and the
+    settings written for problems other than the chosen one."""
+    parts = []
+    if translation.ignored:
+        parts.append(f"{', '.join(translation.ignored)} (no effect in the original tool)")
+    if translation.unused:
+        parts.append(f"{', '.join(translation.unused)} ({problem} does not use them)")
+    if parts:
+        log.info("%s: ignored: %s", where, "; ".join(parts))
 
 
 # Where each dataset role of the commands lives in the file.

@@ -13,6 +13,9 @@ import yaml
 
 from model_explorer.cli import main
 
+# Written the original tool's way (the problem's settings in `exploration:` and `extra_args`),
+# so that the broken-input tests also check that errors name the keys where such a file has
+# them; tests/problems/test_objectives.py moves them to `problem:`.
 TINY = {
     "workload": {
         "seed": 0,

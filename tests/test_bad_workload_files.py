@@ -137,14 +137,14 @@ BAD_SETTINGS = {
     ),
     "predefined parameter above the threshold limit": (
         _set("exploration.predefined_parameters", [0.2, 1.5]),
-        "workload.exploration.predefined_parameters: [1.5] lie above extra_args.threshold_limit",
+        "workload.exploration.predefined_parameters: [1.5] lie above threshold_limit",
     ),
     "predefined parameter above a lowered limit": (
         lambda d: (
             _set("exploration.extra_args.threshold_limit", 0.1)(d),
             _set("exploration.predefined_parameters", [0.05, 0.3])(d),
         ),
-        "[0.3] lie above extra_args.threshold_limit (0.1)",
+        "[0.3] lie above threshold_limit (0.1)",
     ),
     "layer bounds upside down": (
         _set("exploration.layer_bounds", {"0": [6, 3]}),

@@ -108,11 +108,11 @@ def test_a_search_bounded_by_a_maximum_divergence(trained_digits, tmp_path: Path
     workload = data["workload"]
     workload["metric"] = "kl"
     workload["calibration"]["file"] = str(tmp_path / "c.pt")
-    exploration = workload["exploration"]
-    exploration.pop("allowable_accuracy_drop", None)
-    exploration.pop("minimum_accuracy", None)
-    exploration["maximum_divergence"] = 0.05
-    exploration["nsga"].update(pop_size=6, offsprings=4, generations=2)
+    problem = workload["problem"]
+    problem.pop("allowable_accuracy_drop", None)
+    problem.pop("minimum_accuracy", None)
+    problem["maximum_divergence"] = 0.05
+    workload["exploration"]["nsga"].update(pop_size=6, offsprings=4, generations=2)
     path = tmp_path / "kl.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["calibrate", str(path)]) == 0
@@ -135,7 +135,7 @@ def test_a_search_bounded_by_a_maximum_divergence(trained_digits, tmp_path: Path
     report = write_report(result, tmp_path / "report")[-1]
     assert "- baseline kl:" in report.read_text()
     # A higher-is-better bound on a divergence is refused, naming the key to use.
-    exploration["minimum_accuracy"] = 0.9
+    problem["minimum_accuracy"] = 0.9
     path.write_text(yaml.safe_dump(data))
     assert main(["explore", str(path), "--output", str(tmp_path / "x.pkl")]) == 2
     assert "maximum_divergence" in capsys.readouterr().err

@@ -67,6 +67,16 @@ DOCUMENTED = {
         "sparsity_problem",
         "quantization_sparsity_problem",
     },
+    "objectives": {
+        "accuracy",
+        "weighted_bits",
+        "model_size",
+        "bops",
+        "energy",
+        "created_blocks",
+        "block_sparsity",
+        "effective_bops",
+    },
     "runners": {"serial", "processes", "dask"},
     "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
     "inspectors": {

@@ -11,7 +11,7 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.context import WorkloadContext
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems import build_problem
 from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.results import ExplorationResult
 from model_explorer.retraining import load_retrained, retrain_individuals
@@ -35,7 +35,7 @@ def setting(trained_digits, tmp_path_factory):
     workload = Workload.load(path)
     context = WorkloadContext(workload, device="cpu")
     calibrate_workload(context)
-    problem = PROBLEMS.get("quantization_problem").builder(context, None)
+    problem = build_problem(context, None, "quantization_problem")
     configurations = [[3] * 10, [4, 3, 5, 3, 4, 3, 6, 3, 8, 8]]
     records = []
     for index, configuration in enumerate(configurations):

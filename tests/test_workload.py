@@ -23,11 +23,11 @@ def test_default_workload_loads_with_defaults_filled_in() -> None:
     assert workload.exploration.nsga.pop_size == 16
     assert workload.exploration.nsga.generations == 20
     assert workload.exploration.nsga.offsprings == 16
-    assert workload.exploration.allowable_accuracy_drop == 0.02
-    assert workload.exploration.minimum_accuracy is None
+    assert workload.problem.options.allowable_accuracy_drop == 0.02
+    assert workload.problem.options.minimum_accuracy is None
     # Keys the file leaves out take the documented defaults.
-    assert workload.exploration.extra_args.discrete_threshold_method == "linear"
-    assert workload.exploration.extra_args.block_size == (8, 8)
+    assert workload.problem.options.layer_bounds == {}
+    assert workload.sparsity.block_size == (8, 8)
     spec, where = dataset_spec(workload, "exploration")
     assert (spec.type, spec.options.split, spec.batch_size) == ("digits", "validation", 120)
     assert where == "workload.exploration.datasets.exploration"
@@ -35,16 +35,16 @@ def test_default_workload_loads_with_defaults_filled_in() -> None:
 
 def test_original_template_layout_is_accepted() -> None:
     workload = Workload.load(ORIGINAL_TEMPLATE)
-    exploration = workload.exploration
+    options = workload.problem.options
     assert workload.problem.problem_function == "sparsity_problem"
     assert workload.problem.gpu_id == 0
     assert workload.problem.results_file == "results/sparsity_results.pkl"
-    assert exploration.minimum_accuracy == [0.9, 0.85]
-    assert exploration.predefined_parameters == [0.0, 0.1, 0.2]
-    assert exploration.energy_evaluation.input_shape == [1, 1, 8, 8]
-    assert exploration.extra_args.block_size == (8, 4)
-    assert exploration.extra_args.discrete_threshold_method == "log"
-    assert exploration.extra_args.threshold_limit == 2.5
+    assert options.minimum_accuracy == [0.9, 0.85]
+    assert options.predefined_parameters == [0.0, 0.1, 0.2]
+    assert workload.energy_evaluation.input_shape == [1, 1, 8, 8]
+    assert workload.sparsity.block_size == (8, 4)
+    assert options.discrete_threshold_method == "log"
+    assert options.threshold_limit == 2.5
     assert workload.calibration.datasets.calibrate.sample_limit == 512
     assert workload.calibration.datasets.calibrate.randomize is True
     assert workload.retraining.epochs == 3
@@ -75,9 +75,10 @@ def test_placeholder_workloads_validate_once_their_data_exists(tmp_path: Path, m
     sparse = Workload.load(REPOSITORY / "workloads" / "resnet18_cifar10_sparsity.yaml")
     assert sparse.sparsity.exclude == ["conv1"]
     for name in ("digits_cnn_sparsity", "digits_cnn_joint"):
-        assert Workload.load(
-            REPOSITORY / "workloads" / f"{name}.yaml"
-        ).exploration.extra_args.block_size == (4, 4)
+        assert Workload.load(REPOSITORY / "workloads" / f"{name}.yaml").sparsity.block_size == (
+            4,
+            4,
+        )
     imagenet = Workload.load(REPOSITORY / "workloads" / "resnet50_imagenet.yaml")
     assert cifar.model.type == "torchvision:resnet18"
     assert imagenet.exploration.datasets.exploration.options.crop == 224
@@ -161,33 +162,36 @@ INVALID = {
         "between 0 and 1, got 1.5",
     ),
     "accuracy in percent": (
-        _set("exploration.minimum_accuracy", 95),
-        "workload.exploration.minimum_accuracy",
+        _set("problem.minimum_accuracy", 95),
+        "workload.problem.minimum_accuracy",
         "fraction between 0 and 1, got 95",
     ),
     "accuracy list entry": (
-        _set("exploration.minimum_accuracy", [0.9, "high"]),
-        "workload.exploration.minimum_accuracy.1",
+        _set("problem.minimum_accuracy", [0.9, "high"]),
+        "workload.problem.minimum_accuracy.1",
         "must be a number",
     ),
     "bit lower limit of one": (
-        _set("exploration.extra_args.num_bits_lower_limit", 1),
-        "workload.exploration.extra_args.num_bits_lower_limit",
+        _set("problem.num_bits_lower_limit", 1),
+        "workload.problem.num_bits_lower_limit",
         "between 2 and 16",
     ),
     "bit limits reversed": (
-        _set("exploration.extra_args.num_bits_lower_limit", 9),
-        "workload.exploration.extra_args",
+        _set("problem.num_bits_lower_limit", 9),
+        "workload.problem.num_bits_lower_limit",
         "num_bits_lower_limit (9) is above num_bits_upper_limit (8)",
     ),
     "block size with one value": (
-        _set("exploration.extra_args.block_size", [8]),
-        "workload.exploration.extra_args.block_size",
+        _set("sparsity", {"block_size": [8]}),
+        "workload.sparsity.block_size",
         "too few values",
     ),
     "threshold method": (
-        _set("exploration.extra_args.discrete_threshold_method", "exp"),
-        "workload.exploration.extra_args.discrete_threshold_method",
+        _set(
+            "problem",
+            {"problem_function": "sparsity_problem", "discrete_threshold_method": "exp"},
+        ),
+        "workload.problem.discrete_threshold_method",
         "'linear' or 'log'",
     ),
     "device name": (_set("device", "gpu"), "workload.device", "got 'gpu'"),

@@ -115,9 +115,7 @@ def energy_analysis_command(args: argparse.Namespace) -> int:
     rows = analyze_energy(context, args.backend)
     write_energy_csv(rows, path)
     backend = args.backend or (
-        workload.exploration.energy_evaluation.backend
-        if workload.exploration and workload.exploration.energy_evaluation
-        else "analytic"
+        workload.energy_evaluation.backend if workload.energy_evaluation else "analytic"
     )
     print(f"{workload.model.type}: DRAM accesses per layer ({backend} backend)")
     columns = ("weights", "inputs", "outputs")
@@ -176,8 +174,8 @@ def blocks_command(args: argparse.Namespace) -> int:
         table = total_blocks(context, args.input_shape)
         shape = " x ".join(map(str, args.input_shape)) if args.input_shape else "one sample"
         title = f"blocks per sample for input {shape}"
-    block = workload.exploration.extra_args.block_size if workload.exploration else (8, 8)
-    print(f"{workload.model.type}, block size {list(block)} (width x height): {title}")
+    block = list(workload.sparsity.block_size)
+    print(f"{workload.model.type}, block size {block} (width x height): {title}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     if args.output:
         with atomic_path(args.output) as temporary:

@@ -33,6 +33,12 @@ def _problems() -> Any:
     return PROBLEMS
 
 
+def _objectives() -> Any:
+    from model_explorer.problems.objectives import OBJECTIVES
+
+    return OBJECTIVES
+
+
 def _runners() -> Any:
     from model_explorer.exploration.runners import RUNNERS
 
@@ -75,6 +81,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "datasets": _datasets,
     "metrics": _metrics,
     "problems": _problems,
+    "objectives": _objectives,
     "runners": _runners,
     "strategies": _strategies,
     "inspectors": _inspectors,

@@ -15,6 +15,7 @@ from model_explorer.exploration.result_file import (
     check_writable,
     claim,
     release_if_empty,
+    same_search,
     saved,
     saved_evaluations,
     this_process,
@@ -26,7 +27,8 @@ from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
 from model_explorer.metrics import higher_is_better
-from model_explorer.problems import PROBLEMS, Problem
+from model_explorer.problems import Problem, build_problem
+from model_explorer.problems.options import ProblemOptions
 from model_explorer.results import ExplorationResult
 from model_explorer.schema import resolve_path
 from model_explorer.workload import Workload, dataset_spec
@@ -91,41 +93,41 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
 
 
 def minimum_accuracy(
-    spec: ExplorationSpec, baseline: list[float] | None, higher: bool = True
+    options: ProblemOptions, baseline: list[float] | None, higher: bool = True
 ) -> list[float] | None:
     """The accuracy each output must keep: `allowable_accuracy_drop` (a fraction of the
     baseline; it wins when both are given) or `minimum_accuracy`, else no constraint. For a
     metric where lower is better (kl), the limit is `maximum_divergence`, a maximum."""
     if not higher:
-        return divergence_limit(spec)
-    if spec.maximum_divergence is not None:
+        return divergence_limit(options)
+    if options.maximum_divergence is not None:
         raise UserError(
-            "exploration.maximum_divergence bounds a metric where lower is better (kl); this "
-            "metric is higher-is-better: bound it with minimum_accuracy or "
+            f"{options.key('maximum_divergence')} bounds a metric where lower is better (kl); "
+            "this metric is higher-is-better: bound it with minimum_accuracy or "
             "allowable_accuracy_drop"
         )
-    if spec.allowable_accuracy_drop is not None:
+    if options.allowable_accuracy_drop is not None:
         if baseline is None:
             raise UserError(
-                "exploration.allowable_accuracy_drop needs the baseline accuracy; do not pass "
-                "--skip-baseline, or set exploration.minimum_accuracy instead"
+                f"{options.key('allowable_accuracy_drop')} needs the baseline accuracy; do not "
+                "pass --skip-baseline, or set minimum_accuracy instead"
             )
-        return [a * (1.0 - spec.allowable_accuracy_drop) for a in baseline]
-    if spec.minimum_accuracy is None:
+        return [a * (1.0 - options.allowable_accuracy_drop) for a in baseline]
+    if options.minimum_accuracy is None:
         return None
-    if isinstance(spec.minimum_accuracy, list):
-        return list(spec.minimum_accuracy)
-    return [spec.minimum_accuracy]
+    if isinstance(options.minimum_accuracy, list):
+        return list(options.minimum_accuracy)
+    return [options.minimum_accuracy]
 
 
-def divergence_limit(spec: ExplorationSpec) -> list[float] | None:
+def divergence_limit(options: ProblemOptions) -> list[float] | None:
     for key in ("minimum_accuracy", "allowable_accuracy_drop"):
-        if getattr(spec, key) is not None:
+        if getattr(options, key) is not None:
             raise UserError(
-                f"exploration.{key} bounds a metric where higher is better; the metric (kl) is "
-                "lower-is-better: bound it with exploration.maximum_divergence"
+                f"{options.key(key)} bounds a metric where higher is better; the metric (kl) is "
+                "lower-is-better: bound it with maximum_divergence"
             )
-    return None if spec.maximum_divergence is None else [spec.maximum_divergence]
+    return None if options.maximum_divergence is None else [options.maximum_divergence]
 
 
 def measure_baseline(context: WorkloadContext) -> list[float]:
@@ -148,7 +150,7 @@ def explore(
     if options.resume:
         path = find_checkpoint(workload, options.output)
         previous = ExplorationResult.load(path)
-        if previous.workload != search_definition(workload):
+        if not same_search(previous.workload, search_definition(workload)):
             raise UserError(
                 f"--resume: '{path}' was written for a different workload; resume with the same "
                 "workload file, or start afresh without --resume"
@@ -228,9 +230,10 @@ def _search(
     options: ExploreOptions,
 ) -> tuple[ExplorationResult, Path]:
     spec: ExplorationSpec = workload.exploration
-    minimum = minimum_accuracy(spec, baseline, higher_is_better(workload.metric))
-    problem = PROBLEMS.get(workload.problem.problem_function, "workload.problem.problem_function")
-    built = problem.builder(context, minimum)
+    minimum = minimum_accuracy(
+        workload.problem.options, baseline, higher_is_better(workload.metric)
+    )
+    built = build_problem(context, minimum)
     if spec.initialization == "sensitivity":
         _seed_from_sensitivity(built, workload)
     runner.attach(ProblemRecipe(search_definition(workload), minimum, model_files(workload)))

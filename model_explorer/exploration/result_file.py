@@ -11,9 +11,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import process_alive
 from model_explorer.results import ExplorationResult
+from model_explorer.workload import Workload
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,26 @@ def saved_evaluations(path: Path) -> int | None:
     return saved(result)
 
 
+def same_search(stored: dict[str, Any], definition: dict[str, Any]) -> bool:
+    """Whether a result's stored workload defines the search `definition` (a workload as
+    results store it). Both are read as workloads and compared with every default filled in, so
+    a result written in the original layout (the problem's settings in `exploration:`) matches
+    the same search written in this project's."""
+    if stored == definition:
+        return True
+
+    def normal(data: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            found = Workload.from_dict(data, check_paths=False).to_dict(defaults=True)
+        except WorkloadError:
+            return None
+        found["workload"].get("exploration", {}).pop("runner", None)
+        return found
+
+    normal_stored = normal(stored)
+    return normal_stored is not None and normal_stored == normal(definition)
+
+
 def unfinished_results(
     paths: Iterable[Path], definition: dict[str, Any]
 ) -> Iterator[tuple[Path, ExplorationResult]]:
@@ -54,7 +75,11 @@ def unfinished_results(
             result = ExplorationResult.load(path)
         except UserError:
             continue
-        if not result.complete and result.workload == definition and not running_elsewhere(result):
+        if (
+            not result.complete
+            and same_search(result.workload, definition)
+            and not running_elsewhere(result)
+        ):
             yield path, result
 
 

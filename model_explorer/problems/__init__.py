@@ -1,4 +1,5 @@
-"""Problems by name (`problem.problem_function`); each builds itself from a WorkloadContext."""
+"""Problems by name (`problem.problem_function`), each with its options; `build_problem` builds
+the workload's from a WorkloadContext."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from model_explorer.problems.base import (
     Problem,
     Variable,
 )
-from model_explorer.problems.registry import PROBLEMS, register_problem
+from model_explorer.problems.registry import PROBLEMS, build_problem, register_problem
 
 __all__ = [
     "PROBLEMS",
@@ -21,5 +22,6 @@ __all__ = [
     "Objective",
     "Problem",
     "Variable",
+    "build_problem",
     "register_problem",
 ]

@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 
 from model_explorer.plan import PlanLayout
+from model_explorer.problems.objectives import (
+    OBJECTIVES,
+    Measured,
+    PlanCosts,
+    objective_info,
+    usable_objectives,
+)
 
 FINITE = "outputs_finite"
 
@@ -177,6 +184,26 @@ class ModelProblem(Problem):
         if self._layout is None or self._layout.names != names:
             self._layout = PlanLayout(names)
         return self._layout.plan(configuration)
+
+    # Set by subclasses: their settings (problems/options.py).
+    options: Any = None
+
+    @property
+    def plan_costs(self) -> PlanCosts:
+        """The cost models objectives read (none by default)."""
+        return PlanCosts()
+
+    def measured_values(
+        self, plan: dict[str, dict[str, Any]], measured: Measured
+    ) -> dict[str, float]:
+        """Every objective only a forward pass tells (problems/objectives.py) that this problem
+        can compute, but the accuracy (recorded by `evaluation`), from what scoring measured."""
+        costs = self.plan_costs
+        return {
+            name: OBJECTIVES.get(name).builder(plan, costs, measured)
+            for name in usable_objectives(self.options.provides)
+            if name != "accuracy" and not objective_info(name).analytic
+        }
 
     def describe(self) -> dict[str, Any]:
         """Plain data describing the problem; `metric` names what 'accuracy' measures."""

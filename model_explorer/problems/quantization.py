@@ -16,19 +16,22 @@ from model_explorer.metrics import MetricSpec, higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.checks import check_layer_bounds
+from model_explorer.problems.objectives import (
+    OBJECTIVES,
+    Measured,
+    PlanCosts,
+    objective_info,
+    usable_objectives,
+)
+from model_explorer.problems.options import BitOptions, ProblemOptions, QuantizationOptions
 from model_explorer.quantization import QuantizedModel
 
-# Every quantity the problem measures, and whether more is better when it is an objective.
-QUANTITIES = {
-    "accuracy": True,
-    "weighted_bits": False,
-    "model_size": False,
-    "bops": False,
-    "energy": False,
-}
 
-
-def per_output_minimum(minimum: float | Sequence[float] | None, outputs: int) -> list[float] | None:
+def per_output_minimum(
+    minimum: float | Sequence[float] | None,
+    outputs: int,
+    key: str = "workload.problem.minimum_accuracy",
+) -> list[float] | None:
     """One minimum accuracy per model output: a single value applies to every output."""
     if minimum is None:
         return None
@@ -37,7 +40,7 @@ def per_output_minimum(minimum: float | Sequence[float] | None, outputs: int) ->
         return values * outputs
     if len(values) != outputs:
         raise UserError(
-            f"exploration.minimum_accuracy: {len(values)} values for a model with {outputs} "
+            f"{key}: {len(values)} values for a model with {outputs} "
             "outputs; give one value, or one per output"
         )
     return values
@@ -53,9 +56,34 @@ def accuracy_constraints(limits: Sequence[float] | None, higher: bool = True) ->
     return [Constraint(name, **{bound: value}) for name, value in zip(names, limits, strict=True)]
 
 
+def chosen_objectives(options: ProblemOptions, higher: bool) -> list[Objective]:
+    """The options' objectives (or the problem's default; the options model checked that the
+    problem can compute them), each with its direction; the accuracy's is the metric's
+    (`higher`: more is better)."""
+    return [
+        Objective(name, higher if name == "accuracy" else objective_info(name).maximize)
+        for name in options.chosen_objectives
+    ]
+
+
 class LayerwiseQuantizationProblem(ModelProblem):
     """Genome: one integer bit width per quantizer of a calibrated QuantizedModel, in its
-    `explorable_modules` order (per layer: input, then weight)."""
+    `explorable_modules` order (per layer: input, then weight).
+
+    Args:
+        model: the calibrated QuantizedModel whose quantizers the genome sets.
+        batches: the exploration data, an iterable of (inputs, targets) batches (a
+            TensorCache), scored in full for every candidate unless early rejection stops it.
+        metric: what `accuracy` measures (a MetricSpec or a metric name).
+        options: the problem's settings (QuantizationOptions: objectives, bit limits,
+            `layer_bounds`, `bit_weighting_function`, `early_reject`); defaults when None.
+        minimum_accuracy: the limit each output's metric must keep (one value for all outputs
+            or one per output; a maximum for a lower-is-better metric), resolved from the
+            options and the baseline by `explore`; None: no constraint.
+        energy: the EnergyModel of the quantized layers, needed by the `energy` objective.
+        layer_costs: the quantized layers' sizes (name -> LayerCost); measured on the first
+            batch's first sample when None.
+    """
 
     name = "quantization_problem"
 
@@ -64,41 +92,33 @@ class LayerwiseQuantizationProblem(ModelProblem):
         model: QuantizedModel,
         batches: Iterable[Any],
         metric: MetricSpec | str = "top1",
-        objectives: Sequence[str] = ("accuracy", "weighted_bits"),
+        options: BitOptions | None = None,
         minimum_accuracy: float | Sequence[float] | None = None,
-        bits: tuple[int, int] = (4, 14),
-        layer_bounds: dict[str, tuple[int, int]] | None = None,
-        weighting: str = "bits_weighted_linear",
-        early_reject: bool = True,
-        layer_costs: dict[str, LayerCost] | None = None,
         energy: EnergyModel | None = None,
+        layer_costs: dict[str, LayerCost] | None = None,
     ) -> None:
-        unknown = [name for name in objectives if name not in QUANTITIES]
-        if unknown:
-            raise UserError(
-                f"exploration.objectives: {unknown} cannot be used with this problem; choose from "
-                f"{', '.join(QUANTITIES)}"
-            )
-        if "energy" in objectives and energy is None:
-            raise UserError("exploration.objectives: 'energy' needs per-layer DRAM energies")
-        self.energy = energy
+        self.options = options = options if options is not None else QuantizationOptions()
+        higher = higher_is_better(metric)
+        self.objectives = chosen_objectives(options, higher)
+        if any(o.name == "energy" for o in self.objectives) and energy is None:
+            raise UserError(f"{options.key('objectives')}: 'energy' needs per-layer DRAM energies")
         self.model = model
         self.batches = batches
         self.metric = metric
-        self.weighting = weighting
-        self.early_reject = early_reject
+        self.early_reject = options.early_reject
         names = model.explorable_modules
-        check_layer_bounds(layer_bounds or {}, names)  # each pattern must match a quantizer
+        # each pattern must match a quantizer
+        check_layer_bounds(options.layer_bounds, names, options.key("layer_bounds"))
         self.variables = [
-            Variable(name, *self._bounds(name, bits, layer_bounds or {})) for name in names
+            Variable(name, *self._bounds(name, options.bits, options.layer_bounds))
+            for name in names
         ]
-        higher = higher_is_better(metric)
-        senses = {**QUANTITIES, "accuracy": higher}
-        self.objectives = [Objective(name, senses[name]) for name in objectives]
         example = next(iter(batches))[0][:1]
         with torch.no_grad():
             outputs = len(output_list(model(example)))
-        self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
+        self.minimum_accuracy = per_output_minimum(
+            minimum_accuracy, outputs, options.key("minimum_accuracy")
+        )
         self.constraints = accuracy_constraints(self.minimum_accuracy, higher)
         if layer_costs is None:
             layer_costs = measure_layers(model, example, model.layers)
@@ -109,6 +129,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 "exclude them with quantization.exclude"
             )
         self.costs = BitCostModel({name: layer_costs[name] for name in model.layers})
+        self.energy = energy
         self.seeds: list[list[int]] = []
 
     @staticmethod
@@ -140,13 +161,21 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.seeds = spread(greedy_configurations(table, bounds), count)
         self.sensitivity = table
 
+    @property
+    def plan_costs(self) -> PlanCosts:
+        return PlanCosts(self.costs, self.options.bit_weighting_function, self.energy)
+
     def cost_values(self, plan: Plan) -> dict[str, float]:
-        """Analytic costs of a plan's bit widths (see cost/bits.py): weighted bits, model size,
-        BOPs per sample and, with an energy model, the DRAM energy in uJ."""
-        values = self.costs.values(plan, self.weighting)
-        if self.energy is not None:
-            values["energy"] = self.energy.energy_uj(plan)
-        return values
+        """Every objective known without the model (problems/objectives.py) of a plan's bit
+        widths: weighted bits, model size, BOPs per sample and, with an energy model, the DRAM
+        energy in uJ."""
+        provides = set(self.options.provides) - ({"energy"} if self.energy is None else set())
+        costs, measured = self.plan_costs, Measured()
+        return {
+            name: OBJECTIVES.get(name).builder(plan, costs, measured)
+            for name in usable_objectives(provides)
+            if objective_info(name).analytic
+        }
 
     def known_values(self, configuration: list[Any]) -> dict[str, float]:
         return self.cost_values(self.plan(configuration))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from model_explorer.errors import UserError
 from model_explorer.problems.base import Problem
-from model_explorer.problems.registry import PROBLEMS
+from model_explorer.problems.registry import build_problem
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -20,7 +20,7 @@ def rebuild_problem(
 ) -> Problem:
     """Problem `name` built afresh from the workload (a new model from the baseline checkpoint
     and the calibration file), which must have the variables the result was made with."""
-    problem = PROBLEMS.get(name, where).builder(context, None)
+    problem = build_problem(context, None, name, where)
     if [v.name for v in problem.variables] != list(variables):
         raise UserError(f"{where}: its variables do not match this workload's model")
     return problem

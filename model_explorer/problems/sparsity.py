@@ -7,31 +7,18 @@ from typing import Any
 
 import torch
 
-from model_explorer.errors import UserError
 from model_explorer.metrics import higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
-from model_explorer.problems.base import Evaluation, ModelProblem, Objective, Variable
-from model_explorer.problems.quantization import (
-    QUANTITIES as QUANTIZATION_QUANTITIES,
-)
+from model_explorer.problems.base import Evaluation, ModelProblem, Variable
+from model_explorer.problems.objectives import Measured
+from model_explorer.problems.options import JointOptions, SparsityOptions, ThresholdOptions
 from model_explorer.problems.quantization import (
     LayerwiseQuantizationProblem,
     accuracy_constraints,
+    chosen_objectives,
     per_output_minimum,
 )
 from model_explorer.sparsity import SparseModel, discretize_threshold
-
-SPARSITY_QUANTITIES = {"accuracy": True, "created_blocks": True, "block_sparsity": True}
-
-
-def check_objectives(objectives: Sequence[str], quantities: dict[str, bool]) -> list[Objective]:
-    unknown = [name for name in objectives if name not in quantities]
-    if unknown:
-        raise UserError(
-            f"exploration.objectives: {unknown} cannot be used with this problem; choose from "
-            f"{', '.join(quantities)}"
-        )
-    return [Objective(name, quantities[name]) for name in objectives]
 
 
 def block_values(model: SparseModel) -> tuple[dict[str, float], dict[str, Any]]:
@@ -58,11 +45,17 @@ def block_values(model: SparseModel) -> tuple[dict[str, float], dict[str, Any]]:
 
 
 class ThresholdGenes:
-    """Threshold genes in [0, limit], discretized as the workload says."""
+    """Threshold genes in [0, limit], discretized as the options say, and the individuals of
+    `predefined_parameters` (all thresholds equal)."""
 
-    def __init__(self, names: Sequence[str], limit: float, steps: int, method: str) -> None:
+    def __init__(self, names: Sequence[str], options: ThresholdOptions) -> None:
         self.names = list(names)
-        self.limit, self.steps, self.method = limit, steps, method
+        self.limit = options.threshold_limit
+        self.steps = options.discrete_threshold_steps
+        self.method = options.discrete_threshold_method
+        self.predefined = [
+            min(max(float(v), 0.0), self.limit) for v in options.predefined_parameters
+        ]
 
     def variables(self) -> list[Variable]:
         return [Variable(name, 0.0, self.limit, integer=False) for name in self.names]
@@ -73,7 +66,17 @@ class ThresholdGenes:
 
 class SparsityThresholdProblem(ModelProblem):
     """Genome: one threshold per sparsified layer. Objectives: accuracy and created sparse
-    blocks per sample (both maximised) by default; the accuracy constraint as configured."""
+    blocks per sample (both maximised) by default; the accuracy constraint as configured.
+
+    Args:
+        model: the SparseModel whose sparsifiers' thresholds the genome sets.
+        batches: the exploration data, an iterable of (inputs, targets) batches.
+        metric: what `accuracy` measures (a MetricSpec or a metric name).
+        options: the problem's settings (SparsityOptions: objectives, threshold limit and
+            discretisation, `predefined_parameters`, `early_reject`); defaults when None.
+        minimum_accuracy: the limit each output's metric must keep (see
+            LayerwiseQuantizationProblem); None: no constraint.
+    """
 
     name = "sparsity_problem"
 
@@ -82,59 +85,59 @@ class SparsityThresholdProblem(ModelProblem):
         model: SparseModel,
         batches: Iterable[Any],
         metric: Any = "top1",
-        objectives: Sequence[str] = ("accuracy", "created_blocks"),
+        options: ThresholdOptions | None = None,
         minimum_accuracy: float | Sequence[float] | None = None,
-        threshold_limit: float = 1.0,
-        steps: int = 20,
-        method: str = "linear",
-        predefined: Sequence[float] = (),
-        early_reject: bool = True,
     ) -> None:
+        self.options = options = options if options is not None else SparsityOptions()
         self.model = model
         self.batches = batches
         self.metric = metric
-        self.early_reject = early_reject
-        self.genes = ThresholdGenes(model.explorable_modules, threshold_limit, steps, method)
+        self.early_reject = options.early_reject
+        self.genes = ThresholdGenes(model.explorable_modules, options)
         self.variables = self.genes.variables()
         higher = higher_is_better(metric)
-        senses = {**SPARSITY_QUANTITIES, "accuracy": higher}
-        self.objectives = check_objectives(objectives, senses)
+        self.objectives = chosen_objectives(options, higher)
         example = next(iter(batches))[0][:1]
         with torch.no_grad():
             outputs = len(output_list(model(example)))
-        self.minimum_accuracy = per_output_minimum(minimum_accuracy, outputs)
+        self.minimum_accuracy = per_output_minimum(
+            minimum_accuracy, outputs, options.key("minimum_accuracy")
+        )
         self.constraints = accuracy_constraints(self.minimum_accuracy, higher)
-        self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
 
     def decode(self, genome: Sequence[float]) -> list[Any]:
         return self.genes.decode(genome)
 
     def initial_genomes(self) -> list[list[float]]:
         """`predefined_parameters`: each value seeds one individual with all thresholds equal."""
-        return [[value] * len(self.variables) for value in self.predefined]
+        return [[value] * len(self.variables) for value in self.genes.predefined]
 
     def apply_plan(self, plan: Plan) -> None:
         apply_plan(plan, sparse=self.model)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
-        self.apply_plan(self.plan(configuration))
+        plan = self.plan(configuration)
+        self.apply_plan(plan)
         self.model.reset_stats()
         outcome = self.score()
         blocks, layers = block_values(self.model)
-        return self.evaluation(outcome, blocks, **layers)
-
-
-JOINT_QUANTITIES = {
-    **QUANTIZATION_QUANTITIES,
-    **SPARSITY_QUANTITIES,
-    "effective_bops": False,
-}
+        values = {**blocks, **self.measured_values(plan, Measured(blocks=blocks))}
+        return self.evaluation(outcome, values, **layers)
 
 
 class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     """Genome: every quantizer's bit width (integers, as in the quantization problem) followed
     by one block threshold per sparsified layer. `effective_bops` are the BOPs of each layer
-    reduced by the share of its input blocks that are zero (present or created)."""
+    reduced by the share of its input blocks that are zero (present or created).
+
+    Args:
+        model: the calibrated QuantizedModel whose quantizers the genome sets.
+        sparse: a SparseModel over `model.model`, whose sparsifiers' thresholds the genome sets.
+        batches, metric, minimum_accuracy, energy, layer_costs: as for
+            LayerwiseQuantizationProblem.
+        options: the problem's settings (JointOptions: those of both genomes); defaults when
+            None.
+    """
 
     name = "quantization_sparsity_problem"
 
@@ -144,22 +147,14 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         sparse: SparseModel,
         batches: Iterable[Any],
         metric: Any = "top1",
-        objectives: Sequence[str] = ("accuracy", "effective_bops"),
-        threshold_limit: float = 1.0,
-        steps: int = 20,
-        method: str = "linear",
-        predefined: Sequence[float] = (),
+        options: JointOptions | None = None,
         **kwargs: Any,
     ) -> None:
-        check_objectives(objectives, JOINT_QUANTITIES)
-        super().__init__(model, batches, metric, objectives=["accuracy"], **kwargs)
-        # the accuracy's sense as the quantization problem found it (its only objective)
-        senses = {**JOINT_QUANTITIES, "accuracy": self.objectives[0].maximize}
-        self.objectives = check_objectives(objectives, senses)
+        options = options if options is not None else JointOptions()
+        super().__init__(model, batches, metric, options, **kwargs)
         self.sparse = sparse
-        self.genes = ThresholdGenes(sparse.explorable_modules, threshold_limit, steps, method)
+        self.genes = ThresholdGenes(sparse.explorable_modules, options)
         self.variables = [*self.variables, *self.genes.variables()]
-        self.predefined = [min(max(float(v), 0.0), threshold_limit) for v in predefined]
         self.bit_count = len(self.model.explorable_modules)
 
     def decode(self, genome: Sequence[float]) -> list[Any]:
@@ -168,7 +163,7 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
 
     def initial_genomes(self) -> list[list[float]]:
         upper = [v.upper for v in self.variables[: self.bit_count]]
-        return [upper + [value] * len(self.genes.names) for value in self.predefined]
+        return [upper + [value] * len(self.genes.names) for value in self.genes.predefined]
 
     def apply_plan(self, plan: Plan) -> None:
         apply_plan(plan, quantized=self.model, sparse=self.sparse)
@@ -183,6 +178,6 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
             name: 1.0 - ((present + created) / total if total else 0.0)
             for name, (total, present, created) in layers["blocks"].items()
         }
-        effective = self.costs.effective_bops(plan, kept)
-        values = {**self.cost_values(plan), **blocks, "effective_bops": effective}
+        measured = self.measured_values(plan, Measured(blocks=blocks, kept=kept))
+        values = {**self.cost_values(plan), **blocks, **measured}
         return self.evaluation(outcome, values, **layers)

@@ -1,33 +1,26 @@
-"""The workload's `problem:` settings (the original tool's section): which problem to explore."""
+"""The workload's `problem:` settings (the original tool's section): which problem to explore
+(`problem_function`), the original's run settings, and beside them the problem's own options
+(problems/options.py), checked by the options model registered with the problem."""
 
 from __future__ import annotations
 
-from pydantic import field_validator
-from pydantic_core import PydanticCustomError
+from typing import ClassVar
 
-from model_explorer.errors import did_you_mean
 from model_explorer.problems.registry import PROBLEMS
-from model_explorer.schema import NonNegativeInt, Spec
+from model_explorer.registry import Registry
+from model_explorer.schema import NonNegativeInt, TypedSpec
 
 
-class ProblemSpec(Spec):
+class ProblemSpec(TypedSpec):
+    """`problem_function` names a registered problem; its options sit beside it, e.g.
+    `{problem_function: quantization_problem, num_bits_lower_limit: 2, objectives: [accuracy,
+    bops]}`."""
+
+    registry: ClassVar[Registry] = PROBLEMS
+    type_key: ClassVar[str] = "problem_function"
+
     problem_function: str = "quantization_problem"
     gpu_id: NonNegativeInt | None = None
     log_file: str | None = None
     clear_log_file: bool = False
     results_file: str | None = None
-
-    @field_validator("problem_function")
-    @classmethod
-    def _known_problem(cls, value: str) -> str:
-        if value not in PROBLEMS:
-            raise PydanticCustomError(
-                "unknown_problem",
-                "unknown problem function '{name}'{hint}; known: {known}",
-                {
-                    "name": value,
-                    "hint": did_you_mean(value, PROBLEMS.names()),
-                    "known": ", ".join(PROBLEMS.names()),
-                },
-            )
-        return value

@@ -102,10 +102,15 @@ class SparseModel(Wrapper, nn.Module):
         self.train(model.training)  # the wrapped model's mode, not nn.Module's default
 
     @classmethod
-    def from_spec(cls, model: nn.Module, spec: Any, block_size: Sequence[int]) -> SparseModel:
-        """Build from the workload's `sparsity:` section and `extra_args.block_size`."""
+    def from_spec(cls, model: nn.Module, spec: Any) -> SparseModel:
+        """Build from the workload's `sparsity:` section."""
         return cls(
-            model, block_size, spec.layer_types, spec.include, spec.exclude, spec.chunk_mib << 20
+            model,
+            spec.block_size,
+            spec.layer_types,
+            spec.include,
+            spec.exclude,
+            spec.chunk_mib << 20,
         )
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -13,13 +13,8 @@ from model_explorer.sparsity.model import SparseModel
 
 
 def _sparse_model(context: WorkloadContext, load_weights: bool) -> SparseModel:
-    block = (
-        context.workload.exploration.extra_args.block_size
-        if context.workload.exploration
-        else (8, 8)
-    )
     model = context.build_model(load_weights=load_weights)
-    return SparseModel.from_spec(model, context.workload.sparsity, block)
+    return SparseModel.from_spec(model, context.workload.sparsity)
 
 
 def _table(model: SparseModel) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""The workload's `sparsity:` settings (the block size is `exploration.extra_args.block_size`)."""
+"""The workload's `sparsity:` settings: which layers sparsify their input blocks, and the size of
+the blocks (the original tool's `exploration.extra_args.block_size`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from model_explorer.sparsity.model import SPARSIFIABLE_LAYERS
 
 
 class SparsitySpec(Spec):
-    """Which layers sparsify their input blocks."""
+    """Which layers sparsify their input blocks, and the blocks' size [width, height] (width along
+    the unfolded input's C*kh*kw columns, height along its output positions)."""
+
+    block_size: tuple[PositiveInt, PositiveInt] = (8, 8)
 
     layer_types: list[Literal[SPARSIFIABLE_LAYERS]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: list(SPARSIFIABLE_LAYERS)

@@ -178,14 +178,12 @@ def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
 
 def _result_with_uniform_bits(workload: Path, bits: list[int], path: Path) -> Path:
     from model_explorer.context import WorkloadContext
-    from model_explorer.problems import PROBLEMS
+    from model_explorer.problems import build_problem
     from model_explorer.results import ExplorationResult, Individual
     from model_explorer.workload import Workload
 
     loaded = Workload.load(workload)
-    problem = PROBLEMS.get(loaded.problem.problem_function).builder(
-        WorkloadContext(loaded, device="cpu"), None
-    )
+    problem = build_problem(WorkloadContext(loaded, device="cpu"))
     genes = len(problem.variables)
     records = [
         asdict(Individual(i, 0, i, [float(b)] * genes, [b] * genes, {}, [], True))

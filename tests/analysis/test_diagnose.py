@@ -41,7 +41,7 @@ def _workload_data(folder: Path) -> dict:
     body = data["workload"]
     body["model"] = {"type": "tests_support:plain_cnn", "weights": str(folder / "plain.pt")}
     body["calibration"]["file"] = str(folder / "calibration.pt")
-    body["exploration"]["extra_args"]["num_bits_lower_limit"] = 4
+    body["problem"]["num_bits_lower_limit"] = 4
     body["retraining"]["epochs"] = 6
     return data
 
@@ -205,7 +205,7 @@ def test_a_very_sensitive_layer_is_ranked_first(clean: dict, tmp_path: Path) -> 
     bits = warnings[0].evidence["bits"]
     assert low < bits <= high
     assert warnings[0].recommendation == {
-        "exploration": {"layer_bounds": {"2.weight_quantizer": [bits, high]}}
+        "problem": {"layer_bounds": {"2.weight_quantizer": [bits, high]}}
     }
     assert (context.out_dir / "sensitivity.png").stat().st_size > 0
     rows = (context.out_dir / "sensitivity.csv").read_text().splitlines()
@@ -336,7 +336,7 @@ def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path
     printed = capsys.readouterr().out
     assert "[error] Clipping 0.input_quantizer:" in printed
     recommended = Workload.load(out, check_paths=False)  # the schema accepts it
-    bounds = recommended.exploration.layer_bounds
+    bounds = recommended.problem.options.layer_bounds
     assert bounds["2.weight_quantizer"][0] > 4  # raised above the explored lower limit
     assert bounds["2.weight_quantizer"][1] == 8
     assert recommended.calibration.method == "mse"
@@ -361,25 +361,26 @@ def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path
 
 def test_recommendations_merge_and_stay_in_range() -> None:
     findings = [
-        Finding(
-            "warning", "A", "m", recommendation={"exploration": {"layer_bounds": {"q": [5, 8]}}}
-        ),
-        Finding("error", "B", "m", recommendation={"exploration": {"layer_bounds": {"q": [7, 8]}}}),
+        Finding("warning", "A", "m", recommendation={"problem": {"layer_bounds": {"q": [5, 8]}}}),
+        Finding("error", "B", "m", recommendation={"problem": {"layer_bounds": {"q": [7, 8]}}}),
         Finding("warning", "C", "m", recommendation={"calibration": {"method": "percentile"}}),
         Finding("error", "D", "m", recommendation={"calibration": {"method": "mse"}}),
-        Finding(
-            "warning", "E", "m", recommendation={"exploration": {"layer_bounds": {"r": [12, 16]}}}
-        ),
+        Finding("warning", "E", "m", recommendation={"problem": {"layer_bounds": {"r": [12, 16]}}}),
     ]
     merged = merged_recommendations(findings)
-    assert merged["exploration"]["layer_bounds"]["q"] == [7, 8]
+    assert merged["problem"]["layer_bounds"]["q"] == [7, 8]
     assert merged["calibration"]["method"] == "mse"
     data = {
         "workload": {"calibration": {"file": "results/c.pt", "method": "max"}, "exploration": {}}
     }
     applied = apply_recommendations(data, merged, (2, 8))
-    assert applied["workload"]["exploration"]["layer_bounds"]["r"] == [8, 8]
+    assert applied["workload"]["problem"]["layer_bounds"]["r"] == [8, 8]
     assert applied["workload"]["calibration"]["file"] == "results/c_recommended.pt"
+    # A file of the original layout gets the bounds where its own are read from, not twice.
+    original = {"workload": {"exploration": {"layer_bounds": {"q": [3, 8], "s": [4, 4]}}}}
+    applied = apply_recommendations(original, merged, (2, 8))["workload"]
+    assert "layer_bounds" not in applied["exploration"]
+    assert applied["problem"]["layer_bounds"] == {"q": [7, 8], "s": [4, 4], "r": [8, 8]}
     assert data["workload"]["calibration"]["file"] == "results/c.pt"  # the input is untouched
 
 
@@ -421,7 +422,9 @@ def test_sensitivity_initialization_needs_a_quantization_problem(
     data = yaml.safe_load(Path(workload_file).read_text())
     data["workload"]["problem"]["problem_function"] = "sparsity_problem"
     data["workload"]["exploration"]["initialization"] = "sensitivity"
-    data["workload"]["exploration"]["objectives"] = None  # the sparsity problem's default
+    data["workload"]["problem"].pop("objectives")  # the sparsity problem's default
+    for key in ("num_bits_lower_limit", "num_bits_upper_limit", "bit_weighting_function"):
+        data["workload"]["problem"].pop(key)
     workload = Workload.load(write_workload(data, tmp_path / "w.yaml"))
     with pytest.raises(UserError, match="exploration.initialization: 'sensitivity'"):
         explore(workload, ExploreOptions(output=str(tmp_path / "r.pkl")))

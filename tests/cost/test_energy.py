@@ -144,9 +144,7 @@ def test_energy_aware_problem_runs_on_digits(trained_digits, tmp_path: Path, cap
     data = yaml.safe_load((REPOSITORY / "workloads" / "digits_cnn_energy.yaml").read_text())
     data["workload"]["model"]["weights"] = str(checkpoint)
     data["workload"]["calibration"]["file"] = str(tmp_path / "c.pt")
-    data["workload"]["exploration"]["energy_evaluation"]["dram_analysis_file"] = str(
-        tmp_path / "dram.csv"
-    )
+    data["workload"]["energy_evaluation"]["dram_analysis_file"] = str(tmp_path / "dram.csv")
     data["workload"]["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=2)
     path = tmp_path / "energy.yaml"
     path.write_text(yaml.safe_dump(data))

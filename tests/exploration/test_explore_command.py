@@ -87,11 +87,11 @@ def test_skip_baseline_needs_a_minimum_accuracy(small_workload: Path, capsys) ->
 
 def test_single_objective_form_of_the_original(small_workload: Path) -> None:
     data = yaml.safe_load(small_workload.read_text())
-    exploration = data["workload"]["exploration"]
-    exploration["objectives"] = ["weighted_bits"]
-    exploration.pop("allowable_accuracy_drop")
-    exploration["minimum_accuracy"] = 0.9
-    exploration["extra_args"]["bit_weighting_function"] = "bits_weighted_per_layer"
+    problem = data["workload"]["problem"]
+    problem["objectives"] = ["weighted_bits"]
+    problem.pop("allowable_accuracy_drop")
+    problem["minimum_accuracy"] = 0.9
+    problem["bit_weighting_function"] = "bits_weighted_per_layer"
     small_workload.write_text(yaml.safe_dump(data))
     output = small_workload.parent / "single.pkl"
     assert main(["explore", str(small_workload), "--skip-baseline", "--output", str(output)]) == 0

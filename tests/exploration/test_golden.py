@@ -31,23 +31,23 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 GOLDEN = REPOSITORY / "tests" / "data" / "golden"
 SMALL_SEARCH = {"pop_size": 8, "offsprings": 8, "generations": 3}
 
-# case -> (shipped workload, changes to its `exploration:` section)
+# case -> (shipped workload, changes to its sections: {section: {key: value}})
 CASES = {
     "quantization": ("digits_cnn.yaml", {}),
     "sensitivity_per_layer_weighting": (
         "digits_cnn.yaml",
         {
-            "initialization": "sensitivity",
-            "objectives": ["accuracy", "weighted_bits"],
-            "extra_args": {
+            "exploration": {"initialization": "sensitivity"},
+            "problem": {
+                "objectives": ["accuracy", "weighted_bits"],
                 "num_bits_lower_limit": 3,
                 "num_bits_upper_limit": 8,
                 "bit_weighting_function": "bits_weighted_per_layer",
+                "layer_bounds": {"0.*": [6, 8]},
             },
-            "layer_bounds": {"0.*": [6, 8]},
         },
     ),
-    "bops": ("digits_cnn.yaml", {"objectives": ["accuracy", "bops"]}),
+    "bops": ("digits_cnn.yaml", {"problem": {"objectives": ["accuracy", "bops"]}}),
     # Without its CSV the energy model is computed when the search starts.
     "energy": ("digits_cnn_energy.yaml", {"energy_evaluation": {"dram_analysis_file": None}}),
     "sparsity": ("digits_cnn_sparsity.yaml", {}),
@@ -76,15 +76,15 @@ def case_workload(case: str, checkpoint: Path, folder: Path) -> Path:
     body["model"]["weights"] = str(checkpoint)
     if "calibration" in body:
         body["calibration"]["file"] = str(folder / "calibration.pt")
-    exploration = body["exploration"]
-    exploration["nsga"].update(SMALL_SEARCH)
-    exploration["strategy"] = "nsga2"  # the search the golden files were recorded with
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(exploration.get(key), dict):
-            merged = {**exploration[key], **value}
-            exploration[key] = {k: v for k, v in merged.items() if v is not None}
-        else:
-            exploration[key] = value
+    body["exploration"]["nsga"].update(SMALL_SEARCH)
+    body["exploration"]["strategy"] = "nsga2"  # the search the golden files were recorded with
+    for section, keys in changes.items():
+        target = body.setdefault(section, {})
+        for key, value in keys.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
     path = folder / f"{case}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -146,9 +146,7 @@ def test_a_seeded_search_reproduces_its_golden_file(case: str, golden_runs: dict
         assert got["values"].keys() == want["values"].keys(), where
         for name, value in want["values"].items():
             tolerance = BLOCK_TOLERANCE.get(name, {"rel": 1e-6, "abs": 1e-6})
-            assert got["values"][name] == pytest.approx(value, **tolerance), (
-                f"{where}: {name}"
-            )
+            assert got["values"][name] == pytest.approx(value, **tolerance), f"{where}: {name}"
 
 
 def _write_golden_files() -> None:

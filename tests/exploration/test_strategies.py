@@ -10,6 +10,7 @@ from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.exploration.strategies import StrategySpec, build_strategy, spread_genomes
 from model_explorer.problems.base import ModelProblem, Objective
+from model_explorer.problems.options import QuantizationOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.results import ExplorationResult
 from tests_support import Synthetic, calibrated_digits, without_times
@@ -29,8 +30,9 @@ def digits(trained_digits, tmp_path_factory):
 
 def digits_problem(digits) -> LayerwiseQuantizationProblem:
     context, model, minimum = digits
+    options = QuantizationOptions(num_bits_lower_limit=2, num_bits_upper_limit=8)
     return LayerwiseQuantizationProblem(
-        model, context.batches("exploration"), minimum_accuracy=minimum, bits=(2, 8)
+        model, context.batches("exploration"), options=options, minimum_accuracy=minimum
     )
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from model_explorer.cost.bits import weighted_bits
 from model_explorer.errors import UserError
+from model_explorer.problems.options import QuantizationOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from tests_support import calibrated_digits
 
@@ -19,22 +21,27 @@ def digits(trained_digits, tmp_path_factory):
     return calibrated_digits(trained_digits, tmp_path_factory.mktemp("cal"))
 
 
-def problem(digits, **kwargs) -> LayerwiseQuantizationProblem:
+def problem(digits, minimum_accuracy=None, **settings) -> LayerwiseQuantizationProblem:
+    """The problem with `settings` as its options (QuantizationOptions' keys)."""
     context, model = digits
-    return LayerwiseQuantizationProblem(model, context.batches("exploration"), **kwargs)
+    options = QuantizationOptions(**settings)
+    return LayerwiseQuantizationProblem(
+        model, context.batches("exploration"), options=options, minimum_accuracy=minimum_accuracy
+    )
 
 
 def test_variables_follow_the_limits_and_layer_bounds(digits) -> None:
     built = problem(
         digits,
-        bits=(3, 9),
+        num_bits_lower_limit=2,
+        num_bits_upper_limit=12,
         layer_bounds={"0.*": (8, 8), "*.weight_quantizer": (2, 6), "14.*": (4, 12)},
     )
     bounds = {v.name: (v.lower, v.upper) for v in built.variables}
     assert len(bounds) == 10
     assert bounds["0.input_quantizer"] == (8, 8)
     assert bounds["0.weight_quantizer"] == (2, 6)  # the later pattern wins
-    assert bounds["3.input_quantizer"] == (3, 9)
+    assert bounds["3.input_quantizer"] == (2, 12)
     assert bounds["14.weight_quantizer"] == (4, 12)
 
 
@@ -91,8 +98,10 @@ def test_non_finite_model_is_infeasible(digits) -> None:
 
 
 def test_objectives_are_checked(digits) -> None:
-    with pytest.raises(UserError, match="exploration.objectives: \\['latency'\\] cannot be used"):
+    with pytest.raises(ValidationError, match="\\['latency'\\] cannot be used with this problem"):
         problem(digits, objectives=["accuracy", "latency"])
+    with pytest.raises(ValidationError, match="\\['created_blocks'\\] cannot be used"):
+        problem(digits, objectives=["accuracy", "created_blocks"])  # no thresholds here
     with pytest.raises(UserError, match="'energy' needs per-layer DRAM energies"):
         problem(digits, objectives=["accuracy", "energy"])
     with pytest.raises(UserError, match="2 values for a model with 1 outputs"):

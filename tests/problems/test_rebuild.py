@@ -25,7 +25,7 @@ def searched(trained_digits, tmp_path_factory) -> tuple[Path, Path]:
     data["workload"]["model"]["weights"] = str(checkpoint)
     data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
     data["workload"]["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=1)
-    data["workload"]["exploration"]["early_reject"] = False
+    data["workload"]["problem"]["early_reject"] = False
     path = folder / "w.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["calibrate", str(path)]) == 0

@@ -10,7 +10,7 @@ import yaml
 from conftest import REPOSITORY
 from model_explorer.cli import main
 from model_explorer.context import WorkloadContext
-from model_explorer.problems import PROBLEMS
+from model_explorer.problems import build_problem
 from model_explorer.results import ExplorationResult
 from model_explorer.sparsity import threshold_steps
 from model_explorer.workload import Workload
@@ -38,7 +38,7 @@ def test_sparsity_search_trades_accuracy_for_blocks_and_reevaluates_exactly(work
     assert main(["explore", str(path), "--output", str(output)]) == 0
     result = ExplorationResult.load(output)
     workload = Workload.load(path)
-    limits = workload.exploration.extra_args
+    limits = workload.problem.options
     edges = set(
         threshold_steps(limits.threshold_limit, limits.discrete_threshold_steps, "linear").tolist()
     )
@@ -56,7 +56,7 @@ def test_sparsity_search_trades_accuracy_for_blocks_and_reevaluates_exactly(work
     assert accuracies == sorted(accuracies, reverse=True) and accuracies[0] > accuracies[-1]
     # Re-evaluating a recorded individual reproduces its accuracy and block counts exactly.
     context = WorkloadContext(workload, device="cpu")
-    problem = PROBLEMS.get("sparsity_problem").builder(context, None)
+    problem = build_problem(context, None, "sparsity_problem")
     for individual in [i for i in front if i.complete][:3]:
         _, evaluation = problem.evaluate(individual.genome)
         assert evaluation.accuracies == individual.accuracies

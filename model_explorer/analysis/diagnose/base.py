@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
+from model_explorer.problems.options import explored_bits
 from model_explorer.registry import Registry, import_object
 
 log = logging.getLogger(__name__)
@@ -158,11 +159,11 @@ class DiagnosisContext:
 
     @cached_property
     def bit_range(self) -> tuple[int, int]:
-        """The explored bit widths (exploration.extra_args), else the workload's fixed bits."""
-        exploration = self.workload.exploration
-        if exploration is not None:
-            limits = exploration.extra_args
-            return limits.num_bits_lower_limit, limits.num_bits_upper_limit
+        """The bit widths the workload's search explores (the problem's bit limits), else the
+        workload's fixed bits."""
+        explored = explored_bits(self.workload.problem.options)
+        if self.workload.exploration is not None and explored is not None:
+            return explored
         bits = self.workload.quantization.input.num_bits
         return bits, bits
 

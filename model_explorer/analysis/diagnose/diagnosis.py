@@ -18,6 +18,7 @@ from model_explorer.analysis.diagnose.recommendations import (
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
+from model_explorer.problems.options import explored_bits
 from model_explorer.workload import Workload
 from model_explorer.yamlfile import read_yaml
 
@@ -97,12 +98,7 @@ def write_recommended_workload(workload: Workload, findings: Sequence[Finding], 
     source = workload.source
     data: Any = read_yaml(source)  # the project's one YAML reader (already validated)
     override = merged_recommendations(findings)
-    exploration = workload.exploration
-    bit_range = (
-        (exploration.extra_args.num_bits_lower_limit, exploration.extra_args.num_bits_upper_limit)
-        if exploration is not None
-        else None
-    )
+    bit_range = explored_bits(workload.problem.options) if workload.exploration else None
     updated = apply_recommendations(data, override, bit_range)
     try:
         Workload.from_dict(updated, source=path, check_paths=False)

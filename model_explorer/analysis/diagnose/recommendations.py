@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.analysis.diagnose.base import SEVERITIES, Finding
+from model_explorer.original_layout import translate
 
 
 def _merge(target: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> None:
@@ -43,22 +44,24 @@ def _copy(value: Any) -> Any:
 def apply_recommendations(
     data: dict[str, Any], override: dict[str, Any], bit_range: tuple[int, int] | None = None
 ) -> dict[str, Any]:
-    """A copy of a parsed workload file (root `workload:`) with `override` merged into it.
+    """A copy of a parsed workload file (root `workload:`) with `override` merged into it, in
+    this project's layout (a file in the original one is translated first, so that a
+    recommended setting and the file's own spelling of it never meet).
 
     Layer bounds are kept within the explored `bit_range`. When the override changes the model,
     its quantization or its calibration, the calibration file gets a new name, so that the
     calibration made for the old settings is not reused."""
     result = _copy(data)
-    body = result["workload"]
+    result["workload"] = body = translate(result["workload"]).body
     _merge(body, _copy(override))
     calibration = body.get("calibration") or {}
     if calibration.get("file") and {"model", "quantization", "calibration"} & set(override):
         path = Path(calibration["file"])
         calibration["file"] = str(path.with_name(f"{path.stem}_recommended{path.suffix}"))
-    exploration = body.get("exploration") or {}
-    if bit_range is not None and exploration.get("layer_bounds"):
+    problem = body.get("problem") or {}
+    if bit_range is not None and problem.get("layer_bounds"):
         low_limit, high_limit = bit_range
-        for pattern, (low, high) in list(exploration["layer_bounds"].items()):
+        for pattern, (low, high) in list(problem["layer_bounds"].items()):
             low = min(max(int(low), low_limit), high_limit)
-            exploration["layer_bounds"][pattern] = [low, max(low, min(int(high), high_limit))]
+            problem["layer_bounds"][pattern] = [low, max(low, min(int(high), high_limit))]
     return result

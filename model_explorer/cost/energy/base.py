@@ -6,7 +6,7 @@ called as `backend(model, example, options, layers)`. It returns one `LayerEnerg
 DRAM word accesses for weights (w), inputs (i) and outputs (o), split into reads, updates (writes
 of results) and fills (writes of data arriving from outside), the energy of each data type in pJ
 and the word width they assume. The CSV written by `energy_analysis` has the original tool's
-columns plus the layer name. `exploration.energy_evaluation` names the backend (`backend`) and
+columns plus the layer name. The workload's `energy_evaluation` names the backend (`backend`) and
 holds its options beside the keys every backend shares.
 """
 

@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 
 
 def energy_spec(context: WorkloadContext) -> EnergyEvaluationSpec:
-    exploration = context.workload.exploration
-    spec = exploration.energy_evaluation if exploration is not None else None
-    return spec or EnergyEvaluationSpec()
+    return context.workload.energy_evaluation or EnergyEvaluationSpec()
 
 
 def example_input(context: WorkloadContext) -> torch.Tensor:
@@ -40,7 +38,7 @@ def example_input(context: WorkloadContext) -> torch.Tensor:
     if shape is None:
         if not context.has_dataset("exploration"):
             raise UserError(
-                "workload.exploration.energy_evaluation.input_shape: give the input shape "
+                f"{context.workload.key('energy_evaluation.input_shape')}: give the input shape "
                 "[N, C, H, W]"
             )
         shape = [1, *next(iter(context.batches("exploration")))[0].shape[1:]]
@@ -102,9 +100,8 @@ def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyMod
     the workload names one, else computed now by the configured backend."""
     spec = energy_spec(context)
     if spec.dram_analysis_file is not None:
-        rows = read_energy_csv(
-            spec.dram_analysis_file, "workload.exploration.energy_evaluation.dram_analysis_file"
-        )
+        where = context.workload.key("energy_evaluation.dram_analysis_file")
+        rows = read_energy_csv(spec.dram_analysis_file, where)
         source = spec.dram_analysis_file
     else:
         rows = analyze_energy(context)

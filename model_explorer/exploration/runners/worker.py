@@ -47,13 +47,14 @@ def problem_for(key: str) -> Problem:
         recipe = _RECIPES.get(key)
         if recipe is None:
             raise RuntimeError(f"worker process {os.getpid()} has no problem {key} installed")
-        _PROBLEMS[key] = build_problem(recipe)
+        _PROBLEMS[key] = problem_of(recipe)
     return _PROBLEMS[key]
 
 
-def build_problem(recipe: ProblemRecipe) -> Problem:
+def problem_of(recipe: ProblemRecipe) -> Problem:
+    """The recipe's problem, built in this process from its workload."""
     from model_explorer.context import WorkloadContext
-    from model_explorer.problems import PROBLEMS
+    from model_explorer.problems import build_problem
     from model_explorer.workload import Workload
 
     for path, expected in recipe.files.items():
@@ -65,8 +66,7 @@ def build_problem(recipe: ProblemRecipe) -> Problem:
             )
     workload = Workload.from_dict(recipe.workload)
     log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
-    builder = PROBLEMS.get(workload.problem.problem_function).builder
-    return builder(WorkloadContext(workload), recipe.minimum_accuracy)
+    return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)
 
 
 def evaluate_genome(

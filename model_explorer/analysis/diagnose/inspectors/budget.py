@@ -104,7 +104,7 @@ class Sensitivity(BaseInspector):
                     f"{self.target_drop:.0%}",
                     layer=row.name,
                     evidence={"drop": round(row.drop, 4), "rank": rank, "bits": bits},
-                    recommendation={"exploration": {"layer_bounds": {row.name: [bits, high]}}},
+                    recommendation={"problem": {"layer_bounds": {row.name: [bits, high]}}},
                 )
             )
         top = table.ranked()[0]

@@ -138,7 +138,7 @@ class HighPrecision(BaseInspector):
                         layer=layer,
                         evidence=evidence,
                         recommendation={
-                            "exploration": {
+                            "problem": {
                                 "layer_bounds": {
                                     f"{layer}.{role}_quantizer": [bits, high]
                                     for role in ("input", "weight")

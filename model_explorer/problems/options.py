@@ -1,0 +1,210 @@
+"""Each problem's settings: the keys beside `problem_function` in the workload's `problem:`
+section, one options model per problem, registered with it (problems/registry.py).
+
+- every problem: its objectives and its accuracy constraint (`minimum_accuracy`,
+  `allowable_accuracy_drop` or, for a divergence, `maximum_divergence`), `early_reject`;
+- problems with bit widths in their genome: the bit limits, per-quantizer `layer_bounds` and the
+  weighting of `weighted_bits`;
+- problems with block thresholds: their limit, discretisation and `predefined_parameters`.
+
+The original tool kept most of these in `exploration:` and `exploration.extra_args`;
+original_layout.py moves them here before validation, and `key(name)` says where a setting was
+written, so that an error names the key the user wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from model_explorer.errors import did_you_mean
+from model_explorer.problems.objectives import OBJECTIVES, usable_objectives
+from model_explorer.schema import (
+    Bits,
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Spec,
+)
+
+BIT_WEIGHTINGS = ("bits_weighted_linear", "bits_weighted_per_layer")
+
+
+class ProblemOptions(Spec):
+    """What every problem takes. A subclass says what its genome `provides` to objectives
+    (problems/objectives.py) and which objectives it explores when `objectives` is left out."""
+
+    provides: ClassVar[frozenset[str]] = frozenset({"model"})
+    default_objectives: ClassVar[tuple[str, ...]] = ("accuracy",)
+
+    objectives: list[str] | None = None  # None: the problem's default
+    minimum_accuracy: Fraction | list[Fraction] | None = None
+    allowable_accuracy_drop: Fraction | None = None
+    # The bound of a metric where lower is better (kl): the largest value a candidate may have.
+    maximum_divergence: NonNegativeFloat | None = None
+    early_reject: bool = True
+    _written: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("objectives")
+    @classmethod
+    def _known_objectives(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise PydanticCustomError(
+                "no_objectives",
+                "names no objective; name at least one (e.g. [accuracy, weighted_bits]) or "
+                "leave the key out for the problem's default",
+            )
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise PydanticCustomError(
+                "repeated_objectives",
+                "names {names} more than once; name each objective once",
+                {"names": ", ".join(repeated)},
+            )
+        usable = usable_objectives(cls.provides)
+        unknown = [name for name in value if name not in usable]
+        if unknown:
+            strange = [name for name in unknown if name not in OBJECTIVES]
+            raise PydanticCustomError(
+                "unusable_objectives",
+                "{unknown} cannot be used with this problem{hint}; choose from {usable}",
+                {
+                    "unknown": unknown,
+                    "hint": did_you_mean(strange[0], usable) if strange else "",
+                    "usable": ", ".join(usable),
+                },
+            )
+        return value
+
+    @property
+    def chosen_objectives(self) -> list[str]:
+        """The objectives to explore: those the workload names, else the problem's default."""
+        return list(self.objectives or self.default_objectives)
+
+    def key(self, name: str) -> str:
+        """Where the setting `name` is written in the workload file (for messages)."""
+        return self._written.get(name, f"workload.problem.{name}")
+
+    def written_at(self, paths: dict[str, str]) -> None:
+        """Record where settings were written when the file spelt them the original way."""
+        self._written = dict(paths)
+
+    def __eq__(self, other: object) -> bool:
+        # Where a file wrote a setting is not part of what it means.
+        return type(other) is type(self) and self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class BitOptions(ProblemOptions):
+    """The settings of a genome of bit widths, one per quantizer."""
+
+    provides: ClassVar[frozenset[str]] = frozenset({"model", "bits", "energy"})
+
+    num_bits_lower_limit: Bits = 4
+    num_bits_upper_limit: Bits = 14
+    bit_weighting_function: Literal[BIT_WEIGHTINGS] = "bits_weighted_linear"  # type: ignore[valid-type]
+    layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
+
+    @property
+    def bits(self) -> tuple[int, int]:
+        """The explored bit widths, (lowest, highest)."""
+        return self.num_bits_lower_limit, self.num_bits_upper_limit
+
+    @field_validator("layer_bounds")
+    @classmethod
+    def _ordered_bounds(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for pattern, (low, high) in value.items():
+            if low > high:
+                raise PydanticCustomError(
+                    "bounds_order",
+                    "the lower bound {low} of '{pattern}' is above its upper bound {high}",
+                    {"key": pattern, "low": low, "high": high, "pattern": pattern},
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _bits_within_limits(self) -> Any:
+        low, high = self.bits
+        if low > high:
+            raise PydanticCustomError(
+                "limits_order",
+                "num_bits_lower_limit ({low}) is above num_bits_upper_limit ({high})",
+                {"key": "num_bits_lower_limit", "low": low, "high": high},
+            )
+        for pattern, bounds in self.layer_bounds.items():
+            if bounds[0] < low or bounds[1] > high:
+                raise PydanticCustomError(
+                    "bounds_range",
+                    "{bounds} of '{pattern}' reach outside the explored range {low}-{high} "
+                    "(num_bits_lower_limit and num_bits_upper_limit); keep the bounds within it "
+                    "or widen the limits",
+                    {
+                        "key": "layer_bounds",
+                        "bounds": list(bounds),
+                        "pattern": pattern,
+                        "low": low,
+                        "high": high,
+                    },
+                )
+        return self
+
+
+def explored_bits(options: ProblemOptions | None) -> tuple[int, int] | None:
+    """The bit widths a problem's genome explores, or None for a problem without bit widths."""
+    return options.bits if isinstance(options, BitOptions) else None
+
+
+class ThresholdOptions(ProblemOptions):
+    """The settings of a genome of block thresholds, one per sparsified layer."""
+
+    provides: ClassVar[frozenset[str]] = frozenset({"model", "thresholds"})
+
+    threshold_limit: PositiveFloat = 1.0
+    discrete_threshold_steps: PositiveInt = 20
+    discrete_threshold_method: Literal["linear", "log"] = "linear"
+    # Each value seeds one individual with all thresholds equal to it.
+    predefined_parameters: list[NonNegativeFloat] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _predefined_within_limit(self) -> Any:
+        above = [p for p in self.predefined_parameters if p > self.threshold_limit]
+        if above:
+            raise PydanticCustomError(
+                "above_limit",
+                "{values} lie above threshold_limit ({limit}); no threshold can exceed it: "
+                "lower them or raise the limit",
+                {"key": "predefined_parameters", "values": above, "limit": self.threshold_limit},
+            )
+        return self
+
+
+class QuantizationOptions(BitOptions):
+    """`quantization_problem`: accuracy against weighted bits by default."""
+
+    default_objectives: ClassVar[tuple[str, ...]] = ("accuracy", "weighted_bits")
+
+
+class EnergyAwareOptions(BitOptions):
+    """`energy_aware_quant_problem` (the original's): accuracy against DRAM energy by default."""
+
+    default_objectives: ClassVar[tuple[str, ...]] = ("accuracy", "energy")
+
+
+class SparsityOptions(ThresholdOptions):
+    """`sparsity_problem`: accuracy against created sparse blocks by default."""
+
+    default_objectives: ClassVar[tuple[str, ...]] = ("accuracy", "created_blocks")
+
+
+class JointOptions(BitOptions, ThresholdOptions):
+    """`quantization_sparsity_problem`: bit widths and thresholds, accuracy against effective
+    BOPs by default."""
+
+    provides: ClassVar[frozenset[str]] = BitOptions.provides | ThresholdOptions.provides
+    default_objectives: ClassVar[tuple[str, ...]] = ("accuracy", "effective_bops")
