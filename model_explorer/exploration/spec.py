@@ -1,4 +1,5 @@
-"""The workload's `exploration:` settings: the search (NSGA-II), its objectives and constraint,
+"""The workload's `exploration:` settings: the search (its algorithm, NSGA-II by default, its
+sizes and operators under `nsga:`, its strategy), its objectives and constraint,
 the bit and threshold limits of the genes (`extra_args`), its data, energy and runner."""
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from pydantic_core import PydanticCustomError
 
 from model_explorer.cost.energy.base import EnergyEvaluationSpec
 from model_explorer.datasets.base import DatasetSpec
+from model_explorer.exploration.algorithms import (
+    ONE_OBJECTIVE,
+    AlgorithmSpec,
+    needs_several_objectives,
+)
 from model_explorer.exploration.runners.base import RunnerSpec
 from model_explorer.exploration.strategies import StrategySpec
 from model_explorer.schema import (
@@ -23,6 +29,9 @@ from model_explorer.schema import (
 
 
 class NSGASpec(Spec):
+    """Sizes and operator settings of the search, whichever its algorithm (`nsga:`, the
+    original tool's name)."""
+
     pop_size: PositiveInt = 15
     offsprings: PositiveInt | None = None
     generations: PositiveInt = 30
@@ -61,6 +70,7 @@ class ExplorationDatasets(Spec):
 
 class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     objectives: list[str] | None = None  # None: the problem's default
     early_reject: bool = True
@@ -136,5 +146,17 @@ class ExplorationSpec(Spec):
                 "{values} lie above extra_args.threshold_limit ({limit}); no threshold can "
                 "exceed it: lower them or raise the limit",
                 {"key": "predefined_parameters", "values": above, "limit": limits.threshold_limit},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _objectives_for_algorithm(self) -> ExplorationSpec:
+        """A single objective (`objectives: [weighted_bits]`) with an algorithm that ranks among
+        several is refused here; a problem's default objectives are always several."""
+        name = self.algorithm.type
+        one = self.objectives is not None and len(self.objectives) == 1
+        if one and needs_several_objectives(name):
+            raise PydanticCustomError(
+                "one_objective", ONE_OBJECTIVE, {"key": "algorithm", "name": name}
             )
         return self
