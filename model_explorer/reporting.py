@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from model_explorer.fileio import atomic_path
 from model_explorer.results import ExplorationResult
@@ -43,18 +44,22 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
 
 def cost_summary(result: ExplorationResult) -> str:
     """What the search cost: samples forwarded through the model (in all and per evaluation),
-    seconds spent evaluating, and the strategy that spent them."""
+    seconds spent evaluating, and the strategy (and algorithm, when not NSGA-II) that spent
+    them."""
     evaluations = len(result)
     forwards = result.stats.get("sample_forwards", result.sample_forwards())
     seconds = result.stats.get("seconds", sum(r["seconds"] for r in result.records))
     per = f" ({forwards / evaluations:.0f} per evaluation)" if evaluations else ""
     exploration = result.workload.get("workload", {}).get("exploration") or {}
-    strategy = exploration.get("strategy")
-    name = strategy.get("type") if isinstance(strategy, dict) else strategy
-    return (
-        f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating"
-        f" (strategy {name or 'nsga2'})"
-    )
+    strategy = _entry_name(exploration.get("strategy")) or "nsga2"
+    algorithm = _entry_name(exploration.get("algorithm"))  # stored unless the default nsga2
+    searched = f"strategy {strategy}" + (f", algorithm {algorithm}" if algorithm else "")
+    return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
+
+
+def _entry_name(setting: Any) -> str | None:
+    """The entry a typed setting names, as a result stores it (a name or `{type: ...}`)."""
+    return setting.get("type") if isinstance(setting, dict) else setting
 
 
 def _cell(value: object) -> str:

@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from model_explorer.cost.energy.base import EnergyEvaluationSpec
 from model_explorer.datasets.base import DatasetSpec
 from model_explorer.errors import WorkloadError
+from model_explorer.exploration.algorithms import ONE_OBJECTIVE, needs_several_objectives
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.metrics import MetricSpec
 from model_explorer.models.registry import ModelSpec
@@ -80,6 +81,20 @@ class Workload(Spec):
                 "per-channel input quantizers (axis {axis}) need calibration.method: max; the "
                 "{method} calibrator works per tensor: set axis: null or method: max",
                 {"key": "quantization.input.axis", "axis": axis, "method": calibration.method},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _algorithm_takes_the_objectives(self) -> Workload:
+        """A single objective (`objectives: [weighted_bits]`) with an algorithm that ranks among
+        several is refused here; a problem's default objectives are always several."""
+        exploration, options = self.exploration, self.problem.options
+        if exploration is None or options is None:
+            return self
+        name = exploration.algorithm.type
+        if len(options.chosen_objectives) == 1 and needs_several_objectives(name):
+            raise PydanticCustomError(
+                "one_objective", ONE_OBJECTIVE, {"key": "exploration.algorithm", "name": name}
             )
         return self
 

@@ -31,7 +31,10 @@ from model_explorer.cost.energy import (
     energy_layers,
 )
 from model_explorer.datasets import DATASETS, DatasetSpec
+from model_explorer.exploration import Explorer
+from model_explorer.exploration.algorithms import ALGORITHMS, AlgorithmSpec
 from model_explorer.exploration.runners import RUNNERS, Runner, RunnerSpec, build_runner
+from model_explorer.exploration.spec import NSGASpec
 from model_explorer.metrics import METRICS, MetricSpec, create_metric
 from model_explorer.models import create_model
 from model_explorer.problems import PROBLEMS
@@ -79,6 +82,7 @@ DOCUMENTED = {
     },
     "runners": {"serial", "processes", "dask"},
     "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
+    "algorithms": {"nsga2", "nsga3", "smsemoa", "agemoea", "agemoea2", "random"},
     "inspectors": {
         "Norm",
         "Image",
@@ -116,8 +120,9 @@ def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> 
     assert set(REGISTRIES) == set(DOCUMENTED)
     code = (
         "import sys; from model_explorer.cli import main; "
-        "main(['list', 'energy']); main(['list', 'runners']); "
-        "loaded = [m for m in ('zigzag', 'distributed', 'onnxruntime') if m in sys.modules]; "
+        "main(['list', 'energy']); main(['list', 'runners']); main(['list', 'algorithms']); "
+        "optional = ('zigzag', 'distributed', 'onnxruntime', 'numba', 'pymoo'); "
+        "loaded = [m for m in optional if m in sys.modules]; "
         "print('loaded:', loaded)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -200,6 +205,21 @@ def test_every_runner_builds_from_its_defaults(name: str) -> None:
                 runner.evaluate(problem, genomes, lambda *found: None)
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize("name", ALGORITHMS.names())
+def test_every_search_algorithm_searches_within_the_bounds(name: str) -> None:
+    # tests/exploration/test_algorithms.py checks each against pymoo's own loop and resume.
+    needs = (ALGORITHMS.get(name).info or {}).get("needs")
+    if needs:
+        pytest.importorskip(needs)
+    problem = Synthetic(genes=3)
+    nsga = NSGASpec(pop_size=6, offsprings=4, generations=2)
+    result = Explorer(problem, nsga, algorithm=AlgorithmSpec(type=name)).run()
+    assert result.complete and [g["generation"] for g in result.generations] == [0, 1, 2]
+    assert sum(r["generation"] == 0 for r in result.records) == 6
+    assert all(2 <= bits <= 8 for r in result.records for bits in r["configuration"])
+    assert len(problem.calls) == len(result) and max(problem.calls.values()) == 1
 
 
 def tiny() -> nn.Module:

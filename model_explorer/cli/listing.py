@@ -51,6 +51,12 @@ def _strategies() -> Any:
     return STRATEGIES
 
 
+def _algorithms() -> Any:
+    from model_explorer.exploration.algorithms import ALGORITHMS
+
+    return ALGORITHMS
+
+
 def _inspectors() -> Any:
     from model_explorer.analysis.diagnose import INSPECTORS
 
@@ -84,6 +90,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "objectives": _objectives,
     "runners": _runners,
     "strategies": _strategies,
+    "algorithms": _algorithms,
     "inspectors": _inspectors,
     "energy": _energy,
     "environments": _environments,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
+from model_explorer.exploration.algorithms import check_available
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.result_file import (
     check_writable,
@@ -69,7 +70,8 @@ def result_path(workload: Workload, output: str | None) -> Path:
 
 def search_definition(workload: Workload) -> dict:
     """The workload as results store it: without `exploration.runner`, which changes where
-    candidates are evaluated, not what, so a run may resume under another runner."""
+    candidates are evaluated, not what, so a run may resume under another runner. (Results
+    stored before a key existed match through `same_search`, which fills in defaults.)"""
     data = workload.to_dict()
     data["workload"].get("exploration", {}).pop("runner", None)
     return data
@@ -172,6 +174,7 @@ def explore(
     owned = runner is None
     try:
         runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
+        check_available(spec.algorithm)  # and an algorithm whose package is missing
         if previous is not None:
             baseline = previous.baseline
         elif options.skip_baseline:
@@ -234,8 +237,6 @@ def _search(
         workload.problem.options, baseline, higher_is_better(workload.metric)
     )
     built = build_problem(context, minimum)
-    if spec.initialization == "sensitivity":
-        _seed_from_sensitivity(built, workload)
     runner.attach(ProblemRecipe(search_definition(workload), minimum, model_files(workload)))
     explorer = Explorer(
         built,
@@ -247,8 +248,11 @@ def _search(
         runner=runner,
         progress=options.progress,
         strategy=build_strategy(spec.strategy),
+        algorithm=spec.algorithm,
     )
     explorer.result.owner = this_process()
+    if spec.initialization == "sensitivity":  # after the Explorer has checked its algorithm
+        _seed_from_sensitivity(built, workload)
     if previous is not None:
         explorer.restore(previous)
     try:

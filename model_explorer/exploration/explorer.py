@@ -1,44 +1,40 @@
-"""Explorer: NSGA-II over any Problem through pymoo's ask/tell loop.
+"""Explorer: a pymoo search algorithm (NSGA-II by default) over any Problem through pymoo's
+ask/tell loop.
 
 Every evaluation is recorded (not only survivors); a configuration is never evaluated twice
 (the cache is keyed by the decoded configuration); the result file is rewritten atomically
 after every generation and doubles as the checkpoint.
 
-Resuming replays the search from its seed: pymoo's NSGA-II is deterministic given its seed and
-the objective values it is told, so the replay asks for exactly the genomes of the interrupted
-run, answers them from the recorded evaluations without touching the model, and carries on
-evaluating where the record ends. A resumed run therefore ends with the same result as an
-uninterrupted one, and the checkpoint holds only plain data, never pickled pymoo objects.
+Resuming replays the search from its seed: every algorithm of `exploration.algorithm` is
+deterministic given its seed and the objective values it is told, so the replay asks for exactly
+the genomes of the interrupted run, answers them from the recorded evaluations without touching
+the model, and carries on evaluating where the record ends. A resumed run therefore ends with
+the same result as an uninterrupted one, and the checkpoint holds only plain data, never
+pickled pymoo objects.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.algorithm import Algorithm
 from pymoo.core.evaluator import Evaluator
 from pymoo.core.problem import Problem as PymooProblem
-from pymoo.core.repair import Repair
-from pymoo.core.sampling import Sampling
-from pymoo.operators.crossover.sbx import SBX
-from pymoo.operators.mutation.pm import PM
-from pymoo.operators.repair.rounding import RoundingRepair
-from pymoo.operators.sampling.rnd import FloatRandomSampling, IntegerRandomSampling
 from pymoo.problems.static import StaticProblem
 from tqdm.auto import tqdm
 
+from model_explorer.exploration.algorithms import AlgorithmSpec, build_algorithm
+from model_explorer.exploration.operators import make_operators
 from model_explorer.exploration.runners.base import Runner
 from model_explorer.exploration.runners.serial import SerialRunner
 from model_explorer.exploration.spec import NSGASpec
-from model_explorer.exploration.strategies import Strategy, spread_genomes
+from model_explorer.exploration.strategies import Strategy
 from model_explorer.problems.base import Evaluation, Problem
 from model_explorer.results import ExplorationResult, samples_of
 
@@ -60,83 +56,17 @@ class Bounds(PymooProblem):
         )
 
 
-class SeededSampling(Sampling):
-    """The problem's own starting genomes first, random ones for the rest of the population."""
-
-    def __init__(self, genomes: list[list[float]], random: Sampling) -> None:
-        super().__init__()
-        self.genomes = np.array(genomes, dtype=float).reshape(len(genomes), -1)
-        self.random = random
-
-    def _do(self, problem, n_samples, **kwargs):  # noqa: ANN001, ANN202 - pymoo's signature
-        rest = max(0, n_samples - len(self.genomes))
-        sampled = self.random._do(problem, rest, **kwargs) if rest else np.empty((0, problem.n_var))
-        return np.vstack([self.genomes[:n_samples], sampled])
-
-
-class IntegerGenes(Repair):
-    """Rounds the integer genes of a mixed genome (bit widths beside float thresholds)."""
-
-    def __init__(self, mask: list[bool]) -> None:
-        super().__init__()
-        self.mask = np.array(mask, dtype=bool)
-
-    def _do(self, problem, X, **kwargs):  # noqa: ANN001, ANN202, N803 - pymoo's signature
-        X[:, self.mask] = np.round(X[:, self.mask])
-        return X
-
-
-def whole_space(problem: Problem, limit: int) -> list[list[float]] | None:
-    """Every genome of an all-integer problem whose space holds at most `limit` configurations
-    (the first population is then the whole space, each configuration once), else None."""
-    if not all(v.integer for v in problem.variables):
-        return None
-    ranges = [range(int(v.lower), int(v.upper) + 1) for v in problem.variables]
-    if math.prod(len(r) for r in ranges) > limit:
-        return None
-    return [[float(g) for g in genome] for genome in itertools.product(*ranges)]
-
-
 def make_algorithm(
-    problem: Problem, nsga: NSGASpec, strategy: Strategy | None = None, seed: int = 0
-) -> NSGA2:
-    """NSGA-II with the workload's settings: SBX crossover and polynomial mutation with their
-    eta and probability, integer rounding for integer genes, duplicate elimination; the
-    problem's own starting genomes first, then (`strategy.spread_start`) genomes spread along
-    the cost axis, random ones for the rest."""
-    integer = [v.integer for v in problem.variables]
-    if all(integer):
-        operator_repair, algorithm_repair = RoundingRepair(), None
-        random_sampling: Sampling = IntegerRandomSampling()
-    else:
-        operator_repair = None
-        algorithm_repair = IntegerGenes(integer) if any(integer) else None
-        random_sampling = FloatRandomSampling()
-    initial = whole_space(problem, nsga.pop_size) or problem.initial_genomes()
-    if strategy is not None and strategy.spread_start and len(initial) < nsga.pop_size:
-        initial += spread_genomes(
-            np.array([v.lower for v in problem.variables], dtype=float),
-            np.array([v.upper for v in problem.variables], dtype=float),
-            np.array(integer, dtype=bool),
-            nsga.pop_size - len(initial),
-            seed,
-        )
-    sampling = SeededSampling(initial, random_sampling) if initial else random_sampling
-    crossover = SBX(
-        prob=nsga.crossover_prob, eta=nsga.crossover_eta, vtype=float, repair=operator_repair
-    )
-    mutation = PM(
-        prob=nsga.mutation_prob, eta=nsga.mutation_eta, vtype=float, repair=operator_repair
-    )
-    return NSGA2(
-        pop_size=nsga.pop_size,
-        n_offsprings=nsga.offsprings or nsga.pop_size,
-        sampling=sampling,
-        crossover=crossover,
-        mutation=mutation,
-        repair=algorithm_repair,
-        eliminate_duplicates=True,
-    )
+    problem: Problem,
+    nsga: NSGASpec,
+    strategy: Strategy | None = None,
+    seed: int = 0,
+    algorithm: AlgorithmSpec | None = None,
+) -> Algorithm:
+    """The workload's search algorithm (`exploration.algorithm`, NSGA-II by default) built
+    from its operators (see exploration/operators.py)."""
+    operators = make_operators(problem, nsga, strategy, seed)
+    return build_algorithm(algorithm or AlgorithmSpec(), operators)
 
 
 def configuration_key(configuration: list[Any]) -> str:
@@ -144,7 +74,8 @@ def configuration_key(configuration: list[Any]) -> str:
 
 
 class Explorer:
-    """Runs NSGA-II over a Problem. `result_path` receives the result after every generation."""
+    """Runs a search algorithm (`algorithm`, default NSGA-II) over a Problem. `result_path`
+    receives the result after every generation."""
 
     def __init__(
         self,
@@ -157,9 +88,14 @@ class Explorer:
         runner: Runner | None = None,
         progress: bool = False,
         strategy: Strategy | None = None,
+        algorithm: AlgorithmSpec | None = None,
     ) -> None:
         self.problem = problem
         self.strategy = strategy or Strategy()
+        self.algorithm = algorithm or AlgorithmSpec()
+        # Built once now, so that settings the algorithm refuses (nsga3's partitions, a single
+        # objective) fail before any evaluation; `run` builds it afresh.
+        make_algorithm(problem, nsga, self.strategy, seed, self.algorithm)
         self.nsga = nsga
         self.seed = seed
         self.result_path = Path(result_path) if result_path is not None else None
@@ -181,7 +117,9 @@ class Explorer:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ExplorationResult:
-        algorithm = make_algorithm(self.problem, self.nsga, self.strategy, self.seed)
+        algorithm = make_algorithm(
+            self.problem, self.nsga, self.strategy, self.seed, self.algorithm
+        )
         bounds = Bounds(self.problem)
         generations = self.nsga.generations
         algorithm.setup(
@@ -217,7 +155,7 @@ class Explorer:
 
     def _screen(self, genomes: np.ndarray) -> list[int]:
         """The proposed offspring the surrogate finds most promising; configurations already
-        evaluated cost nothing and are told to NSGA-II as they are, besides."""
+        evaluated cost nothing and are told to the algorithm as they are, besides."""
         from model_explorer.exploration.surrogate import select
 
         keys = [configuration_key(self.problem.decode(g)) for g in genomes]
@@ -330,7 +268,7 @@ class Explorer:
             data["plan"] = plan
         return data
 
-    def _close_generation(self, generation: int, algorithm: NSGA2) -> None:
+    def _close_generation(self, generation: int, algorithm: Algorithm) -> None:
         survivors = {configuration_key(self.problem.decode(x)) for x in algorithm.pop.get("X")}
         self.result.generations.append(
             {

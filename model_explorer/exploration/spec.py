@@ -1,5 +1,6 @@
-"""The workload's `exploration:` settings: the search itself (NSGA-II's population and operators,
-the strategy, the first population), its data and where candidates are evaluated (runner)."""
+"""The workload's `exploration:` settings: the search itself (its algorithm, NSGA-II by default,
+the population and operators under `nsga:`, the strategy, the first population), its data and
+where candidates are evaluated (runner)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from model_explorer.datasets.base import DatasetSpec
+from model_explorer.exploration.algorithms import AlgorithmSpec
 from model_explorer.exploration.runners.base import RunnerSpec
 from model_explorer.exploration.strategies import StrategySpec
 from model_explorer.schema import Fraction, PositiveFloat, PositiveInt, Spec
@@ -33,6 +35,7 @@ class ExplorationSpec(Spec):
     gene limits) is the `problem:` section's."""
 
     nsga: NSGASpec = Field(default_factory=NSGASpec)
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     # sensitivity: half the first population comes from the one-at-a-time sensitivity of each
     # quantizer (quantization problems); random: all of it is random.
