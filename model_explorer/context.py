@@ -24,7 +24,13 @@ log = logging.getLogger(__name__)
 
 class WorkloadContext:
     """Builds the workload's model and data on its device; evaluation subsets are decoded once
-    and kept as a TensorCache per dataset role."""
+    and kept as a TensorCache per dataset role.
+
+    Args:
+        workload: the validated Workload.
+        device: where models and cached data live; the workload's `device` (and
+            `problem.gpu_id`) when None.
+    """
 
     def __init__(self, workload: Workload, device: torch.device | str | None = None) -> None:
         self.workload = workload

@@ -385,6 +385,12 @@ def evaluate(
 
     One float per model output; a single-output model gives a float. A single target tensor is
     scored against every output (e.g. early-exit heads); a tuple of targets pairs up with outputs.
+
+    Args:
+        model: the model to score (a float model, a QuantizedModel, a SparseModel).
+        batches: (inputs, targets) pairs, e.g. a TensorCache or a DataLoader.
+        metric: a MetricSpec or a metric's name (`top1`, `cosine`, ...).
+        device: where inputs are moved before the forward pass; as they come when None.
     """
     accuracies = score(model, batches, metric, device).accuracies
     return accuracies[0] if len(accuracies) == 1 else accuracies

@@ -52,8 +52,8 @@ def cost_summary(result: ExplorationResult) -> str:
     per = f" ({forwards / evaluations:.0f} per evaluation)" if evaluations else ""
     exploration = result.workload.get("workload", {}).get("exploration") or {}
     strategy = _entry_name(exploration.get("strategy")) or "nsga2"
-    algorithm = _entry_name(exploration.get("algorithm"))  # stored unless the default nsga2
-    searched = f"strategy {strategy}" + (f", algorithm {algorithm}" if algorithm else "")
+    algorithm = _entry_name(exploration.get("algorithm")) or "nsga2"
+    searched = f"strategy {strategy}" + (f", algorithm {algorithm}" if algorithm != "nsga2" else "")
     return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
 
 

@@ -132,6 +132,13 @@ def train_epoch(
     return total_loss / max(total_samples, 1)
 
 
+def make_scheduler(optimizer: torch.optim.Optimizer, config: RetrainingSpec, epochs: int) -> Any:
+    """The learning-rate schedule of `retraining.scheduler` (cosine over the epochs), or None."""
+    if config.scheduler == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+    return None
+
+
 def train(
     model: nn.Module,
     train_loader: DataLoader,
@@ -146,6 +153,19 @@ def train(
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
     Without validation data the last epoch counts as best and is scored on the training data.
+
+    Args:
+        model: the model to train (float, or a quantized individual: quantizers pass gradients
+            straight through).
+        train_loader: the training batches, reshuffled each epoch by the loader.
+        validation_batches: (inputs, targets) scored after every epoch, or None.
+        config: the workload's `retraining:` section (optimizer, learning rate, scheduler,
+            gradient clip, batch-norm re-estimation, epochs).
+        metric: what "best" is measured with (a MetricSpec or a metric's name).
+        device: where training runs.
+        seed: seeds torch before the first epoch.
+        epochs: overrides `config.epochs` when given.
+        progress: show progress bars.
     """
     torch.manual_seed(seed)
     device = torch.device(device)
@@ -154,11 +174,7 @@ def train(
     if config.recalibrate_batchnorm:
         reestimate_batchnorm(model, train_loader, device, config.batchnorm_batches)
     optimizer = make_optimizer(model, config)
-    scheduler = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-        if config.scheduler == "cosine"
-        else None
-    )
+    scheduler = make_scheduler(optimizer, config, epochs)
     history: list[EpochRecord] = []
     best_state: dict[str, Tensor] | None = None
     best: tuple[float, int, float | list[float]] | None = None

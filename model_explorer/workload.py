@@ -1,9 +1,10 @@
 """The workload file: one YAML file describes model, data, problem and search for every command.
 
 The layout is the original tool's (root key `workload:`, `problem.problem_function`,
-`exploration.nsga.*`, `exploration.extra_args`, dataset specs with `type`, `batch_size`,
-`sample_limit`, `randomize`, `path`) plus what this project adds (`seed`, `device`, `metric`,
-per-type dataset options); the original's other spellings are translated first
+`exploration.nsga.*`, dataset specs with `type`, `batch_size`, `sample_limit`, `randomize`,
+`path`) plus what this project adds (`seed`, `device`, `metric`, per-type dataset options),
+with the problem's settings beside `problem_function` (the original kept them in
+`exploration:` and `exploration.extra_args`); the original's spellings are translated first
 (original_layout.py). Each section's settings live beside the code that uses them; this module
 assembles them, reads the file and validates it once, reporting every problem at once:
 everything downstream trusts it.
@@ -144,32 +145,21 @@ class Workload(Spec):
         check_paths: bool = True,
         file_problems: list[str] | None = None,
     ) -> Workload:
-        """Validate a parsed workload file (with its root `workload:` key). `file_problems`:
-        lines already found in the file (keys written twice), reported with the others."""
+        """Validate a parsed workload file; every problem of it is one line of the raised
+        WorkloadError, all at once.
+
+        Args:
+            data: the parsed file, a mapping with the root key `workload:` (this project's
+                layout or the original tool's, translated first).
+            source: the file it came from, named in messages and giving the workload its
+                name when the file has none.
+            check_paths: whether data paths must exist (false for a file read elsewhere).
+            file_problems: lines already found in the file (keys written twice), reported
+                with the others.
+        """
         where = str(source) if source is not None else "workload"
         early = list(file_problems or [])
-        if not isinstance(data, dict) or "workload" not in data:
-            raise WorkloadError(
-                "\n".join(
-                    [
-                        *early,
-                        f"{where}: the file must start with the key 'workload:' holding the "
-                        "sections model, problem, exploration, ...; see workloads/digits_cnn.yaml",
-                    ]
-                )
-            )
-        extra_roots = [key for key in data if key != "workload"]
-        if extra_roots:
-            raise WorkloadError(
-                "\n".join(
-                    [
-                        *early,
-                        f"{where}: unknown top-level key '{extra_roots[0]}'; every section "
-                        "belongs under 'workload:'",
-                    ]
-                )
-            )
-        body = data["workload"]
+        body = _body(data, where, early)
         if isinstance(body, dict) and body.get("name") is None and source is not None:
             body = {**body, "name": Path(source).stem}
         translation = translate(body)
@@ -195,7 +185,12 @@ class Workload(Spec):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], check_paths: bool = True) -> Workload:
-        """Read and validate a workload YAML file."""
+        """Read and validate a workload YAML file.
+
+        Args:
+            path: the YAML file.
+            check_paths: whether data paths (datasets, checkpoints) must exist now.
+        """
         path = Path(path)
         if not path.is_file():
             raise WorkloadError(
@@ -208,6 +203,33 @@ class Workload(Spec):
 
 
 load_workload = Workload.load
+
+
+def _body(data: Any, where: str, early: list[str]) -> Any:
+    """What the file holds under its one root key `workload:`, or the error saying it holds
+    something else (after the lines already found in the file)."""
+    if not isinstance(data, dict) or "workload" not in data:
+        raise WorkloadError(
+            "\n".join(
+                [
+                    *early,
+                    f"{where}: the file must start with the key 'workload:' holding the "
+                    "sections model, problem, exploration, ...; see workloads/digits_cnn.yaml",
+                ]
+            )
+        )
+    extra_roots = [key for key in data if key != "workload"]
+    if extra_roots:
+        raise WorkloadError(
+            "\n".join(
+                [
+                    *early,
+                    f"{where}: unknown top-level key '{extra_roots[0]}'; every section belongs "
+                    "under 'workload:'",
+                ]
+            )
+        )
+    return data["workload"]
 
 
 def _log_ignored(where: str, translation: Translation, problem: str) -> None:

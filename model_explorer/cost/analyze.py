@@ -215,9 +215,18 @@ def analyze_cost(
     plan: Plan | None = None,
     leaf_modules_only: bool = False,
 ) -> CostReport:
-    """Run `model` once on `example` (a batch, or an input shape such as (1, 3, 224, 224)) and
-    return its cost table. With a per-layer `plan` (plan.py, e.g. a Pareto individual's), the
-    inputs and parameters of the layers it gives bit widths are counted at those widths."""
+    """Run `model` once on `example` and return its cost table.
+
+    Args:
+        model: the model (float; a QuantizedModel's operators are named as in the model it
+            wraps).
+        example: a batch, or an input shape such as (1, 3, 224, 224) for a batch of zeros.
+        plan: a per-layer plan (plan.py, e.g. a Pareto individual's): the inputs and
+            parameters of the layers it gives bit widths are counted at those widths, the rest
+            at 32 bits.
+        leaf_modules_only: one row per leaf module call (the seed's convention, missing
+            functional operations) instead of one per operator.
+    """
     x = _example(model, example)
     plan = plan or {}
     unique_params = sum(p.numel() for p in model.parameters())

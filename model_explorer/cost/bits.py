@@ -39,7 +39,12 @@ def weighted_bits(plan: Plan, function: str = "bits_weighted_linear") -> float:
 
 
 class BitCostModel:
-    """Costs of plans for a model's quantized layers (name -> LayerCost, in model order)."""
+    """Costs of plans for a model's quantized layers; `measure` makes one from a model.
+
+    Args:
+        layers: each quantized layer's LayerCost (MACs, weight elements per sample), by name,
+            in model order.
+    """
 
     def __init__(self, layers: Mapping[str, LayerCost]) -> None:
         self.layers = dict(layers)

@@ -68,7 +68,14 @@ class Lineage(Consumer):
 def layer_producers(
     model: nn.Module, example: Tensor, layers: dict[str, nn.Module]
 ) -> dict[str, set[str]]:
-    """For each named layer, the layers (or "input") whose outputs make up its input."""
+    """For each named layer, the layers (or "input") whose outputs make up its input.
+
+    Args:
+        model: the model to run.
+        example: one batch of inputs.
+        layers: the layers whose inputs to trace back, by name; data flows through every other
+            operation.
+    """
     lineage = Lineage(layers)
     tracer = Tracer(model, [lineage])
     with tracer.watching():

@@ -46,8 +46,14 @@ def layer_macs(module: nn.Module, input: Tensor, output: Tensor) -> int:
 def measure_layers(
     model: nn.Module, example: Any, layers: dict[str, nn.Module]
 ) -> dict[str, LayerCost]:
-    """Run `model` once on `example` (a batch) and record each named layer's cost per sample.
-    Layers called more than once add up."""
+    """Run `model` once on `example` and record each named layer's cost per sample. Layers
+    called more than once add up.
+
+    Args:
+        model: the model to run (float, or a QuantizedModel).
+        example: one batch of inputs; costs are divided by its samples.
+        layers: the layers to measure, by name (e.g. a QuantizedModel's `layers`).
+    """
     found: dict[str, LayerCost] = {}
     samples = max(1, len(example))
 

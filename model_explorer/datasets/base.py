@@ -123,7 +123,13 @@ def select_indices(length: int, sample_limit: int | None, randomize: bool, seed:
 
 
 def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Dataset:
-    """The spec's samples: the builder's split reduced to the seeded subset."""
+    """The spec's samples: the builder's split reduced to the seeded subset.
+
+    Args:
+        spec: a dataset spec (`type`, `sample_limit`, `randomize`, the type's options).
+        seed: draws the subset (and its order with `randomize`).
+        where: the key path named in errors.
+    """
     dataset = DATASETS.resolve(spec.type, f"{where}.type")(spec, where)
     streamed = isinstance(dataset, SampleStream)
     if streamed and spec.sample_limit is None:
@@ -147,8 +153,14 @@ def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Datas
 def build_loader(
     spec: DatasetSpec, seed: int, where: str = "dataset", shuffle: bool = False
 ) -> DataLoader:
-    """A DataLoader over the spec's subset. `shuffle` reorders every epoch (for training only),
-    from a generator seeded by `seed`."""
+    """A DataLoader over the spec's subset, in batches of its `batch_size`.
+
+    Args:
+        spec: a dataset spec, as for `build_dataset`.
+        seed: draws the subset and seeds the shuffling.
+        where: the key path named in errors.
+        shuffle: reorder every epoch (for training only), from a generator seeded by `seed`.
+    """
     dataset = build_dataset(spec, seed, where)
     if isinstance(dataset, SampleStream):
         if shuffle:

@@ -34,9 +34,16 @@ def _to(value: Any, device: torch.device) -> Any:
 
 
 class TensorCache:
-    """Holds all inputs and targets of a subset as tensors on `device` and yields the same
+    """Holds all inputs and targets of a subset as tensors on a device and yields the same
     batches, in the same order, as the loader it was made from, without decoding or DataLoader
-    work. Targets may be tensors or tuples of tensors (multi-output workloads)."""
+    work (`from_spec`, `from_loader` and `from_batches` make one).
+
+    Args:
+        inputs: every sample's input, one tensor (or a tuple of tensors) along dim 0.
+        targets: every sample's target: a tensor, or a tuple of tensors for multi-output
+            workloads.
+        batch_size: the samples per batch it yields.
+    """
 
     def __init__(self, inputs: Any, targets: Any, batch_size: int) -> None:
         self.inputs = inputs

@@ -143,34 +143,24 @@ def explore(
     runner: Runner | None = None,
     context: WorkloadContext | None = None,
 ) -> tuple[ExplorationResult, Path]:
-    """Run the workload's exploration and write its result file (also after every generation)."""
+    """Run the workload's exploration and write its result file (also after every generation);
+    the result and its path.
+
+    Args:
+        workload: the validated Workload (its `problem:` and `exploration:` sections).
+        options: `skip_baseline`, `resume`, `output` (the result file), `progress`.
+        runner: where candidates are evaluated; built from `exploration.runner` when None
+            (and closed at the end).
+        context: the WorkloadContext to reuse (its cached data); a new one when None.
+    """
     options = options or ExploreOptions()
     spec: ExplorationSpec = workload.require("exploration")
     context = context or WorkloadContext(workload)
-    previous = None
     claimed = not options.resume
     if options.resume:
-        path = find_checkpoint(workload, options.output)
-        previous = ExplorationResult.load(path)
-        if not same_search(previous.workload, search_definition(workload)):
-            raise UserError(
-                f"--resume: '{path}' was written for a different workload; resume with the same "
-                "workload file, or start afresh without --resume"
-            )
-        if previous.complete:
-            raise UserError(f"--resume: '{path}' is already complete")
-        check_writable(path, "--resume")
-        if saved(previous) == 0:
-            log.warning(
-                "%s: the run that wrote it stopped before its first save; nothing was saved, "
-                "so the search starts from its first generation",
-                path,
-            )
-            previous = None
-        else:
-            log.info("resuming %s: %d evaluations recorded", path, saved(previous))
+        path, previous = _checkpoint(workload, options.output)
     else:
-        path = _claim_result_file(workload, options.output)
+        path, previous = _claim_result_file(workload, options.output), None
     owned = runner is None
     try:
         runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
@@ -191,6 +181,29 @@ def explore(
     finally:
         if owned and runner is not None:
             runner.close()
+
+
+def _checkpoint(workload: Workload, output: str | None) -> tuple[Path, ExplorationResult | None]:
+    """The result file `--resume` continues, and what it holds (None: nothing saved yet)."""
+    path = find_checkpoint(workload, output)
+    previous = ExplorationResult.load(path)
+    if not same_search(previous.workload, search_definition(workload)):
+        raise UserError(
+            f"--resume: '{path}' was written for a different workload; resume with the same "
+            "workload file, or start afresh without --resume"
+        )
+    if previous.complete:
+        raise UserError(f"--resume: '{path}' is already complete")
+    check_writable(path, "--resume")
+    if saved(previous) == 0:
+        log.warning(
+            "%s: the run that wrote it stopped before its first save; nothing was saved, "
+            "so the search starts from its first generation",
+            path,
+        )
+        return path, None
+    log.info("resuming %s: %d evaluations recorded", path, saved(previous))
+    return path, previous
 
 
 def _claim_result_file(workload: Workload, output: str | None) -> Path:

@@ -74,8 +74,23 @@ def configuration_key(configuration: list[Any]) -> str:
 
 
 class Explorer:
-    """Runs a search algorithm (`algorithm`, default NSGA-II) over a Problem. `result_path`
-    receives the result after every generation."""
+    """Runs a search algorithm (default NSGA-II) over a Problem through pymoo's ask/tell loop;
+    `run()` returns the ExplorationResult, `restore(previous)` resumes an interrupted one.
+
+    Args:
+        problem: the Problem to search (any: a model's, or an analytic one).
+        nsga: the population and operator settings (`exploration.nsga`: pop_size, offsprings,
+            generations, SBX and polynomial mutation eta and probability).
+        seed: seeds the algorithm, the spread start and the surrogate.
+        result_path: where the result is written after every generation (the checkpoint);
+            none written when None.
+        workload: the workload as results store it (`search_definition`), kept in the result.
+        baseline: the float model's accuracies, kept in the result.
+        runner: where candidates are evaluated; in this process when None.
+        progress: show progress bars.
+        strategy: how evaluations are spent (`exploration.strategy`); plain NSGA-II when None.
+        algorithm: the pymoo algorithm (`exploration.algorithm`); NSGA-II when None.
+    """
 
     def __init__(
         self,

@@ -19,7 +19,13 @@ def build_model(
     spec: ModelSpec, where: str = "workload.model", load_weights: bool = True
 ) -> nn.Module:
     """The workload's model in eval mode, with the checkpoint named by `weights` loaded
-    (random weights only when `weights` is null and `pretrained` is explicitly false)."""
+    (random weights only when `weights` is null and `pretrained` is explicitly false).
+
+    Args:
+        spec: the workload's `model:` section (type, num_classes, kwargs, weights, ...).
+        where: the key path named in errors.
+        load_weights: false for the freshly initialised model (training from scratch, shapes).
+    """
     model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
     if not load_weights:
         return model.eval()

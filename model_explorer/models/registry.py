@@ -119,7 +119,14 @@ class ModelSpec(Spec):
 def create_model(
     name: str, num_classes: int | None = None, where: str = "model", **kwargs: Any
 ) -> nn.Module:
-    """A freshly initialised model by name; `num_classes` is passed on when given."""
+    """A freshly initialised model by name (no checkpoint; see `build_model`).
+
+    Args:
+        name: a registered model, `torchvision:<name>` or `package.module:factory`.
+        num_classes: passed to the factory when given.
+        where: the key path named in errors.
+        **kwargs: the factory's other arguments (a workload's `model.kwargs`).
+    """
     factory = MODELS.resolve(name, f"{where}.type")
     if num_classes is not None:
         kwargs["num_classes"] = num_classes

@@ -67,7 +67,15 @@ OBJECTIVES: Registry[ObjectiveFunction] = Registry("objective")
 def register_objective(
     name: str, *, maximize: bool, needs: set[str], description: str
 ) -> Callable[[ObjectiveFunction], ObjectiveFunction]:
-    """Decorator registering `function(plan, costs, measured) -> float` as objective `name`."""
+    """Decorator registering `function(plan, costs, measured) -> float` as an objective.
+
+    Args:
+        name: the name `problem.objectives` gives it.
+        maximize: whether more is better.
+        needs: what it reads, of NEEDS: "bits", "thresholds", "energy", "model" (a forward
+            pass); a problem that provides them all can compute it.
+        description: what it measures, in the user's words.
+    """
     unknown = set(needs) - set(NEEDS)
     if unknown:
         raise ValueError(f"objective '{name}' needs {sorted(unknown)}, which no problem provides")

@@ -19,8 +19,13 @@ PROBLEMS: Registry[ProblemBuilder] = Registry("problem function")
 
 
 def register_problem(name: str, options: Any = None) -> Callable[[ProblemBuilder], ProblemBuilder]:
-    """Decorator registering `builder(context, options, minimum_accuracy)` under `name`, with
-    the pydantic model of its options (a subclass of problems.options.ProblemOptions)."""
+    """Decorator registering `builder(context, options, minimum_accuracy)` as a problem.
+
+    Args:
+        name: the `problem.problem_function` that names it.
+        options: the pydantic model of its settings (a subclass of
+            problems.options.ProblemOptions), which checks the keys beside `problem_function`.
+    """
     return PROBLEMS.register(name, options=options)
 
 
@@ -30,9 +35,17 @@ def build_problem(
     name: str | None = None,
     where: str = "workload.problem.problem_function",
 ) -> Any:
-    """The problem of a WorkloadContext's workload (or problem `name`, with the workload's
-    options when it names the same problem and the defaults otherwise), built by its registered
-    builder. (The context is not imported here: the workload's settings import this registry.)"""
+    """A problem built by its registered builder. (The context is not imported here: the
+    workload's settings import this registry.)
+
+    Args:
+        context: the WorkloadContext whose model and data the problem uses.
+        minimum_accuracy: the limit each output's metric must keep (see `explore`'s
+            `minimum_accuracy`), or None for no constraint.
+        name: the problem to build; the workload's `problem_function` when None. The
+            workload's options apply when it names the same problem, the defaults otherwise.
+        where: the key path named when `name` is unknown.
+    """
     spec = context.workload.problem
     name = name or spec.problem_function
     entry = PROBLEMS.get(name, where)

@@ -61,6 +61,17 @@ class QuantizedModel(Wrapper, nn.Module):
     included) and by module name (`include` / `exclude`, shell-style patterns such as
     `layer4.*`). With `attention_matmuls`, products of two activations (Q·Kᵀ, A·V) get
     quantizers too.
+
+    Args:
+        model: the float model; its layers are swapped in place (`restore()` undoes it).
+        layer_types: the torch.nn layer types to quantize (`MultiheadAttention` included).
+        include, exclude: shell-style patterns of module names to quantize and to leave alone.
+        input: the input quantizers' settings (bits, axis, unsigned, narrow range); 8-bit
+            per-tensor signed when None.
+        weight: the weight quantizers' settings; 8-bit per output channel (axis 0) when None.
+        weight_cache: how many quantized weights each weight quantizer keeps, one per bit width
+            (None: all, 0: none).
+        attention_matmuls: also quantize both operands of products of two activations.
     """
 
     def __init__(

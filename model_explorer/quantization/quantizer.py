@@ -139,6 +139,15 @@ class TensorQuantizer(Opaque, nn.Module):
     `num_bits` can change at any time; a calibrator whose amax depends on the bit width (mse,
     entropy) supplies the amax for the new width from its kept histogram, computed once per width.
     In calibration mode the quantizer feeds its calibrator and passes tensors through unchanged.
+
+    Args:
+        num_bits: the bit width (2 to 16).
+        axis: None for one amax per tensor, else the axis with one amax per index (per channel).
+        unsigned: quantize to [0, 2**bits - 1] instead of a signed range.
+        narrow_range: a symmetric signed range (the negative side clipped to -bound).
+        enabled: false passes tensors through untouched.
+        calibrator: what collects amax in calibration mode; the max of |x| along `axis` when
+            None.
     """
 
     def __init__(
@@ -268,7 +277,13 @@ class WeightQuantizer(TensorQuantizer):
     """A quantizer for a layer's weight: amax comes from the weight itself (max of |w|, per
     output channel by default) and follows it when the weight changes; quantized weights are
     cached per bit width, so evaluating a new bit configuration re-quantizes only the layers
-    whose weight bits changed. To the tracer its output is the weight of the layer calling it."""
+    whose weight bits changed. To the tracer its output is the weight of the layer calling it.
+
+    Args:
+        *args, **kwargs: TensorQuantizer's.
+        cache_size: how many quantized weights to keep, one per bit width (None: every width
+            seen, 0: none).
+    """
 
     traced_output = "weight"
 

@@ -49,7 +49,24 @@ class Individual:
 
 class ExplorationResult:
     """Plain data of a search: the workload, the problem's description, the baseline, every
-    individual in evaluation order, and per-generation records."""
+    individual in evaluation order, and per-generation records. `ExplorationResult.load(path)`
+    reads a result file (without torch).
+
+    Args:
+        workload: the workload as the search stored it (root `workload:`).
+        problem: the problem's description (`Problem.describe()`: name, variables,
+            objectives, constraints, metric).
+        baseline: the float model's accuracies, one per output, or None.
+        individuals: every evaluated individual's record (id, generation, genome,
+            configuration, plan, values, feasibility, ...), in evaluation order.
+        generations: per generation, the ids of the surviving population.
+        stats: the totals (evaluations, cache hits, early rejections, sample-forwards,
+            seconds).
+        complete: whether the search ran to its end.
+        seed: the search's seed.
+        partial: records of a generation still being evaluated (a checkpoint taken mid-way).
+        owner: the host and process writing it while it runs.
+    """
 
     def __init__(
         self,

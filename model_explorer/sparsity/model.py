@@ -55,7 +55,17 @@ class SparseModel(Wrapper, nn.Module):
     """Gives every chosen layer of `model` a BlockSparsifier (in place); calling the SparseModel
     runs the model. Float layers are swapped for sparse ones; layers already swapped by a
     QuantizedModel get the sparsifier added, so one model can be quantized and sparse at once
-    (the sparsifier then sees the quantized input and the quantized weights)."""
+    (the sparsifier then sees the quantized input and the quantized weights).
+
+    Args:
+        model: the model; its layers get sparsifiers in place.
+        block_size: [width, height] of a block of the unfolded input (width along its
+            C*kh*kw columns, height along its output positions).
+        layer_types: the layer types to sparsify (Conv1d, Conv2d, Linear).
+        include, exclude: shell-style patterns of module names to sparsify and to leave alone.
+        chunk_bytes: the memory an unfolded input may take at once; larger inputs are
+            sparsified in chunks.
+    """
 
     def __init__(
         self,

@@ -134,8 +134,16 @@ def root_of(model: nn.Module) -> nn.Module:
 
 
 class Tracer:
-    """Traces forward passes of `model` for `consumers`. `sync` (e.g. torch.cuda.synchronize)
-    runs around each operator when `timed`, so that `call.seconds` is its own time."""
+    """Traces forward passes of `model` for `consumers`: `with tracer.watching():` then
+    `tracer.run(*inputs)` per pass.
+
+    Args:
+        model: the model (a Wrapper's operators are named as in the model it wraps).
+        consumers: what is told every operator, alias, quantizer output and module call.
+        timed: time each operator (`call.seconds`).
+        sync: run around each timed operator (torch.cuda.synchronize on a GPU), so that the
+            time is the operator's own.
+    """
 
     def __init__(
         self,
@@ -301,7 +309,13 @@ class _Mode(TorchDispatchMode):
 
 
 def trace(model: nn.Module, consumers: Sequence[Consumer], *args: Any, **kwargs: Any) -> Any:
-    """Run `model(*args, **kwargs)` once with `consumers` told every operator; its output."""
+    """Run `model` once with `consumers` told every operator; its output.
+
+    Args:
+        model: the model.
+        consumers: the Consumers of the pass.
+        *args, **kwargs: the model's inputs.
+    """
     tracer = Tracer(model, consumers)
     with tracer.watching():
         return tracer.run(*args, **kwargs)

@@ -294,6 +294,28 @@ def disagrees(pair: dict[str, Any], tolerance: float) -> bool:
     return pair["top1_agreement"] < 1.0 or not pair["max_rel_error"] <= tolerance
 
 
+def _environments(
+    environments: list[str | Environment],
+    context: Any,
+    samples: int,
+    repeats: int,
+    tolerance: float,
+) -> list[Environment]:
+    """The Environments named, once the comparison's settings are checked."""
+    if repeats < 1:
+        raise UserError("--repeats: repeat every environment at least once")
+    if samples == 0:
+        raise UserError("compare: there are no samples to run")
+    if not tolerance >= 0:
+        raise UserError(f"--tolerance: a relative error is at least 0, got {tolerance}")
+    envs = [e if isinstance(e, Environment) else environment(e, context) for e in environments]
+    names = [e.name for e in envs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UserError(f"--env: {', '.join(duplicates)} given twice; name each environment once")
+    return envs
+
+
 def compare(
     model: nn.Module,
     inputs: Tensor,
@@ -306,19 +328,23 @@ def compare(
     localise_disagreements: bool = True,
     localise_samples: int = 8,
 ) -> Comparison:
-    """Run `model` on `inputs` in every environment (names as in `environment()`, or
-    Environment objects), compare every pair, localise the pairs that disagree."""
-    if repeats < 1:
-        raise UserError("--repeats: repeat every environment at least once")
-    if len(inputs) == 0:
-        raise UserError("compare: there are no samples to run")
-    if not tolerance >= 0:
-        raise UserError(f"--tolerance: a relative error is at least 0, got {tolerance}")
-    envs = [e if isinstance(e, Environment) else environment(e, context) for e in environments]
-    names = [e.name for e in envs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise UserError(f"--env: {', '.join(duplicates)} given twice; name each environment once")
+    """Run `model` on `inputs` in every environment, compare every pair, localise the pairs
+    that disagree.
+
+    Args:
+        model: the float model (copied, in float32 on the CPU, for each environment).
+        inputs: the samples, one batch along dim 0.
+        environments: names as `environment()` takes them (`eager`, `onnxruntime`,
+            `threads=2`, `quantized:RESULTS#ID`, ...) or Environment objects.
+        targets: labels of the samples, for each environment's accuracy, or None.
+        context: the WorkloadContext quantized environments rebuild individuals from.
+        batch_size: samples per forward pass.
+        repeats: timed runs per environment (the median is kept; results compared bitwise).
+        tolerance: the relative error above which two environments' outputs differ.
+        localise_disagreements: find the first diverging operator of every pair that differs.
+        localise_samples: how many of the most disagreeing samples localisation runs on.
+    """
+    envs = _environments(environments, context, len(inputs), repeats, tolerance)
     comparer = Comparer(model, inputs, targets, batch_size, repeats, tolerance, localise_samples)
     try:
         runs, skipped = comparer.run_all(envs)

@@ -99,7 +99,15 @@ def inspector(spec: str) -> BaseInspector:
 class DiagnosisContext:
     """What inspectors share: the workload, its float and quantized models, a few batches of
     calibration inputs, the explored bit range, an output folder, and a place for results one
-    inspector computes and another reuses (`cache`)."""
+    inspector computes and another reuses (`cache`).
+
+    Args:
+        context: the WorkloadContext of the workload to diagnose.
+        out_dir: where inspectors write their tables and plots.
+        max_batches: how many calibration batches inspectors run on.
+        interactive: ask before applying a recommendation (and the Image question).
+        ask: how a question is asked (`input` on a terminal; a test's answers).
+    """
 
     def __init__(
         self,
@@ -176,7 +184,13 @@ def run_inspectors(
     order: Sequence[str],
     report: Callable[[Finding], None] | None = None,
 ) -> list[Finding]:
-    """Run the inspectors named in `order`; `report` sees each finding as it comes."""
+    """Run the inspectors named in `order`; their findings, in order.
+
+    Args:
+        context: the DiagnosisContext they share.
+        order: inspector names (`DEFAULT_ORDER`, or `package.module:Class` of your own).
+        report: called with each finding as it comes (to print as the run goes), or None.
+    """
     chosen = [inspector(spec) for spec in order]
     context.out_dir.mkdir(parents=True, exist_ok=True)
     findings: list[Finding] = []

@@ -88,8 +88,12 @@ def _arguments(op: CircleOp, t: list[dict | None]) -> tuple[tuple, tuple]:
 
 
 class DalgonaRunner(HookRunner):
-    """Calls an analysis object's hooks as dalgona does (see the module docstring);
-    `args` is the string StartAnalysis receives (dalgona's --analysis_args, '' if none)."""
+    """Calls an analysis object's hooks as dalgona does (see the module docstring).
+
+    Args:
+        model, analysis, source: as for HookRunner.
+        args: the string StartAnalysis receives (dalgona's --analysis_args, '' if none).
+    """
 
     def __init__(
         self, model: nn.Module, analysis: Any, source: str | None = None, args: str = ""

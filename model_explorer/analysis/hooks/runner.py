@@ -59,7 +59,14 @@ def _user_line(
 
 class HookRunner(Consumer):
     """Runs a model over samples and calls an analysis object's hooks (see the module
-    docstring), at every operator the tracer (model_explorer.tracing) finds."""
+    docstring), at every operator the tracer (model_explorer.tracing) finds; `run(samples)`.
+
+    Args:
+        model: the model (a QuantizedModel's operators are named as in the model it wraps,
+            and its layers' tensors carry their quantization parameters).
+        analysis: the object whose hook methods are called (none is required).
+        source: the analysis file, so that a failing hook is reported with its line.
+    """
 
     def __init__(self, model: nn.Module, analysis: Any, source: str | None = None) -> None:
         self.model = model

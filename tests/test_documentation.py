@@ -1,0 +1,85 @@
+"""The public constructors and functions a research script calls document every argument, in an
+`Args:` section as torchinfo's `summary` does: each parameter named at the start of a line
+(`name:` or `name, other:` for arguments described together)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+
+import pytest
+
+# module:attribute (a class: its constructor) of the API the README and the notebooks use.
+PUBLIC = [
+    "model_explorer.workload:Workload.load",
+    "model_explorer.workload:Workload.from_dict",
+    "model_explorer.context:WorkloadContext",
+    "model_explorer.models:build_model",
+    "model_explorer.models:create_model",
+    "model_explorer.datasets:build_dataset",
+    "model_explorer.datasets:build_loader",
+    "model_explorer.datasets:TensorCache",
+    "model_explorer.metrics:evaluate",
+    "model_explorer.training:train",
+    "model_explorer.quantization:QuantizedModel",
+    "model_explorer.quantization:TensorQuantizer",
+    "model_explorer.quantization:WeightQuantizer",
+    "model_explorer.sparsity:SparseModel",
+    "model_explorer.cost:analyze_cost",
+    "model_explorer.cost:measure_layers",
+    "model_explorer.cost:BitCostModel",
+    "model_explorer.cost.graph:layer_producers",
+    "model_explorer.problems.quantization:LayerwiseQuantizationProblem",
+    "model_explorer.problems.sparsity:SparsityThresholdProblem",
+    "model_explorer.problems.sparsity:QuantizationSparsityProblem",
+    "model_explorer.problems:build_problem",
+    "model_explorer.problems:register_problem",
+    "model_explorer.problems.objectives:register_objective",
+    "model_explorer.exploration.explorer:Explorer",
+    "model_explorer.exploration.explore:explore",
+    "model_explorer.results:ExplorationResult",
+    "model_explorer.analysis.hooks:HookRunner",
+    "model_explorer.analysis.hooks:DalgonaRunner",
+    "model_explorer.analysis.compare:compare",
+    "model_explorer.analysis.diagnose:DiagnosisContext",
+    "model_explorer.analysis.diagnose:run_inspectors",
+    "model_explorer.tracing:Tracer",
+    "model_explorer.tracing:trace",
+]
+
+
+def _resolve(path: str):  # noqa: ANN202
+    module, _, attribute = path.partition(":")
+    found = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _documented(doc: str) -> set[str]:
+    """The names the `Args:` section describes."""
+    _, _, section = doc.partition("Args:")
+    names: set[str] = set()
+    for line in section.splitlines():
+        match = re.match(r"\s{4,8}([\w*][\w, *]*):", line)
+        if match:
+            names.update(n.strip().lstrip("*") for n in match.group(1).split(","))
+    return names
+
+
+@pytest.mark.parametrize("path", PUBLIC)
+def test_every_argument_is_documented(path: str) -> None:
+    target = _resolve(path)
+    function = target.__init__ if inspect.isclass(target) else target
+    doc = inspect.getdoc(target) or ""
+    if inspect.isclass(target) and "Args:" not in doc:
+        doc = inspect.getdoc(function) or ""
+    parameters = [
+        name
+        for name, parameter in inspect.signature(function).parameters.items()
+        if name not in ("self", "cls")
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
+    missing = [name for name in parameters if name not in _documented(doc)]
+    assert "Args:" in doc and not missing, f"{path}: undocumented {missing}"
