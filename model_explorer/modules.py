@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
 
 def set_child(root: nn.Module, name: str, child: nn.Module) -> None:
@@ -30,8 +30,25 @@ def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 
 
 def tensors_in(value: Any) -> list[Tensor]:
-    """Every tensor in a (nested) structure of arguments or outputs."""
-    return [v for v in tree_flatten(value)[0] if isinstance(v, Tensor)]
+    """Every tensor in a (nested) structure of arguments or outputs: tuples, lists and dicts
+    walked here (what ATen calls take and return, in microseconds), other containers torch
+    knows (a dataclass registered as a pytree node) by torch's own flattening."""
+    found: list[Tensor] = []
+    _collect(value, found)
+    return found
+
+
+def _collect(value: Any, found: list[Tensor]) -> None:
+    if isinstance(value, Tensor):
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _collect(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, found)
+    elif type(value) in SUPPORTED_NODES:
+        found.extend(v for v in tree_flatten(value)[0] if isinstance(v, Tensor))
 
 
 @dataclass

@@ -12,6 +12,7 @@ alive, so that no id is reused while the pass runs.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -65,20 +66,14 @@ class OperatorCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     view: bool
+    inputs: list[Tensor]  # the tensors among the arguments
     out: Any = None
+    outputs: list[Tensor] = field(default_factory=list)  # the tensors of `out`
     seconds: float = 0.0
 
     @property
     def opcode(self) -> str:
         return self.operator.opcode
-
-    @property
-    def inputs(self) -> list[Tensor]:
-        return tensors_in((self.args, self.kwargs))
-
-    @property
-    def outputs(self) -> list[Tensor]:
-        return tensors_in(self.out)
 
 
 class Consumer:
@@ -229,7 +224,10 @@ class Tracer:
     # -- operators ------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         packet = func.overloadpacket.__name__
-        if self.state.opaque or packet in FACTORIES or not tensors_in((args, kwargs)):
+        if self.state.opaque or packet in FACTORIES:
+            return func(*args, **kwargs)
+        inputs = tensors_in((args, kwargs))
+        if not inputs:
             return func(*args, **kwargs)
         if packet in TRANSPARENT:
             out = func(*args, **kwargs)
@@ -240,7 +238,7 @@ class Tracer:
             out = func(*args, **kwargs)
             self._aliased(args[0], out, packet)
             return out
-        call = self._call(func, packet, args, kwargs, view)
+        call = self._call(func, packet, args, kwargs, view, inputs)
         for consumer in self.consumers:
             consumer.before(call)
         if self.timed:
@@ -250,6 +248,7 @@ class Tracer:
         if self.timed:
             self.sync()
             call.seconds = time.perf_counter() - started
+        call.outputs = tensors_in(call.out)
         for consumer in self.consumers:
             consumer.after(call)
         return call.out
@@ -264,7 +263,13 @@ class Tracer:
                 consumer.aliased(source, outputs, packet)
 
     def _call(
-        self, func: Any, packet: str, args: tuple[Any, ...], kwargs: dict[str, Any], view: bool
+        self,
+        func: Any,
+        packet: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        view: bool,
+        inputs: list[Tensor],
     ) -> OperatorCall:
         weight_second = len(args) > 1 and self._constant(args[1]) is not None
         operator = operator_of(packet, args, weight_second)
@@ -273,7 +278,7 @@ class Tracer:
         index = self.state.counts[key]
         self.state.counts[key] += 1
         name = f"{key}#{index}" if module else f"{operator.opcode}#{index}"
-        return OperatorCall(name, operator, packet, func, module, owner, args, kwargs, view)
+        return OperatorCall(name, operator, packet, func, module, owner, args, kwargs, view, inputs)
 
     # -- running --------------------------------------------------------------------------
     @contextmanager
@@ -290,13 +295,22 @@ class Tracer:
             yield self
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """One forward pass, traced (inside `watching`); operator counts start afresh."""
+        """One forward pass, traced (inside `watching`); operator counts start afresh.
+
+        Python's cyclic garbage collector is paused for the pass: the pass keeps thousands of
+        small objects alive, and collections scanning them took a fifth of the cost table's
+        time (resnet50: 115 ms with it, 90 ms without). Reference counting frees everything
+        the pass drops as usual; cycles wait for the pass to end."""
         self.state = _Pass()
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             with _Mode(self):
                 return self.model(*args, **kwargs)
         finally:
             self.state = _Pass()
+            if collecting:
+                gc.enable()
 
 
 class _Mode(TorchDispatchMode):
