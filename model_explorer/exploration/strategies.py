@@ -1,4 +1,5 @@
-"""Search strategies (`exploration.strategy`): how NSGA-II spends its sample-forwards.
+"""Search strategies (`exploration.strategy`): how the search algorithm (NSGA-II by default)
+spends its sample-forwards.
 
 A strategy changes which candidates are evaluated and how far, never what a recorded value
 means: every member of a result's front was scored on the full exploration subset.
