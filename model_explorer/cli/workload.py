@@ -27,11 +27,8 @@ def _validate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def validate_command(args: argparse.Namespace) -> int:
     workload = load_workload(args)
-    sections = [
-        name
-        for name in ("calibration", "exploration", "retraining", "reevaluation")
-        if getattr(workload, name) is not None
-    ]
+    optional = ("calibration", "energy_evaluation", "exploration", "retraining", "reevaluation")
+    sections = [name for name in optional if getattr(workload, name) is not None]
     print(
         f"{args.workload}: valid workload '{workload.name}' (model {workload.model.type}, "
         f"problem {workload.problem.problem_function}, sections: {', '.join(sections) or 'none'})"
