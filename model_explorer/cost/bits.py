@@ -89,11 +89,3 @@ class BitCostModel:
             input_bits, weight_bits = self._bits(plan, name)
             total += cost.macs * input_bits * weight_bits * kept.get(name, 1.0)
         return total
-
-    def values(self, plan: Plan, weighting: str = "bits_weighted_linear") -> dict[str, float]:
-        """weighted_bits, model_size and bops of a plan, as problems record them."""
-        return {
-            "weighted_bits": weighted_bits(plan, weighting),
-            "model_size": self.model_size(plan),
-            "bops": self.bops(plan),
-        }
