@@ -193,6 +193,15 @@ class ModelProblem(Problem):
         """The cost models objectives read (none by default)."""
         return PlanCosts()
 
+    @property
+    def provides(self) -> set[str]:
+        """What this problem gives objectives (problems/objectives.py NEEDS): its options'
+        kinds, DRAM energies only when it holds an energy model."""
+        provides = set(self.options.provides)
+        if self.plan_costs.energy is None:
+            provides.discard("energy")
+        return provides
+
     def measured_values(
         self, plan: dict[str, dict[str, Any]], measured: Measured
     ) -> dict[str, float]:
@@ -201,7 +210,7 @@ class ModelProblem(Problem):
         costs = self.plan_costs
         return {
             name: OBJECTIVES.get(name).builder(plan, costs, measured)
-            for name in usable_objectives(self.options.provides)
+            for name in usable_objectives(self.provides)
             if name != "accuracy" and not objective_info(name).analytic
         }
 

@@ -169,11 +169,10 @@ class LayerwiseQuantizationProblem(ModelProblem):
         """Every objective known without the model (problems/objectives.py) of a plan's bit
         widths: weighted bits, model size, BOPs per sample and, with an energy model, the DRAM
         energy in uJ."""
-        provides = set(self.options.provides) - ({"energy"} if self.energy is None else set())
         costs, measured = self.plan_costs, Measured()
         return {
             name: OBJECTIVES.get(name).builder(plan, costs, measured)
-            for name in usable_objectives(provides)
+            for name in usable_objectives(self.provides)
             if objective_info(name).analytic
         }
 
