@@ -111,6 +111,8 @@ class Consumer:
 class _Constant:
     name: str
     base: Tensor  # the parameter or buffer it stands for
+    source: Tensor | None = None  # for a view of a constant: the tensor it views
+    packet: str | None = None  # and the ATen view that made it
 
 
 @dataclass
@@ -178,6 +180,14 @@ class Tracer:
         """The parameter or buffer `tensor` stands for, else None."""
         found = self._constant(tensor)
         return found.base if found is not None else None
+
+    def view_of(self, tensor: Any) -> tuple[Tensor, str] | None:
+        """For a view of a constant (a linear layer's transposed weight): the tensor it views
+        and the ATen view that made it, else None."""
+        found = self._constant(tensor)
+        if found is None or found.source is None or found.packet is None:
+            return None
+        return found.source, found.packet
 
     def parameter(self, tensor: Any) -> nn.Parameter | None:
         base = self.base(tensor)
@@ -257,7 +267,7 @@ class Tracer:
         outputs = tensors_in(out)
         constant = self._constant(source)
         if constant is not None:
-            self._stand_for(outputs, constant)
+            self._stand_for(outputs, _Constant(constant.name, constant.base, source, packet))
         if isinstance(source, Tensor):
             for consumer in self.consumers:
                 consumer.aliased(source, outputs, packet)

@@ -223,3 +223,25 @@ def test_analyze_command_with_a_shipped_analysis(trained_digits, tmp_path: Path,
     assert "must define exactly one class, it defines 2" in capsys.readouterr().err
     assert main(["analyze", "--print-template"]) == 0
     assert "def Conv2DPre(self, name, input, filter" in capsys.readouterr().out
+
+
+def test_a_linear_layers_filter_comes_in_its_own_layout() -> None:
+    """torch computes a linear layer with its transposed weight; hooks see the weight itself,
+    (out, in), with or without a bias (addmm, or mm of a transposed weight)."""
+
+    class Filters:
+        def __init__(self) -> None:
+            self.seen = []
+
+        def FullyConnectedPre(self, name, input, filter) -> None:  # noqa: A002, N802
+            self.seen.append((name, filter["name"], filter["data"]))
+
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2, bias=False)).eval()
+    filters = Filters()
+    run(model, filters, [(torch.randn(1, 4),)])
+    assert [(n, w) for n, w, _ in filters.seen] == [
+        ("0/FullyConnected#0", "0.weight"),
+        ("1/FullyConnected#0", "1.weight"),
+    ]
+    for (_, _, data), layer in zip(filters.seen, model, strict=True):
+        assert np.array_equal(data, layer.weight.detach().numpy())

@@ -11,8 +11,9 @@ from model_explorer.analysis.hooks.analyses import (
 )
 from model_explorer.analysis.hooks.dalgona import DalgonaRunner
 from model_explorer.analysis.hooks.inputs import dataset_samples, file_samples
-from model_explorer.analysis.hooks.operators import OPERATORS, Operator, quantparam
+from model_explorer.analysis.hooks.operators import quantparam
 from model_explorer.analysis.hooks.runner import HookError, HookRunner, StopAnalysis
+from model_explorer.tracing.operators import OPERATORS, Operator
 
 __all__ = [
     "ANALYSES",

@@ -7,9 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from model_explorer.quantization.quantizer import TensorQuantizer, integer_bounds
-from model_explorer.tracing.operators import OPERATORS, Operator, operator_of
-
-__all__ = ["OPERATORS", "Operator", "operator_of", "quantparam"]
 
 
 def quantparam(quantizer: TensorQuantizer | None) -> dict[str, Any] | None:

@@ -33,6 +33,9 @@ from model_explorer.modules import tensors_in
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.tracing import Consumer, Operator, OperatorCall, Tracer
 
+# Views that present a weight transposed: hooks see the weight in its own layout.
+_TRANSPOSITIONS = ("t", "transpose")
+
 
 class StopAnalysis(Exception):
     """Raised by an analysis to end the run early; EndAnalysis is still called."""
@@ -72,7 +75,6 @@ class HookRunner(Consumer):
         self.model = model
         self.analysis = analysis
         self.source = source
-        self.transposed: dict[int, Tensor] = {}  # transposed views of weights -> the weight
         self.layer: QuantLayer | None = None  # the quantized layer of the operator, if any
         self.tracer = Tracer(model, [self])
 
@@ -86,18 +88,14 @@ class HookRunner(Consumer):
         if layer is not None and role in ("input", "filter"):
             param = quantparam(layer.input_quantizer if role == "input" else layer.weight_quantizer)
         data = value.detach()
-        if role == "filter" and id(value) in self.transposed and data.dim() == 2:
-            data = self.transposed[id(value)].detach()  # a linear layer's weight, (out, in)
+        view = self.tracer.view_of(value)
+        if role == "filter" and view is not None and view[1] in _TRANSPOSITIONS and data.dim() == 2:
+            data = view[0].detach()  # a linear layer's weight, in its own (out, in) layout
         return {
             "name": self.tracer.constant(value) or f"{name}:{role}",
             "data": data.cpu().numpy(),
             "quantparam": param,
         }
-
-    def aliased(self, source: Tensor, outputs: list[Tensor], packet: str) -> None:
-        if packet in ("t", "transpose") and self.tracer.constant(source) is not None:
-            for output in outputs:
-                self.transposed[id(output)] = source
 
     def _arguments(self, name: str, operator: Operator, args: tuple) -> dict[str, Any]:
         named = {}
@@ -137,8 +135,7 @@ class HookRunner(Consumer):
         self.layer = call.owner if isinstance(call.owner, QuantLayer) else None
         self.call_pre(call.name, call.operator, call.args)
 
-    def after(self, call: OperatorCall) -> None:
-        self.layer = call.owner if isinstance(call.owner, QuantLayer) else None
+    def after(self, call: OperatorCall) -> None:  # the layer `before` found
         self.call_post(call.name, call.operator, call.args, call.out)
 
     def call_pre(self, name: str, operator: Operator, args: tuple) -> None:
@@ -223,7 +220,6 @@ class HookRunner(Consumer):
             first.add_note(f"then EndAnalysis failed too: {error}")
 
     def _sample(self, inputs: tuple[Tensor, ...]) -> None:
-        self.transposed.clear()
         self.layer = None
         if (start := self.hook("StartNetworkExecution")) is not None:
             self._call(
@@ -233,7 +229,6 @@ class HookRunner(Consumer):
                 [self.tensor(x, f"input{i}", "network") for i, x in enumerate(inputs)],
             )
         output = self.tracer.run(*inputs)
-        self.transposed.clear()
         self.layer = None
         if (end := self.hook("EndNetworkExecution")) is not None:
             outputs = tensors_in(output)
