@@ -47,22 +47,17 @@ def saved_evaluations(path: Path) -> int | None:
 
 def same_search(stored: dict[str, Any], definition: dict[str, Any]) -> bool:
     """Whether a result's stored workload defines the search `definition` (a workload as
-    results store it). Both are read as workloads and compared with every default filled in, so
-    a result written in the original layout (the problem's settings in `exploration:`) matches
-    the same search written in this project's."""
+    results store it, without its runner). Both are read as workloads, which are equal when
+    their settings are with every default filled in, so a result written in the original
+    layout (the problem's settings in `exploration:`) matches the same search written in this
+    project's."""
     if stored == definition:
         return True
-
-    def normal(data: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            found = Workload.from_dict(data, check_paths=False).to_dict(defaults=True)
-        except WorkloadError:
-            return None
-        found["workload"].get("exploration", {}).pop("runner", None)
-        return found
-
-    normal_stored = normal(stored)
-    return normal_stored is not None and normal_stored == normal(definition)
+    try:
+        earlier = Workload.from_dict(stored, check_paths=False)
+    except WorkloadError:
+        return False
+    return earlier == Workload.from_dict(definition, check_paths=False)
 
 
 def unfinished_results(
