@@ -1,15 +1,18 @@
 """The per-layer plan: what a configuration sets on each layer, as plain data.
 
-A plan maps a layer name to its settings: `input_bits` and `weight_bits` (the bit widths of its
-input and weight quantizers) and `threshold` (its block-sparsity threshold), e.g.
-`{"conv1": {"input_bits": 8, "weight_bits": 4, "threshold": 0.3}}`. It is JSON-serialisable,
+A plan maps a layer name to its settings: what its input and its weight go through before the
+layer computes (each either `input_bits` / `weight_bits`, a bit width of the integer format, or
+`input_format` / `weight_format`, a format of the format registry by its short name such as
+`mxfp4`), and `threshold` (its input's block-sparsity threshold), e.g.
+`{"conv1": {"input_bits": 8, "weight_format": "nvfp4", "threshold": 0.3}}`. It is JSON-serialisable,
 stored with every individual of a result, and re-applied to a fresh model by `apply_plan`; the
 bit-cost model, the energy model, the cost table, retraining and comparison all read it.
 
 A problem's configuration is a list aligned with its variables; variables are named after what
-they set: `<layer>.input_quantizer` and `<layer>.weight_quantizer` (bit widths, as the
-quantizers are named in the model) and `<layer>` (a threshold). `PlanLayout` decodes a
-configuration by those names, and is the only place that does.
+they set: `<layer>.input_quantizer` and `<layer>.weight_quantizer` (a bit width, or a format's
+short name where the search chooses among formats; as the quantizers are named in the model) and
+`<layer>` (a threshold). `PlanLayout` decodes a configuration by those names, and is the only
+place that does.
 """
 
 from __future__ import annotations
@@ -18,8 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 INPUT_BITS, WEIGHT_BITS, THRESHOLD = "input_bits", "weight_bits", "threshold"
+INPUT_FORMAT, WEIGHT_FORMAT = "input_format", "weight_format"
 # Quantizer name suffix -> the setting it holds.
 QUANTIZERS = {".input_quantizer": INPUT_BITS, ".weight_quantizer": WEIGHT_BITS}
+# A bit-width setting -> the setting of the same quantizer when it holds a format.
+FORMAT_OF = {INPUT_BITS: INPUT_FORMAT, WEIGHT_BITS: WEIGHT_FORMAT}
+ROLES = {INPUT_BITS: "input_quantizer", WEIGHT_BITS: "weight_quantizer"}
+ROLES.update({FORMAT_OF[bits]: role for bits, role in ROLES.items()})
 
 Plan = dict[str, dict[str, Any]]
 
@@ -53,6 +61,8 @@ class PlanLayout:
             )
         plan: Plan = {}
         for (layer, setting), value in zip(self.settings, configuration, strict=True):
+            if isinstance(value, str) and setting in FORMAT_OF:
+                setting = FORMAT_OF[setting]  # a format chosen by name, not a bit width
             plan.setdefault(layer, {})[setting] = value
         return plan
 
@@ -65,9 +75,9 @@ def plan_of(names: Sequence[str], configuration: Sequence[Any]) -> Plan:
 def apply_plan(
     plan: Mapping[str, Mapping[str, Any]], quantized: Any = None, sparse: Any = None
 ) -> None:
-    """Put a plan into effect: bit widths on a QuantizedModel's layers, thresholds on a
-    SparseModel's sparsifiers (either may be None when the plan has no such settings). Every
-    setting must find its layer: a plan made for another model is refused."""
+    """Put a plan into effect: bit widths and formats on a QuantizedModel's quantizers,
+    thresholds on a SparseModel's sparsifiers (either may be None when the plan has no such
+    settings). Every setting must find its layer: a plan made for another model is refused."""
     layers = quantized.layers if quantized is not None else {}
     sparsifiers = sparse.sparsifiers if sparse is not None else {}
     for layer, settings in plan.items():
@@ -77,8 +87,9 @@ def apply_plan(
                     raise ValueError(f"thresholds must not be negative, got {value}")
                 sparsifiers[layer].threshold = float(value)
             elif setting in (INPUT_BITS, WEIGHT_BITS) and layer in layers:
-                role = "input_quantizer" if setting == INPUT_BITS else "weight_quantizer"
-                getattr(layers[layer], role).num_bits = int(value)
+                getattr(layers[layer], ROLES[setting]).num_bits = int(value)
+            elif setting in (INPUT_FORMAT, WEIGHT_FORMAT) and layer in layers:
+                getattr(layers[layer], ROLES[setting]).format = value
             else:
                 raise ValueError(f"the plan sets {setting} of layer '{layer}', which has none")
 
@@ -88,22 +99,27 @@ def current_plan(quantized: Any = None, sparse: Any = None) -> Plan:
     plan: Plan = {}
     if quantized is not None:
         for name, layer in quantized.layers.items():
-            plan.setdefault(name, {}).update(
-                {
-                    INPUT_BITS: layer.input_quantizer.num_bits,
-                    WEIGHT_BITS: layer.weight_quantizer.num_bits,
-                }
-            )
+            settings = plan.setdefault(name, {})
+            for setting in (INPUT_BITS, WEIGHT_BITS):
+                quantizer = getattr(layer, ROLES[setting])
+                if quantizer.format.classic:
+                    settings[setting] = quantizer.num_bits
+                else:
+                    settings[FORMAT_OF[setting]] = quantizer.format.spelling
     if sparse is not None:
         for name, sparsifier in sparse.sparsifiers.items():
             plan.setdefault(name, {})[THRESHOLD] = sparsifier.threshold
     return plan
 
 
-def layer_bits(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """Layer -> its bit widths (`input_bits`, `weight_bits`), for layers that have any."""
-    return {
-        layer: {k: int(v) for k, v in settings.items() if k in (INPUT_BITS, WEIGHT_BITS)}
-        for layer, settings in plan.items()
-        if INPUT_BITS in settings or WEIGHT_BITS in settings
-    }
+def layer_formats(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Layer -> what its input and weight are quantized to, as short format names (`int8` for a
+    bit width of 8), for layers that have any: the format per layer a report shows."""
+    found: dict[str, dict[str, str]] = {}
+    for layer, settings in plan.items():
+        for bits, role in ((INPUT_BITS, "input"), (WEIGHT_BITS, "weight")):
+            if FORMAT_OF[bits] in settings:
+                found.setdefault(layer, {})[role] = str(settings[FORMAT_OF[bits]])
+            elif bits in settings:
+                found.setdefault(layer, {})[role] = f"int{int(settings[bits])}"
+    return found

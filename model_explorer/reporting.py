@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.fileio import atomic_path
+from model_explorer.plan import FORMAT_OF, layer_formats
 from model_explorer.results import ExplorationResult
 
 
@@ -39,6 +40,29 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     widths = {c: max(len(c), *(len(_cell(r[c])) for r in rows)) for c in columns}
     lines = ["  ".join(c.rjust(widths[c]) for c in columns)]
     lines += ["  ".join(_cell(r[c]).rjust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+def formats_table(result: ExplorationResult) -> str | None:
+    """The formats of every layer's input and weight (`input/weight`) for each member of the
+    Pareto front, in the order of `pareto_table`; None when the search chose no formats."""
+    front = result.pareto_front()
+    plans = {individual.id: result.plan_of(individual) for individual in front}
+    if not any(
+        f in s for plan in plans.values() for s in plan.values() for f in FORMAT_OF.values()
+    ):
+        return None
+    order = [int(line.split()[0]) for line in pareto_table(result).splitlines()[1:]]
+    formats = {id_: layer_formats(plan) for id_, plan in plans.items()}
+    layers = list(formats[order[0]])
+    header = "| id | " + " | ".join(f"`{layer}`" for layer in layers) + " |"
+    lines = [header, "|" + "---|" * (len(layers) + 1)]
+    for id_ in order:
+        cells = [
+            "/".join(formats[id_].get(layer, {}).get(role, "-") for role in ("input", "weight"))
+            for layer in layers
+        ]
+        lines.append(f"| {id_} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -89,6 +113,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     written = _write_figures(result, out)
     lines = [*_summary(result, source), "", "## Pareto front", "", _markdown_table(result), ""]
+    formats = formats_table(result)
+    if formats is not None:
+        lines += ["## Formats on the front (input/weight per layer)", "", formats, ""]
     lines += ["## Figures", ""]
     for name, caption in (
         ("front.png", f"{result.problem.get('metric', 'accuracy')} against cost"),

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import flop_registry
 
+from model_explorer.cost.bits import element_bits
 from model_explorer.cost.layers import WEIGHT_LAYERS, layer_macs
 from model_explorer.modules import module_hooks, tensors_in, unfused_attention
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
@@ -145,9 +146,13 @@ Plan = Mapping[str, Mapping[str, Any]]
 
 def _bytes(plan: Plan, name: str) -> tuple[float, float]:
     """Bytes per input element and per weight element of layer `name` (4 unless the plan
-    gives its bit widths)."""
+    gives its bit widths or formats: bits per element, scales counted)."""
     settings = plan.get(name, {})
-    return settings.get(INPUT_BITS, 32) / 8, settings.get(WEIGHT_BITS, 32) / 8
+    input_bits, weight_bits = (
+        element_bits(settings, INPUT_BITS),
+        element_bits(settings, WEIGHT_BITS),
+    )
+    return (input_bits or 32) / 8, (weight_bits or 32) / 8
 
 
 class _Collector(Consumer):

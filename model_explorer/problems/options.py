@@ -3,8 +3,9 @@ section, one options model per problem, registered with it (problems/registry.py
 
 - every problem: its objectives and its accuracy constraint (`minimum_accuracy`,
   `allowable_accuracy_drop` or, for a divergence, `maximum_divergence`), `early_reject`;
-- problems with bit widths in their genome: the bit limits, per-quantizer `layer_bounds` and the
-  weighting of `weighted_bits`;
+- problems with bit widths in their genome: the bit limits, or the formats a gene chooses among
+  (`choices`), per-quantizer `layer_bounds` narrowing either, and the weighting of
+  `weighted_bits`;
 - problems with block thresholds: their limit, discretisation and `predefined_parameters`.
 
 The original tool kept most of these in `exploration:` and `exploration.extra_args`;
@@ -19,7 +20,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from model_explorer.errors import did_you_mean
+from model_explorer.errors import UserError, did_you_mean
+from model_explorer.formats import parse_format
 from model_explorer.problems.objectives import OBJECTIVES, usable_objectives
 from model_explorer.schema import (
     Bits,
@@ -102,34 +104,67 @@ class ProblemOptions(Spec):
 
 
 class BitOptions(ProblemOptions):
-    """The settings of a genome of bit widths, one per quantizer."""
+    """The settings of a genome with one gene per quantizer: a bit width between the limits, or,
+    with `choices`, one of those formats (short names such as `int8`, `int4_g128`, `fp8_e4m3`,
+    `mxfp4`, `nvfp4`, or mappings; see model_explorer/formats). `layer_bounds` narrows the genes
+    of the quantizers a pattern matches: `[low, high]` bits, or a list of some of the choices."""
 
     provides: ClassVar[frozenset[str]] = frozenset({"model", "bits", "energy"})
 
     num_bits_lower_limit: Bits = 4
     num_bits_upper_limit: Bits = 14
     bit_weighting_function: Literal[BIT_WEIGHTINGS] = "bits_weighted_linear"  # type: ignore[valid-type]
-    layer_bounds: dict[str, tuple[Bits, Bits]] = Field(default_factory=dict)
+    choices: list[str | dict[str, Any]] | None = None
+    layer_bounds: dict[str, tuple[Bits, Bits] | list[str]] = Field(default_factory=dict)
 
     @property
     def bits(self) -> tuple[int, int]:
         """The explored bit widths, (lowest, highest)."""
         return self.num_bits_lower_limit, self.num_bits_upper_limit
 
+    @property
+    def format_choices(self) -> list[str] | None:
+        """The formats a gene chooses among, by short name, cheapest first (so that genes next
+        to each other cost about the same), or None for a genome of bit widths."""
+        return None if self.choices is None else list(self.choices)
+
+    @field_validator("choices")
+    @classmethod
+    def _known_formats(cls, value: list[Any] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise PydanticCustomError(
+                "no_choices", "names no format; name at least two or leave the key out"
+            )
+        formats = [_format(item, "choices") for item in value]
+        spelt = [f.spelling for f in formats]
+        repeated = sorted({name for name in spelt if spelt.count(name) > 1})
+        if repeated:
+            raise PydanticCustomError(
+                "repeated_choices", "names {names} more than once", {"names": ", ".join(repeated)}
+            )
+        order = sorted(range(len(formats)), key=lambda i: formats[i].bits)
+        return [spelt[i] for i in order]
+
     @field_validator("layer_bounds")
     @classmethod
-    def _ordered_bounds(cls, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-        for pattern, (low, high) in value.items():
-            if low > high:
+    def _ordered_bounds(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for pattern, bounds in value.items():
+            if isinstance(bounds, list):
+                value[pattern] = [_format(item, pattern).spelling for item in bounds]
+            elif bounds[0] > bounds[1]:
                 raise PydanticCustomError(
                     "bounds_order",
                     "the lower bound {low} of '{pattern}' is above its upper bound {high}",
-                    {"key": pattern, "low": low, "high": high, "pattern": pattern},
+                    {"key": pattern, "low": bounds[0], "high": bounds[1], "pattern": pattern},
                 )
         return value
 
     @model_validator(mode="after")
     def _bits_within_limits(self) -> Any:
+        if self.choices is not None:
+            return self._bounds_within_choices()
         low, high = self.bits
         if low > high:
             raise PydanticCustomError(
@@ -138,6 +173,13 @@ class BitOptions(ProblemOptions):
                 {"key": "num_bits_lower_limit", "low": low, "high": high},
             )
         for pattern, bounds in self.layer_bounds.items():
+            if isinstance(bounds, list):
+                raise PydanticCustomError(
+                    "formats_without_choices",
+                    "'{pattern}' names formats, but the genes are bit widths; give [low, high] "
+                    "bits, or list the formats to choose among in `choices`",
+                    {"key": "layer_bounds", "pattern": pattern},
+                )
             if bounds[0] < low or bounds[1] > high:
                 raise PydanticCustomError(
                     "bounds_range",
@@ -153,6 +195,42 @@ class BitOptions(ProblemOptions):
                     },
                 )
         return self
+
+    def _bounds_within_choices(self) -> Any:
+        written = {"num_bits_lower_limit", "num_bits_upper_limit"} & self.model_fields_set
+        if written:
+            raise PydanticCustomError(
+                "limits_with_choices",
+                "the genes choose among `choices`, so {key} has no effect; leave it out (give "
+                "int bit widths as formats: int4, int8)",
+                {"key": sorted(written)[0]},
+            )
+        for pattern, bounds in self.layer_bounds.items():
+            if not isinstance(bounds, list):
+                raise PydanticCustomError(
+                    "bits_with_choices",
+                    "'{pattern}' gives bit widths, but the genes choose among `choices`; list "
+                    "the formats it may take instead (some of {choices})",
+                    {"key": "layer_bounds", "pattern": pattern, "choices": self.choices},
+                )
+            outside = [name for name in bounds if name not in self.choices]  # type: ignore[operator]
+            if outside:
+                raise PydanticCustomError(
+                    "bounds_outside_choices",
+                    "'{pattern}' names {outside}, which `choices` does not list; narrow the "
+                    "choices, never widen them",
+                    {"key": "layer_bounds", "pattern": pattern, "outside": outside},
+                )
+        return self
+
+
+def _format(value: Any, where: str) -> Any:
+    """A QuantFormat from a choice, or a pydantic error in the sentence parse_format wrote."""
+    try:
+        return parse_format(value, where)
+    except UserError as error:
+        text = str(error).partition(": ")[2] or str(error)
+        raise PydanticCustomError("unknown_format", "{text}", {"text": text}) from None
 
 
 def explored_bits(options: ProblemOptions | None) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""Layer-wise quantization: one bit width per quantizer, accuracy against bits, size or BOPs."""
+"""Layer-wise quantization: one bit width per quantizer (or one format of a list of choices),
+accuracy against bits, size or BOPs."""
 
 from __future__ import annotations
 
@@ -67,8 +68,10 @@ def chosen_objectives(options: ProblemOptions, higher: bool) -> list[Objective]:
 
 
 class LayerwiseQuantizationProblem(ModelProblem):
-    """Genome: one integer bit width per quantizer of a calibrated QuantizedModel, in its
-    `explorable_modules` order (per layer: input, then weight).
+    """Genome: one integer per quantizer of a calibrated QuantizedModel, in its
+    `explorable_modules` order (per layer: input, then weight): a bit width, or, with the
+    options' `choices`, the index of a format among the quantizer's choices (cheapest first),
+    decoded to the format's short name.
 
     Args:
         model: the calibrated QuantizedModel whose quantizers the genome sets.
@@ -109,10 +112,21 @@ class LayerwiseQuantizationProblem(ModelProblem):
         names = model.explorable_modules
         # each pattern must match a quantizer
         check_layer_bounds(options.layer_bounds, names, options.key("layer_bounds"))
-        self.variables = [
-            Variable(name, *self._bounds(name, options.bits, options.layer_bounds))
-            for name in names
-        ]
+        # Per variable, the formats its gene indexes (None: the genes are bit widths).
+        self.allowed: list[list[str]] | None = None
+        if options.format_choices is None:
+            self.variables = [
+                Variable(name, *self._bounds(name, options.bits, options.layer_bounds))
+                for name in names
+            ]
+        else:
+            self.allowed = [
+                self._allowed(name, options.format_choices, options.layer_bounds) for name in names
+            ]
+            self.variables = [
+                Variable(name, 0, len(allowed) - 1)
+                for name, allowed in zip(names, self.allowed, strict=True)
+            ]
         example = next(iter(batches))[0][:1]
         with torch.no_grad():
             outputs = len(output_list(model(example)))
@@ -142,6 +156,23 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 low, high = bounds
         return low, high
 
+    @staticmethod
+    def _allowed(name: str, choices: list[str], layer_bounds: dict[str, Any]) -> list[str]:
+        allowed = choices
+        for pattern, bounds in layer_bounds.items():  # later patterns win
+            if fnmatch.fnmatchcase(name, pattern):
+                allowed = [choice for choice in choices if choice in bounds]
+        return allowed
+
+    def decode(self, genome: Sequence[float]) -> list[Any]:
+        """Bit widths, or each gene's format by its short name."""
+        configuration = super().decode(genome)
+        if self.allowed is None:
+            return configuration
+        return [
+            allowed[int(index)] for allowed, index in zip(self.allowed, configuration, strict=True)
+        ]
+
     def initial_genomes(self) -> list[list[float]]:
         """Seeds for the first population (`seed_from_sensitivity`), else none."""
         return [list(map(float, genome)) for genome in self.seeds]
@@ -155,6 +186,11 @@ class LayerwiseQuantizationProblem(ModelProblem):
             spread,
         )
 
+        if self.allowed is not None:
+            raise UserError(
+                "exploration.initialization: 'sensitivity' seeds bit widths; with "
+                f"{self.options.key('choices')} the genes choose formats: use 'random' or 'spread'"
+            )
         low = min(int(v.lower) for v in self.variables)
         table = layer_sensitivity(self.model, self.batches, self.metric, low)
         bounds = [(int(v.lower), int(v.upper)) for v in self.variables]

@@ -28,6 +28,7 @@ from model_explorer.quantization.layers import (
     QuantLinear,
     _rebuild,
     layer_forward,
+    place_quantizers,
 )
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
@@ -53,11 +54,14 @@ class ActivationProduct(nn.Module):
 
     float_type = MatMul
     weight = None
+    # `left @ right` sums over left's last axis and right's second to last.
+    input_block_axis, weight_block_axis = -1, -2
 
     def __init__(self, left: TensorQuantizer, right: TensorQuantizer) -> None:
         super().__init__()
         self.input_quantizer = left
         self.weight_quantizer = right
+        place_quantizers(self)
 
     def forward(self, left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
         """`left @ right`, or `einsum(equation, left, right)`, of the quantized operands."""
@@ -151,6 +155,7 @@ class QuantInProjection(QuantLayer, nn.Linear):
         device = getattr(owner, weight_name).device
         self.input_quantizer = input_quantizer.to(device)
         self.weight_quantizer = weight_quantizer.to(device)
+        place_quantizers(self)
 
     @property
     def weight(self) -> Tensor:  # type: ignore[override]

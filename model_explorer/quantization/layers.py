@@ -66,12 +66,24 @@ def _rebuild(module: nn.Module, cls: type[nn.Module]) -> Any:
     return rebuilt
 
 
+def place_quantizers(layer: Any) -> None:
+    """Tell a layer's quantizers their block axes: the axes of the input channels that a
+    layer's products sum over, where block formats (MX, NVFP4, group-wise INT) form blocks."""
+    layer.input_quantizer.block_axis = layer.input_block_axis
+    layer.weight_quantizer.block_axis = layer.weight_block_axis
+
+
 class QuantLayer:
-    """Mixin of the quantized layers; `float_type` is the layer type it replaces."""
+    """Mixin of the quantized layers; `float_type` is the layer type it replaces.
+    `input_block_axis` and `weight_block_axis` are the input-channel axes of its input (N, C,
+    ... for a convolution, ..., features for a linear layer) and of its weight (out, in, ... for
+    a convolution, in, out, ... for a transposed one)."""
 
     float_type: type[nn.Module]
     input_quantizer: TensorQuantizer
     weight_quantizer: WeightQuantizer
+    input_block_axis: int = -1
+    weight_block_axis: int = 1
 
     @classmethod
     def from_float(
@@ -81,6 +93,7 @@ class QuantLayer:
         device = module.weight.device
         layer.input_quantizer = input_quantizer.to(device)
         layer.weight_quantizer = weight_quantizer.to(device)
+        place_quantizers(layer)
         return layer
 
     def to_float(self) -> nn.Module:
@@ -109,21 +122,21 @@ class QuantLayer:
 
 
 class QuantConv1d(QuantLayer, nn.Conv1d):
-    float_type = nn.Conv1d
+    float_type, input_block_axis = nn.Conv1d, -2
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
 
 
 class QuantConv2d(QuantLayer, nn.Conv2d):
-    float_type = nn.Conv2d
+    float_type, input_block_axis = nn.Conv2d, -3
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
 
 
 class QuantConv3d(QuantLayer, nn.Conv3d):
-    float_type = nn.Conv3d
+    float_type, input_block_axis = nn.Conv3d, -4
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
@@ -132,6 +145,7 @@ class QuantConv3d(QuantLayer, nn.Conv3d):
 class _QuantConvTranspose(QuantLayer):
     dims: int
     function: Any
+    weight_block_axis = 0
 
     def forward(
         self,
@@ -168,14 +182,17 @@ class _QuantConvTranspose(QuantLayer):
 
 class QuantConvTranspose1d(_QuantConvTranspose, nn.ConvTranspose1d):
     float_type, dims, function = nn.ConvTranspose1d, 1, F.conv_transpose1d
+    input_block_axis = -2
 
 
 class QuantConvTranspose2d(_QuantConvTranspose, nn.ConvTranspose2d):
     float_type, dims, function = nn.ConvTranspose2d, 2, F.conv_transpose2d
+    input_block_axis = -3
 
 
 class QuantConvTranspose3d(_QuantConvTranspose, nn.ConvTranspose3d):
     float_type, dims, function = nn.ConvTranspose3d, 3, F.conv_transpose3d
+    input_block_axis = -4
 
 
 class QuantLinear(QuantLayer, nn.Linear):

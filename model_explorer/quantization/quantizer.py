@@ -1,144 +1,40 @@
-"""TensorQuantizer: symmetric, amax-based integer fake quantization with NVIDIA's semantics.
-
-For `num_bits` b, `bound = 2**(b - 1 + unsigned) - 1`, `scale = bound / amax`, and
-`q = clamp(round(x * scale), min_bound, bound) / scale` with `min_bound` 0 (unsigned), `-bound`
-(narrow range) or `-bound - 1`. The work is one call of torch's fused ATen kernels
-`fake_quantize_per_tensor_affine` / `fake_quantize_per_channel_affine` (CPU and CUDA,
-straight-through gradients inside the range), which compute the same values as
-`x / (amax / bound)` (one float ulp from the formula at most), or, on the CPU without autograd,
-by four vectorised in-place steps that are four times faster there.
-"""
+"""TensorQuantizer: the module that fake-quantizes the tensors passing through a layer in one
+format of the format registry (model_explorer/formats/); the integer format with NVIDIA's
+semantics (formats/integer.py) unless a plan chooses another."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from model_explorer.formats import Placement, QuantFormat, integer_format, parse_format
+from model_explorer.formats.integer import (  # noqa: F401 - re-exported: the integer format's numerics
+    MAX_BITS,
+    MIN_BITS,
+    ZERO_AMAX,
+    QuantParams,
+    apply_quantization,
+    check_bits,
+    fake_quantize,
+    integer_bounds,
+    quant_params,
+)
 from model_explorer.quantization.calibrators import Calibrator, MaxCalibrator
 from model_explorer.tracing import Opaque
-
-# Below this an amax counts as zero: everything quantizes to 0 (as in NVIDIA's implementation).
-ZERO_AMAX = 1.0 / (1 << 24)
-# A scale so large that every finite input rounds to level 0.
-_ZERO_SCALE = 1e30
-
-MIN_BITS, MAX_BITS = 2, 16
-
-
-def integer_bounds(
-    num_bits: int, unsigned: bool = False, narrow_range: bool = False
-) -> tuple[int, int]:
-    """(min_bound, max_bound) of the integer levels."""
-    bound = 2 ** (num_bits - 1 + int(unsigned)) - 1
-    if unsigned:
-        return 0, bound
-    return (-bound if narrow_range else -bound - 1), bound
-
-
-def check_bits(num_bits: int) -> int:
-    if (
-        isinstance(num_bits, bool)
-        or int(num_bits) != num_bits
-        or not MIN_BITS <= num_bits <= MAX_BITS
-    ):
-        raise ValueError(
-            f"num_bits must be an integer from {MIN_BITS} to {MAX_BITS}, got {num_bits!r}"
-        )
-    return int(num_bits)
-
-
-@dataclass(frozen=True)
-class QuantParams:
-    """Everything one quantization needs, computed once per change of amax or settings."""
-
-    low: int
-    high: int
-    axis: int | None
-    scale: Tensor  # ATen's scale, amax / bound (huge where amax is zero: all levels 0)
-    zero_point: Tensor  # ATen's zero point, 0
-    multiplier: Tensor  # bound / amax (0 where amax is zero)
-    divisor: Tensor  # bound / amax (1 where amax is zero, as in NVIDIA's implementation)
-
-
-def quant_params(
-    amax: Tensor,
-    num_bits: int,
-    unsigned: bool = False,
-    narrow_range: bool = False,
-    axis: int | None = None,
-) -> QuantParams:
-    low, high = integer_bounds(num_bits, unsigned, narrow_range)
-    amax = amax.detach().float().reshape(-1)
-    zero = amax <= ZERO_AMAX
-    multiplier = torch.where(zero, torch.zeros_like(amax), high / amax)
-    return QuantParams(
-        low=low,
-        high=high,
-        axis=axis,
-        scale=torch.where(zero, torch.full_like(amax, _ZERO_SCALE), amax / high),
-        zero_point=torch.zeros(amax.numel(), dtype=torch.int32, device=amax.device),
-        multiplier=multiplier,
-        divisor=torch.where(zero, torch.ones_like(amax), multiplier),
-    )
-
-
-def _channel_view(values: Tensor, axis: int, dims: int) -> Tensor:
-    shape = [1] * dims
-    shape[axis] = -1
-    return values.view(shape)
-
-
-def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
-    """Fake-quantize `x` with precomputed parameters.
-
-    On CUDA, and whenever a gradient is needed, this is one fused ATen kernel. On the CPU
-    without autograd it is four vectorised in-place steps (multiply, round, clamp, divide):
-    ATen's CPU fake-quantize kernel also computes a gradient mask and runs about four times
-    slower (measured: 9.3 ms vs 2.2 ms for 3.2 M values on 2 cores). Both give the formula's
-    values up to float rounding.
-    """
-    dtype = x.dtype
-    if dtype != torch.float32:
-        x = x.float()
-    axis = None if params.axis is None else params.axis % x.dim()
-    if x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad):
-        multiplier, divisor = params.multiplier, params.divisor
-        if axis is not None:
-            multiplier = _channel_view(multiplier, axis, x.dim())
-            divisor = _channel_view(divisor, axis, x.dim())
-        out = (x * multiplier).round_().clamp_(params.low, params.high).div_(divisor)
-    elif axis is None:
-        out = torch.fake_quantize_per_tensor_affine(
-            x, params.scale, params.zero_point, params.low, params.high
-        )
-    else:
-        out = torch.fake_quantize_per_channel_affine(
-            x, params.scale, params.zero_point, axis, params.low, params.high
-        )
-    return out if dtype == torch.float32 else out.to(dtype)
-
-
-def fake_quantize(
-    x: Tensor,
-    amax: Tensor,
-    num_bits: int = 8,
-    unsigned: bool = False,
-    narrow_range: bool = False,
-    axis: int | None = None,
-) -> Tensor:
-    """Fake-quantize `x` with per-tensor (`axis=None`, amax of shape ()) or per-channel amax."""
-    return apply_quantization(x, quant_params(amax, num_bits, unsigned, narrow_range, axis))
 
 
 class TensorQuantizer(Opaque, nn.Module):
     """Fake-quantizes the tensors passing through it.
 
-    `num_bits` can change at any time; a calibrator whose amax depends on the bit width (mse,
-    entropy) supplies the amax for the new width from its kept histogram, computed once per width.
-    In calibration mode the quantizer feeds its calibrator and passes tensors through unchanged.
+    `num_bits` can change at any time, and so can `format` (any format of the registry, e.g.
+    `mxfp4`; setting `num_bits` goes back to the integer format); a calibrator whose amax
+    depends on the bit width (mse, entropy) supplies the amax for the new width from its kept
+    histogram, computed once per width. In calibration mode the quantizer feeds its calibrator
+    and passes tensors through unchanged. `block_axis` is the axis along which block formats
+    form their blocks: the layer that owns the quantizer sets it to its input-channel axis.
 
     Args:
         num_bits: the bit width (2 to 16).
@@ -169,6 +65,9 @@ class TensorQuantizer(Opaque, nn.Module):
         self.calibrator: Calibrator = calibrator if calibrator is not None else MaxCalibrator(axis)
         self.register_buffer("_amax", None, persistent=False)
         self._from_calibrator = False
+        # Another format than the integer one at `_num_bits` (None: the integer format).
+        self._format: QuantFormat | None = None
+        self.block_axis = -1
         # Parameters per (bits, signedness, range, axis), valid until amax is set anew: with a
         # calibrator the amax of each width is fixed, so switching widths back and forth during
         # a search costs nothing after the first time.
@@ -177,11 +76,30 @@ class TensorQuantizer(Opaque, nn.Module):
     # -- settings -------------------------------------------------------------------------
     @property
     def num_bits(self) -> int:
-        return self._num_bits
+        """The integer format's bit width, or the element bits of another format."""
+        return self._num_bits if self._format is None else self._format.element_bits
+
+    @property
+    def format(self) -> QuantFormat:
+        """The format in effect (the integer format at `num_bits` unless another was set)."""
+        return self._format if self._format is not None else integer_format(self._num_bits)
+
+    @format.setter
+    def format(self, value: QuantFormat | str | dict[str, Any]) -> None:
+        chosen = parse_format(value)
+        if chosen.classic:
+            self.num_bits = chosen.options.num_bits
+        else:
+            self._format = chosen
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.axis, self.block_axis, self.unsigned, self.narrow_range)
 
     @num_bits.setter
     def num_bits(self, value: int) -> None:
         value = check_bits(value)
+        self._format = None
         if value == self._num_bits:
             return
         self._num_bits = value
@@ -259,14 +177,35 @@ class TensorQuantizer(Opaque, nn.Module):
             return x
         if not self.enabled:
             return x
-        return apply_quantization(x, self.params())
+        if self._format is None:
+            return apply_quantization(x, self.params())
+        return self._format.quantize(x, self.format_amax(), self.placement)
+
+    def format_amax(self) -> Tensor | None:
+        """The amax another format reads (None for formats with dynamic scales only): a
+        calibrator's for the format's calibration bits where its amax depends on the width."""
+        chosen = self._format
+        if chosen is None or not chosen.calibrated:
+            return None
+        if self._amax is None:
+            raise RuntimeError(
+                "this quantizer has no amax yet: calibrate the model or load a calibration file"
+            )
+        if not (self._from_calibrator and self.calibrator.depends_on_bits):
+            return self._amax
+        key = ("amax", chosen.calibration_bits, self.unsigned)
+        if key not in self._params:
+            amax = self.calibrator.compute_amax(chosen.calibration_bits, self.unsigned)
+            self._params[key] = amax.to(self._amax.device)  # type: ignore[assignment, union-attr]
+        return self._params[key]  # type: ignore[return-value]
 
     def extra_repr(self) -> str:
         kind = "per-tensor" if self.axis is None else f"axis={self.axis}"
         sign = "unsigned" if self.unsigned else "signed"
         state = "calibrating" if self.calibrating else ("enabled" if self.enabled else "disabled")
         narrow = ", narrow" if self.narrow_range else ""
-        return f"{self._num_bits} bit, {kind}, {sign}{narrow}, {state}"
+        what = f"{self._num_bits} bit" if self._format is None else self._format.spelling
+        return f"{what}, {kind}, {sign}{narrow}, {state}"
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
         self._params = {}  # device or dtype changes: rebuild the scale tensors lazily
@@ -316,7 +255,7 @@ class WeightQuantizer(TensorQuantizer):
             return self.quantize(weight)  # training: differentiable, never cached
         if self.cache_size == 0:
             return self.quantize(weight)
-        key = (self._num_bits, self.unsigned, self.narrow_range, self.axis)
+        key = (self._num_bits, self._format, self.unsigned, self.narrow_range, self.axis)
         cached = self._cache.get(key)
         if cached is None:
             if self.cache_size is not None and len(self._cache) >= self.cache_size:

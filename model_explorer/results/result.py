@@ -262,26 +262,30 @@ class ExplorationResult:
 
     def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
         """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
-        front): mean, min and max of the configuration that ran. Quantizer names are split
-        into layer and kind (input / weight) so that input and weight bits sit side by side."""
+        front): mean, min and max of the configuration that ran (for a gene choosing formats:
+        of their bits per element, scales counted, with the most frequent format beside them).
+        Quantizer names are split into layer and kind (input / weight) so that input and
+        weight bits sit side by side."""
         import pandas as pd
 
         chosen = individuals if individuals is not None else self.pareto_front()
         rows = []
         for index, name in enumerate(self.variable_names):
-            values = [float(i.configuration[index]) for i in chosen]
+            settings = [i.configuration[index] for i in chosen]
+            values = [_gene_value(value) for value in settings]
             layer, setting = variable_setting(name)
             kind = "threshold" if setting == THRESHOLD else setting.split("_")[0]
-            rows.append(
-                {
-                    "variable": name,
-                    "layer": layer,
-                    "kind": kind,
-                    "mean": float(np.mean(values)) if values else float("nan"),
-                    "min": min(values) if values else float("nan"),
-                    "max": max(values) if values else float("nan"),
-                }
-            )
+            row = {
+                "variable": name,
+                "layer": layer,
+                "kind": kind,
+                "mean": float(np.mean(values)) if values else float("nan"),
+                "min": min(values) if values else float("nan"),
+                "max": max(values) if values else float("nan"),
+            }
+            if any(isinstance(value, str) for value in settings):
+                row["format"] = max(set(settings), key=settings.count)
+            rows.append(row)
         return pd.DataFrame(rows)
 
     def to_dataframe(self):  # noqa: ANN201 - pandas is imported here, not at module import
@@ -355,6 +359,16 @@ class ExplorationResult:
             data.get("partial"),
             data.get("owner"),
         )
+
+
+def _gene_value(value: Any) -> float:
+    """A gene's setting as a number: a bit width or threshold as it is, a format by its bits
+    per element (the format registry imports no torch)."""
+    if isinstance(value, str):
+        from model_explorer.formats import parse_format
+
+        return parse_format(value).bits
+    return float(value)
 
 
 def load_individual(reference: str, where: str) -> tuple[ExplorationResult, Individual]:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from model_explorer.cost.bits import element_bits
 from model_explorer.cost.energy.base import LayerEnergy
 from model_explorer.cost.graph import MODEL_INPUT
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
@@ -51,9 +52,10 @@ class EnergyModel:
                     self.consumers[producer].append(name)
 
     def energy_uj(self, plan: Mapping[str, Mapping[str, Any]]) -> float:
-        """The DRAM energy in uJ of a plan's bit widths (every quantized layer's)."""
-        input_bits = {name: plan[name][INPUT_BITS] for name in self.layers}
-        weight_bits = {name: plan[name][WEIGHT_BITS] for name in self.layers}
+        """The DRAM energy in uJ of a plan's bit widths (every quantized layer's; bits per
+        element, scales counted, for formats other than integers)."""
+        input_bits = {name: element_bits(plan[name], INPUT_BITS) for name in self.layers}
+        weight_bits = {name: element_bits(plan[name], WEIGHT_BITS) for name in self.layers}
         total = 0.0
         for name, row in self.rows.items():
             total += (

@@ -1,0 +1,238 @@
+"""The built-in quantizer formats: integers (per tensor, per channel or per group), FP8, the OCP
+Microscaling formats and NVFP4, each registered in FORMATS with its options and its cost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from model_explorer.formats.registry import FormatFamily, Placement, register_format
+from model_explorer.schema import Bits, PositiveInt, Spec
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# Storage bits of the element types (the numerics in elements.py, which import torch).
+ELEMENT_BITS = {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4, "int8": 8}
+
+# Bits of the scale a group-wise integer format stores per group (an FP16 scale, as deployed
+# INT4 weights hold it); MX and NVFP4 store 8-bit scales (E8M0, E4M3) per block.
+GROUP_SCALE_BITS = 16
+BLOCK_SCALE_BITS = 8
+
+
+def _needs_amax(name: str, amax: Tensor | None) -> Tensor:
+    if amax is None:
+        raise RuntimeError(
+            f"a {name} quantizer has no amax yet: calibrate the model or load a calibration file"
+        )
+    return amax
+
+
+class IntOptions(Spec):
+    """`num_bits` levels of a symmetric integer grid; `group_size`: one scale per that many
+    consecutive values along the layer's input channels (None: per tensor or per channel, as
+    the quantizer's axis says)."""
+
+    num_bits: Bits = 8
+    group_size: PositiveInt | None = None
+
+
+@register_format(IntOptions)
+class IntFormat(FormatFamily):
+    name = "int"
+    description = (
+        "symmetric integers, amax based (NVIDIA TensorQuantizer), per tensor or channel; "
+        "group_size: one FP16 scale per group of input channels"
+    )
+
+    def calibrated(self, options: IntOptions) -> bool:
+        return options.group_size is None
+
+    def bits(self, options: IntOptions) -> float:
+        if options.group_size is None:
+            return float(options.num_bits)
+        return options.num_bits + GROUP_SCALE_BITS / options.group_size
+
+    def element_bits(self, options: IntOptions) -> int:
+        return options.num_bits
+
+    def spelling(self, options: IntOptions) -> str:
+        group = f"_g{options.group_size}" if options.group_size else ""
+        return f"int{options.num_bits}{group}"
+
+    def parse(self, text: str) -> dict[str, Any] | None:
+        stem, _, group = text.partition("_g")
+        if not stem.startswith("int") or not stem[3:].isdigit():
+            return None
+        if group and not group.isdigit():
+            return None
+        options: dict[str, Any] = {"num_bits": int(stem[3:])}
+        if group:
+            options["group_size"] = int(group)
+        return options
+
+    def quantize(
+        self, x: Tensor, options: IntOptions, amax: Tensor | None, placement: Placement
+    ) -> Tensor:
+        from model_explorer.formats import blocks, integer
+
+        if options.group_size is None:
+            return integer.fake_quantize(
+                x,
+                _needs_amax(self.name, amax),
+                options.num_bits,
+                placement.unsigned,
+                placement.narrow_range,
+                placement.axis,
+            )
+        return blocks.group_int_fake_quantize(
+            x,
+            options.num_bits,
+            options.group_size,
+            placement.block_axis,
+            placement.unsigned,
+            placement.narrow_range,
+        )
+
+
+class NoOptions(Spec):
+    """The format takes no options."""
+
+
+class _FP8(FormatFamily):
+    element = ""
+    reads_amax = True
+
+    def bits(self, options: Any) -> float:
+        return 8.0
+
+    def element_bits(self, options: Any) -> int:
+        return 8
+
+    def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
+        from model_explorer.formats import blocks
+        from model_explorer.formats.elements import ELEMENTS
+
+        amax = _needs_amax(self.name, amax)
+        return blocks.fp8_fake_quantize(x, amax, ELEMENTS[self.element], placement.axis)
+
+
+@register_format(NoOptions)
+class FP8E4M3(_FP8):
+    name, element = "fp8_e4m3", "e4m3"
+    description = "FP8 E4M3 (torch.float8_e4m3fn), scaled so that amax maps to 448"
+
+
+@register_format(NoOptions)
+class FP8E5M2(_FP8):
+    name, element = "fp8_e5m2", "e5m2"
+    description = "FP8 E5M2 (torch.float8_e5m2), scaled so that amax maps to 57344"
+
+
+class MXOptions(Spec):
+    """`block_size` values along the layer's input channels share one E8M0 scale."""
+
+    block_size: PositiveInt = 32
+
+
+class MXFP8Options(MXOptions):
+    element: Literal["e4m3", "e5m2"] = "e4m3"
+
+
+class MXFP6Options(MXOptions):
+    element: Literal["e2m3", "e3m2"] = "e2m3"
+
+
+class _MX(FormatFamily):
+    """OCP Microscaling v1.0: dynamic power-of-two block scales, nothing calibrated."""
+
+    elements: tuple[str, ...] = ()
+
+    def _element(self, options: Any) -> str:
+        return getattr(options, "element", self.elements[0])
+
+    def bits(self, options: Any) -> float:
+        return ELEMENT_BITS[self._element(options)] + BLOCK_SCALE_BITS / options.block_size
+
+    def element_bits(self, options: Any) -> int:
+        return ELEMENT_BITS[self._element(options)]
+
+    def spelling(self, options: Any) -> str:
+        element = self._element(options)
+        text = self.name if len(self.elements) == 1 else f"{self.name}_{element}"
+        if self.name == "mxfp8" and element == "e4m3":
+            text = self.name  # MXFP8 without a suffix is E4M3, as OCP's table lists it first
+        return text + (f"_b{options.block_size}" if options.block_size != 32 else "")
+
+    def parse(self, text: str) -> dict[str, Any] | None:
+        if text == self.name:
+            return {}
+        stem, _, element = text.rpartition("_")
+        if stem == self.name and len(self.elements) > 1 and element in self.elements:
+            return {"element": element}
+        return None
+
+    def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
+        from model_explorer.formats import blocks
+        from model_explorer.formats.elements import ELEMENTS
+
+        element = ELEMENTS[self._element(options)]
+        return blocks.mx_fake_quantize(x, element, options.block_size, placement.block_axis)
+
+
+@register_format(MXFP8Options)
+class MXFP8(_MX):
+    name, elements = "mxfp8", ("e4m3", "e5m2")
+    description = "OCP MXFP8: FP8 elements (element e4m3 or e5m2), 32 per E8M0 scale: 8.25 bits"
+
+
+@register_format(MXFP6Options)
+class MXFP6(_MX):
+    name, elements = "mxfp6", ("e2m3", "e3m2")
+    description = "OCP MXFP6: FP6 elements (element e2m3 or e3m2), 32 per E8M0 scale: 6.25 bits"
+
+
+@register_format(MXOptions)
+class MXFP4(_MX):
+    name, elements = "mxfp4", ("e2m1",)
+    description = "OCP MXFP4: FP4 E2M1 elements, 32 per E8M0 scale: 4.25 bits"
+
+
+@register_format(MXOptions)
+class MXINT8(_MX):
+    name, elements = "mxint8", ("int8",)
+    description = "OCP MXINT8: 8-bit integer elements (scale 2^-6), 32 per E8M0 scale: 8.25 bits"
+
+
+class NVFP4Options(Spec):
+    """`block_size` E2M1 values share one FP8 E4M3 scale (16 in NVIDIA's definition)."""
+
+    block_size: PositiveInt = 16
+
+
+@register_format(NVFP4Options)
+class NVFP4(FormatFamily):
+    name = "nvfp4"
+    description = (
+        "NVIDIA NVFP4: E2M1 elements, 16 per FP8 E4M3 block scale, one FP32 scale per tensor "
+        "from amax: 4.5 bits"
+    )
+    reads_amax = True
+
+    def bits(self, options: NVFP4Options) -> float:
+        return 4 + BLOCK_SCALE_BITS / options.block_size
+
+    def element_bits(self, options: NVFP4Options) -> int:
+        return 4
+
+    def spelling(self, options: NVFP4Options) -> str:
+        return self.name + (f"_b{options.block_size}" if options.block_size != 16 else "")
+
+    def quantize(
+        self, x: Tensor, options: NVFP4Options, amax: Tensor | None, placement: Placement
+    ) -> Tensor:
+        from model_explorer.formats import blocks
+
+        amax = _needs_amax(self.name, amax)
+        # One scale per tensor: a per-channel amax (a weight's) contributes its largest value.
+        return blocks.nvfp4_fake_quantize(x, amax.max(), options.block_size, placement.block_axis)
