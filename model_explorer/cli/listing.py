@@ -57,6 +57,12 @@ def _algorithms() -> Any:
     return ALGORITHMS
 
 
+def _formats() -> Any:
+    from model_explorer.formats import FORMATS
+
+    return FORMATS
+
+
 def _inspectors() -> Any:
     from model_explorer.analysis.diagnose import INSPECTORS
 
@@ -91,6 +97,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "runners": _runners,
     "strategies": _strategies,
     "algorithms": _algorithms,
+    "formats": _formats,
     "inspectors": _inspectors,
     "energy": _energy,
     "environments": _environments,

@@ -261,15 +261,15 @@ class QuantizedModel(Wrapper, nn.Module):
 
     @contextmanager
     def preserved_settings(self) -> Iterator[QuantizedModel]:
-        """Within the block, bit widths and on/off states may change; on leaving it every
-        quantizer has its bit width and state back."""
+        """Within the block, bit widths, formats and on/off states may change; on leaving it
+        every quantizer has its format (or bit width) and state back."""
         quantizers = dict(self.quantizers)
-        settings = {name: (q.num_bits, q.enabled) for name, q in quantizers.items()}
+        settings = {name: (q.format, q.enabled) for name, q in quantizers.items()}
         try:
             yield self
         finally:
             for name, quantizer in quantizers.items():
-                quantizer.num_bits, quantizer.enabled = settings[name]
+                quantizer.format, quantizer.enabled = settings[name]
 
     # -- calibration ----------------------------------------------------------------------
     def _new_calibrator(self, quantizer: TensorQuantizer) -> Any:
