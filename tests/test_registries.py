@@ -85,6 +85,7 @@ DOCUMENTED = {
     "runners": {"serial", "processes", "dask"},
     "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
     "algorithms": {"nsga2", "nsga3", "smsemoa", "agemoea", "agemoea2", "random"},
+    "calibrators": {"max", "percentile", "mse", "entropy"},
     "inspectors": {
         "Norm",
         "Image",
@@ -111,11 +112,24 @@ FORMS = {
 @pytest.mark.parametrize("kind", sorted(DOCUMENTED))
 def test_list_answers_for_every_registry(kind: str, capsys) -> None:
     assert main(["list", kind]) == 0
-    lines = capsys.readouterr().out.split()
+    lines = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     forms = FORMS.get(kind, [])
     assert lines[len(lines) - len(forms) :] == forms
     names = lines[: len(lines) - len(forms)]
     assert names == sorted(names) and set(names) == DOCUMENTED[kind]
+
+
+def test_list_shows_each_entrys_options_with_their_defaults(capsys) -> None:
+    # The calibrators' options and defaults as the README documents them.
+    assert main(["list", "calibrators"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "entropy     {num_bins: 2048, start_bin: 128}",
+        "max",
+        "mse         {num_bins: 2048, start_bin: 128}",
+        "percentile  {percentile: 99.99, num_bins: 2048}",
+    ]
+    assert main(["list", "energy", "zig*"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["zigzag  {hardware: eyeriss_like}"]
 
 
 def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> None:

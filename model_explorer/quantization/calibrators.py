@@ -338,7 +338,7 @@ def _not_an_option(method: str, key: str, known: set[str]) -> str:
 
 
 def make_calibrator(method: str, axis: int | None = None, **options: Any) -> Calibrator:
-    """A fresh calibrator of a registered method.
+    """A fresh calibrator of a registered method (`model-explorer list calibrators`).
 
     Args:
         method: the calibrator's name in CALIBRATORS: `max`, `percentile`, `mse` or `entropy`.

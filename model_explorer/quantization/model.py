@@ -284,8 +284,8 @@ class QuantizedModel(Wrapper, nn.Module):
 
         Args:
             batches: input tensors or (inputs, targets) pairs.
-            method: the calibrator of the data quantizers (a name of CALIBRATORS): `max`,
-                `percentile`, `mse` or `entropy`.
+            method: the calibrator of the data quantizers (`model-explorer list calibrators`):
+                `max`, `percentile`, `mse` or `entropy`.
             **options: that calibrator's options, e.g. `percentile=99.9`, `num_bins=1024`,
                 `start_bin=64`; one it does not take is an error.
         """

@@ -48,7 +48,7 @@ class CalibrationDatasets(Spec):
 class CalibrationSpec(TypedSpec):
     """How input quantizers get their amax; weights always use the max of |w| (per channel).
 
-    `method` names a calibrator (quantization/calibrators.py) whose own options sit
+    `method` names a calibrator (`model-explorer list calibrators`) whose own options sit
     beside it, e.g. `{method: percentile, percentile: 99.9, num_bins: 1024}`; `file` and
     `datasets` are every method's."""
 
