@@ -231,6 +231,19 @@ class TypedSpec(Spec):
         """The validated, entry-specific options (a pydantic model), or None."""
         return self._options
 
+    @classmethod
+    def without_other_options(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """`data` (a section as written) without the keys that only other entries than the one
+        it names take: what a changed `type` leaves behind. Keys no entry takes stay, to be
+        refused as unknown."""
+        name = cls._entry_name(data)
+        entry = cls.registry.lookup(name) if isinstance(name, str) else None
+        if entry is None:
+            return data
+        own = set(cls.model_fields) | _option_keys(entry)
+        others = {key for other in cls.registry.entries() for key in _option_keys(other)}
+        return {key: value for key, value in data.items() if key in own or key not in others}
+
     @model_serializer(mode="wrap")
     def _with_option_defaults(self, handler: Any, info: Any) -> Any:
         """As written; with the context `{"defaults": True}`, every option of the entry with its

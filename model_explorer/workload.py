@@ -30,6 +30,7 @@ from model_explorer.metrics import MetricSpec
 from model_explorer.models.registry import ModelSpec
 from model_explorer.original_layout import Translation, translate
 from model_explorer.problems.spec import ProblemSpec
+from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
 from model_explorer.schema import NonNegativeInt, Spec, validation_problems
 from model_explorer.sparsity.spec import SparsitySpec
@@ -76,12 +77,21 @@ class Workload(Spec):
     @model_validator(mode="after")
     def _calibrator_takes_the_axis(self) -> Workload:
         axis, calibration = self.quantization.input.axis, self.calibration
-        if axis is not None and calibration is not None and calibration.method != "max":
+        if axis is None or calibration is None:
+            return self
+        if not CALIBRATORS.get(calibration.method).builder.per_channel:
+            per_channel = [e.name for e in CALIBRATORS.entries() if e.builder.per_channel]
             raise PydanticCustomError(
                 "calibrator_axis",
-                "per-channel input quantizers (axis {axis}) need calibration.method: max; the "
-                "{method} calibrator works per tensor: set axis: null or method: max",
-                {"key": "quantization.input.axis", "axis": axis, "method": calibration.method},
+                "per-channel input quantizers (axis {axis}) need calibration.method: {methods}; "
+                "the {method} calibrator works per tensor: set axis: null or method: {first}",
+                {
+                    "key": "quantization.input.axis",
+                    "axis": axis,
+                    "method": calibration.method,
+                    "methods": " or ".join(per_channel),
+                    "first": per_channel[0],
+                },
             )
         return self
 

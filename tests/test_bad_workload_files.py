@@ -112,7 +112,7 @@ BAD_SETTINGS = {
         "workload.exploration.minimum_accuracy.1: must be a finite number",
     ),
     "nan percentile": (
-        _set("calibration.percentile", NAN),
+        _set("calibration", {"method": "percentile", "percentile": NAN}),
         "workload.calibration.percentile: must be a finite number",
     ),
     "infinite predefined parameter": (
@@ -161,6 +161,11 @@ BAD_SETTINGS = {
         ),
         "[2, 8] of '3.*' reach outside the explored range 4-8",
     ),
+    "an option of another calibrator": (
+        _set("calibration.num_bins", 1024),  # the tiny workload calibrates with max
+        "workload.calibration.num_bins: only the entropy, mse and percentile calibrators take "
+        "'num_bins'; set 'method: entropy' or remove 'num_bins'",
+    ),
     "per-channel inputs with percentile calibration": (
         lambda d: (
             _set("quantization.input.axis", 1)(d),
@@ -199,7 +204,7 @@ def test_every_bad_setting_of_one_file_is_listed_at_once(tiny, tmp_path, capsys)
         ("exploration.nsga.mutation_eta", NAN),
         ("exploration.objectives", []),
         ("exploration.layer_bounds", {"0": [6, 3]}),
-        ("calibration.percentile", INF),
+        ("calibration", {"method": "percentile", "percentile": INF}),
     ]:
         _set(key, value)(tiny)
     outcome = run_cli(capsys, "validate", write(tiny, tmp_path / "w.yaml"))

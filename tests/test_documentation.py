@@ -23,6 +23,8 @@ PUBLIC = [
     "model_explorer.metrics:evaluate",
     "model_explorer.training:train",
     "model_explorer.quantization:QuantizedModel",
+    "model_explorer.quantization:QuantizedModel.calibrate",
+    "model_explorer.quantization:make_calibrator",
     "model_explorer.quantization:TensorQuantizer",
     "model_explorer.quantization:WeightQuantizer",
     "model_explorer.sparsity:SparseModel",

@@ -38,6 +38,8 @@ from model_explorer.exploration.spec import NSGASpec
 from model_explorer.metrics import METRICS, MetricSpec, create_metric
 from model_explorer.models import create_model
 from model_explorer.problems import PROBLEMS
+from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_from_state
+from model_explorer.quantization.spec import CalibrationSpec
 from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
@@ -83,6 +85,7 @@ DOCUMENTED = {
     "runners": {"serial", "processes", "dask"},
     "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
     "algorithms": {"nsga2", "nsga3", "smsemoa", "agemoea", "agemoea2", "random"},
+    "calibrators": {"max", "percentile", "mse", "entropy"},
     "inspectors": {
         "Norm",
         "Image",
@@ -109,11 +112,24 @@ FORMS = {
 @pytest.mark.parametrize("kind", sorted(DOCUMENTED))
 def test_list_answers_for_every_registry(kind: str, capsys) -> None:
     assert main(["list", kind]) == 0
-    lines = capsys.readouterr().out.split()
+    lines = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     forms = FORMS.get(kind, [])
     assert lines[len(lines) - len(forms) :] == forms
     names = lines[: len(lines) - len(forms)]
     assert names == sorted(names) and set(names) == DOCUMENTED[kind]
+
+
+def test_list_shows_each_entrys_options_with_their_defaults(capsys) -> None:
+    # The calibrators' options and defaults as the README documents them.
+    assert main(["list", "calibrators"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "entropy     {num_bins: 2048, start_bin: 128}",
+        "max",
+        "mse         {num_bins: 2048, start_bin: 128}",
+        "percentile  {percentile: 99.99, num_bins: 2048}",
+    ]
+    assert main(["list", "energy", "zig*"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["zigzag  {hardware: eyeriss_like}"]
 
 
 def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> None:
@@ -165,6 +181,8 @@ def test_a_key_of_another_entry_says_which_entry_takes_it() -> None:
         EnergyEvaluationSpec.model_validate({"backend": "analytic", "hardware": "tpu_like"})
     with pytest.raises(ValidationError, match="unknown key"):
         RunnerSpec.model_validate({"type": "serial", "wokers": 2})
+    with pytest.raises(ValidationError, match="only the percentile calibrator takes 'percentile'"):
+        CalibrationSpec.model_validate({"method": "mse", "percentile": 99.9})
 
 
 @pytest.mark.parametrize("name", METRICS.names())
@@ -220,6 +238,27 @@ def test_every_search_algorithm_searches_within_the_bounds(name: str) -> None:
     assert sum(r["generation"] == 0 for r in result.records) == 6
     assert all(2 <= bits <= 8 for r in result.records for bits in r["configuration"])
     assert len(problem.calls) == len(result) and max(problem.calls.values()) == 1
+
+
+@pytest.mark.parametrize("name", CALIBRATORS.names())
+def test_every_calibrator_builds_collects_and_keeps_its_amax_through_its_state(name: str) -> None:
+    entry = CALIBRATORS.get(name)
+    calibrator = entry.builder.build(entry.options() if entry.options else None)
+    # Evenly spread values up to 2: whatever its rule, no calibrator clips most of them, and
+    # none reaches above the largest.
+    values = torch.linspace(-2.0, 2.0, 4001)
+    calibrator.collect(values[:2000])
+    calibrator.collect(values[2000:])
+    assert calibrator.min_value == -2.0
+    for bits in (4, 8):
+        amax = float(calibrator.compute_amax(bits))
+        assert 1.0 < amax <= 2.0 * (1 + 1e-6), (bits, amax)
+    state = calibrator.state()
+    assert state["method"] == name
+    restored = calibrator_from_state(copy.deepcopy(state))
+    assert type(restored) is type(calibrator) and restored.min_value == -2.0
+    for bits in (4, 8):
+        assert torch.equal(restored.compute_amax(bits), calibrator.compute_amax(bits))
 
 
 def tiny() -> nn.Module:

@@ -235,7 +235,12 @@ INVALID = {
     "calibration method": (
         _set("calibration.method", "histogram"),
         "workload.calibration.method",
-        "'max', 'percentile', 'mse' or 'entropy'",
+        "must be one of entropy, max, mse, percentile, got unknown calibrator type 'histogram'",
+    ),
+    "option of another calibrator": (
+        _set("calibration", {"method": "entropy", "percentile": 99.9}),
+        "workload.calibration.percentile",
+        "only the percentile calibrator takes 'percentile'; set 'method: percentile' or remove",
     ),
     "quantized layer type": (
         _set("quantization", {"layer_types": ["Conv2d", "LSTM"]}),
@@ -327,6 +332,28 @@ def test_minimal_workload_needs_only_a_model() -> None:
     assert workload.exploration is None and workload.seed == 0 and workload.metric.type == "top1"
     with pytest.raises(WorkloadError, match="workload.exploration: this command needs"):
         workload.require("exploration")
+
+
+def test_calibration_options_sit_beside_their_method(tmp_path: Path) -> None:
+    # As files wrote it before calibrators were a registry: a method and none of its options.
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "workload:\n  model: {type: digits_cnn, pretrained: false}\n"
+        "  calibration: {file: c.pt, method: mse}\n"
+    )
+    calibration = Workload.load(path).calibration
+    assert (calibration.method, calibration.file) == ("mse", "c.pt")
+    assert calibration.options.model_dump() == {"num_bins": 2048, "start_bin": 128}
+
+    def calibration_of(section: dict | str):
+        data = {"workload": {"model": {"type": "lenet5"}, "calibration": section}}
+        return Workload.from_dict(data).calibration
+
+    tuned = calibration_of({"percentile": 99.9, "num_bins": 1024})
+    assert tuned.method == "percentile"  # the default method
+    assert tuned.options.model_dump() == {"percentile": 99.9, "num_bins": 1024}
+    assert calibration_of({"method": "max", "file": "c.pt"}).options is None
+    assert calibration_of("entropy").options.start_bin == 128
 
 
 def test_yaml_anchors_and_shorthand_metric(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""The list command: the names every registry of the project knows."""
+"""The list command: the names every registry of the project knows, each with its options."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,12 @@ def _formats() -> Any:
     return FORMATS
 
 
+def _calibrators() -> Any:
+    from model_explorer.quantization.calibrators import CALIBRATORS
+
+    return CALIBRATORS
+
+
 def _inspectors() -> Any:
     from model_explorer.analysis.diagnose import INSPECTORS
 
@@ -98,6 +105,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "strategies": _strategies,
     "algorithms": _algorithms,
     "formats": _formats,
+    "calibrators": _calibrators,
     "inspectors": _inspectors,
     "energy": _energy,
     "environments": _environments,
@@ -114,10 +122,39 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
     "list",
     _list_arguments,
     help="list registered names: " + ", ".join(REGISTRIES),
-    description="Lists the registered names of one kind (those matching PATTERN), then the "
-    "other forms of names that kind accepts (e.g. torchvision:<name>, package.module:factory).",
+    description="Lists the registered names of one kind (those matching PATTERN), each with the "
+    "options it takes beside its name in a workload and their defaults, then the other forms of "
+    "names that kind accepts (e.g. torchvision:<name>, package.module:factory).",
 )
 def list_command(args: argparse.Namespace) -> int:
     registry = REGISTRIES[args.kind]()
-    print("\n".join(registry.names(args.filter) + registry.forms()))
+    entries = [registry.get(name) for name in registry.names(args.filter)]
+    width = max((len(entry.name) for entry in entries), default=0)
+    texts = [options_text(entry.options) for entry in entries]
+    # Entries that describe themselves (the formats: what they are and their bits per element).
+    notes = [getattr(entry.builder, "description", "") for entry in entries]
+    if any(notes):
+        column = max(len(text) for text in texts)
+        texts = [f"{text:<{column}}  {note}" for text, note in zip(texts, notes, strict=True)]
+    lines = [
+        f"{entry.name:<{width}}  {text}".rstrip()
+        for entry, text in zip(entries, texts, strict=True)
+    ]
+    print("\n".join(lines + registry.forms()))
     return 0
+
+
+def options_text(options: Any) -> str:
+    """An options model's keys with their defaults, as a workload writes them:
+    `{percentile: 99.99, num_bins: 2048}` ("" for none; `<required>` where none is default)."""
+    if options is None or not options.model_fields:
+        return ""
+    items = []
+    for key, field in options.model_fields.items():
+        if field.is_required():
+            value = "<required>"
+        else:
+            default = field.get_default(call_default_factory=True)
+            value = default if isinstance(default, str) else json.dumps(default, default=str)
+        items.append(f"{key}: {value}")
+    return "{" + ", ".join(items) + "}"

@@ -127,6 +127,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def calibrate_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
+    from model_explorer.quantization.calibrators import CALIBRATORS
     from model_explorer.quantization.pipeline import calibrate_workload
 
     workload = load_workload(args)
@@ -139,7 +140,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         return 0
     spec = workload.calibration
     samples = len(context.loader("calibrate").dataset)
-    method = spec.method + (f" {spec.percentile}" if spec.method == "percentile" else "")
+    method = CALIBRATORS.get(spec.method).builder.summary(spec.options)
     print(
         f"calibrated {len(model.layers)} input quantizers of {workload.model.type} on {samples} "
         f"samples ({method}); wrote {path}"

@@ -13,6 +13,7 @@ from typing import Any
 
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import process_alive
+from model_explorer.quantization.spec import CalibrationSpec
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 
@@ -54,10 +55,21 @@ def same_search(stored: dict[str, Any], definition: dict[str, Any]) -> bool:
     if stored == definition:
         return True
     try:
-        earlier = Workload.from_dict(stored, check_paths=False)
+        earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
     except WorkloadError:
         return False
     return earlier == Workload.from_dict(definition, check_paths=False)
+
+
+def _calibrator_options_only(stored: dict[str, Any]) -> dict[str, Any]:
+    """Results written before calibrators were a registry store every method's options
+    (`percentile`, `num_bins`) whatever the method; keep the method's own."""
+    body = stored.get("workload")
+    calibration = body.get("calibration") if isinstance(body, dict) else None
+    if not isinstance(calibration, dict):
+        return stored
+    calibration = CalibrationSpec.without_other_options(calibration)
+    return {**stored, "workload": {**body, "calibration": calibration}}
 
 
 def unfinished_results(

@@ -41,8 +41,8 @@ class IntOptions(Spec):
 class IntFormat(FormatFamily):
     name = "int"
     description = (
-        "symmetric integers, amax based (NVIDIA TensorQuantizer), per tensor or channel; "
-        "group_size: one FP16 scale per group of input channels"
+        "symmetric integers, amax based (NVIDIA TensorQuantizer), per tensor or channel: "
+        "num_bits; group_size: one FP16 scale per group of input channels (int4_g128: 4.125)"
     )
 
     def calibrated(self, options: IntOptions) -> bool:
@@ -120,13 +120,13 @@ class _FP8(FormatFamily):
 @register_format(NoOptions)
 class FP8E4M3(_FP8):
     name, element = "fp8_e4m3", "e4m3"
-    description = "FP8 E4M3 (torch.float8_e4m3fn), scaled so that amax maps to 448"
+    description = "FP8 E4M3 (torch.float8_e4m3fn), scaled so that amax maps to 448: 8 bits"
 
 
 @register_format(NoOptions)
 class FP8E5M2(_FP8):
     name, element = "fp8_e5m2", "e5m2"
-    description = "FP8 E5M2 (torch.float8_e5m2), scaled so that amax maps to 57344"
+    description = "FP8 E5M2 (torch.float8_e5m2), scaled so that amax maps to 57344: 8 bits"
 
 
 class MXOptions(Spec):

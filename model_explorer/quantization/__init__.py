@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from model_explorer.quantization.calibrators import (
-    CALIBRATION_METHODS,
+    CALIBRATORS,
     HistogramCalibrator,
     MaxCalibrator,
     make_calibrator,
@@ -17,7 +17,7 @@ from model_explorer.quantization.quantizer import (
 )
 
 __all__ = [
-    "CALIBRATION_METHODS",
+    "CALIBRATORS",
     "HistogramCalibrator",
     "MaxCalibrator",
     "QuantizedModel",

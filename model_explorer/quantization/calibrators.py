@@ -1,36 +1,78 @@
 """Calibrators: collect statistics of a tensor stream and choose amax from them.
 
+Each calibration method (`calibration.method`) is an entry of CALIBRATORS: a Calibrator class
+with its own options model (the keys beside `method`), its rule for amax, whether that amax
+depends on the bit width, and its state (plain data that a calibration file stores).
+
 `max` keeps the running max of |x| (per channel for an axis). The histogram calibrators keep a
-histogram of |x| (2048 bins to start; bins of the same width are appended when a later batch
-reaches further) and choose amax by `percentile` (the given share of values below amax),
-`mse` (the candidate edge with the least squared quantization error over the histogram) or
-`entropy` (the candidate edge whose quantized distribution diverges least from the original,
-by Kullback-Leibler). Candidates are the bin edges from bin 128 on, at most about 2048 of them;
-a histogram holds at most 4 x 2048 bins (neighbours merge when a far outlier arrives), so
-choosing amax costs the same for any amount of data. mse and entropy depend on the bit width:
-their amax is computed per width from the kept histogram, never from the data again.
+histogram of |x| (`num_bins` bins to start, 2048 by default; bins of the same width are appended
+when a later batch reaches further) and choose amax by `percentile` (the given share of values
+below amax), `mse` (the candidate edge with the least squared quantization error over the
+histogram) or `entropy` (the candidate edge whose quantized distribution diverges least from the
+original, by Kullback-Leibler); the rules themselves are in amax_rules.py. Candidates are the bin
+edges from `start_bin` (128) on, at most about 2048 of them; a histogram holds at most
+4 x num_bins bins (neighbours merge when a far outlier arrives), so choosing amax costs the same
+for any amount of data. mse and entropy depend on the bit width: their amax is computed per width
+from the kept histogram, never from the data again.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 from torch import Tensor
 
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, did_you_mean
+from model_explorer.quantization.amax_rules import entropy_amax, mse_amax, percentile_amax
+from model_explorer.registry import Registry
+from model_explorer.schema import (
+    NonNegativeInt,
+    Percentage,
+    PositiveInt,
+    Spec,
+    validation_problems,
+)
+
+CALIBRATORS: Registry[type[Calibrator]] = Registry("calibrator")
+
+C = TypeVar("C", bound="type[Calibrator]")
+
+
+def register_calibrator(cls: C) -> C:
+    """Class decorator: register a Calibrator under its `method`, with its `Options` model."""
+    return CALIBRATORS.register(cls.method, options=cls.Options)(cls)
 
 
 class Calibrator:
-    """Collects statistics with `collect(x)`; `compute_amax(num_bits, unsigned)` chooses amax."""
+    """Collects statistics with `collect(x)`; `compute_amax(num_bits, unsigned)` chooses amax.
 
-    method: str = ""
-    depends_on_bits = False
+    A registered subclass names its `method`, its `Options` (the pydantic model of its options;
+    None: it takes none), whether its amax `depends_on_bits` and whether it works `per_channel`
+    (along an axis), and builds itself from options with `build`, from a state with
+    `from_state`."""
+
+    method: ClassVar[str] = ""
+    Options: ClassVar[type[Spec] | None] = None
+    depends_on_bits: ClassVar[bool] = False
+    per_channel: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.min_value: float | None = None
+
+    @classmethod
+    def build(cls, options: Any = None, axis: int | None = None) -> Calibrator:
+        """A fresh calibrator with `options` (an `Options`; None: the defaults) for quantizers
+        along `axis` (None: per tensor)."""
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls, options: Any) -> str:
+        """The method and the options that matter, as a report names them."""
+        return cls.method
 
     def reset(self) -> None:
         self.min_value = None
@@ -46,19 +88,31 @@ class Calibrator:
         raise NotImplementedError
 
     def state(self) -> dict[str, Any]:
-        """Plain data (tensors, numbers, strings) that `from_state` turns back into a calibrator."""
+        """Plain data (tensors, numbers, strings) that `from_state` turns back into a calibrator;
+        `method` names the entry."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Calibrator:
         raise NotImplementedError
 
 
+@register_calibrator
 class MaxCalibrator(Calibrator):
-    """amax = max |x| seen, over everything (axis None) or per index along `axis`."""
+    """amax = max |x| seen, over everything (axis None) or per index along `axis`; the same for
+    every bit width."""
 
     method = "max"
+    per_channel = True
 
     def __init__(self, axis: int | None = None) -> None:
         super().__init__()
         self.axis = axis
         self.amax: Tensor | None = None
+
+    @classmethod
+    def build(cls, options: Any = None, axis: int | None = None) -> MaxCalibrator:
+        return cls(axis)
 
     def reset(self) -> None:
         super().reset()
@@ -87,32 +141,36 @@ class MaxCalibrator(Calibrator):
     def state(self) -> dict[str, Any]:
         return {"method": self.method, "axis": self.axis, "amax": self.amax, "min": self.min_value}
 
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> MaxCalibrator:
+        calibrator = cls(state["axis"])
+        calibrator.amax = state["amax"]
+        calibrator.min_value = state["min"]
+        return calibrator
+
 
 class HistogramCalibrator(Calibrator):
-    """A histogram of |x| with bins of fixed width from 0; amax chosen by `method`."""
+    """A histogram of |x| with bins of fixed width from 0 (per tensor only); a subclass's
+    `choose_amax` picks amax from it. Its options hold `num_bins`, the bins to start with."""
 
-    depends_on_bits = True
-
-    def __init__(
-        self,
-        method: str = "percentile",
-        num_bins: int = 2048,
-        percentile: float = 99.99,
-        start_bin: int = 128,
-        max_bins: int | None = None,
-    ) -> None:
+    def __init__(self, options: Any = None) -> None:
         super().__init__()
-        if method not in ("percentile", "mse", "entropy"):
-            raise ValueError(f"unknown histogram method {method!r}")
-        if not 0 < percentile <= 100:
-            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
-        self.method = method
-        self.depends_on_bits = method != "percentile"
-        self.num_bins = num_bins
-        self.percentile = percentile
-        self.start_bin = start_bin
-        self.max_bins = max_bins or 4 * num_bins
+        self.options = options if options is not None else self.Options()  # type: ignore[misc]
+        self.num_bins: int = self.options.num_bins
+        self.max_bins = 4 * self.num_bins
         self.reset()
+
+    @classmethod
+    def build(cls, options: Any = None, axis: int | None = None) -> HistogramCalibrator:
+        if axis is not None:
+            raise ValueError(
+                f"the {cls.method} calibrator works per tensor only (axis None), got axis {axis}"
+            )
+        return cls(options)
+
+    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
+        """amax from the histogram's `counts` (bins of `self.bin_width`, some non-zero)."""
+        raise NotImplementedError
 
     def reset(self) -> None:
         super().reset()
@@ -161,151 +219,140 @@ class HistogramCalibrator(Calibrator):
         key = (num_bits, unsigned) if self.depends_on_bits else (0, False)
         if key not in self._amax_by_bits:
             counts = self.histogram.cpu().numpy()
-            if self.bin_width == 0.0 or counts.sum() == 0:
-                amax = 0.0
-            elif self.method == "percentile":
-                amax = percentile_amax(counts, self.bin_width, self.percentile)
-            elif self.method == "mse":
-                amax = mse_amax(counts, self.bin_width, num_bits, unsigned, self.start_bin)
-            else:
-                amax = entropy_amax(counts, self.bin_width, num_bits, unsigned, self.start_bin)
+            empty = self.bin_width == 0.0 or counts.sum() == 0
+            amax = 0.0 if empty else self.choose_amax(counts, num_bits, unsigned)
             self._amax_by_bits[key] = torch.tensor(amax, dtype=torch.float32)
         return self._amax_by_bits[key].clone()
 
     def state(self) -> dict[str, Any]:
         return {
             "method": self.method,
-            "num_bins": self.num_bins,
-            "percentile": self.percentile,
-            "start_bin": self.start_bin,
+            **self.options.model_dump(),
             "histogram": None if self.histogram is None else self.histogram.cpu(),
             "bin_width": self.bin_width,
             "min": self.min_value,
         }
 
-
-def percentile_amax(counts: np.ndarray, width: float, percentile: float) -> float:
-    """The upper edge of the first bin at which the cumulative share reaches `percentile`."""
-    cumulative = np.cumsum(counts) / counts.sum()
-    index = int(np.searchsorted(cumulative, percentile / 100.0 - 1e-12))
-    return float(min(index + 1, len(counts)) * width)
-
-
-def candidate_stops(bins: int, start_bin: int, limit: int = 2048) -> np.ndarray:
-    """Candidate amax positions as a number of bins from 0 (amax = the upper edge of bin
-    stop - 1): every bin from `start_bin` on, thinned to at most about `limit` candidates."""
-    start = min(start_bin, bins)
-    stride = max(1, math.ceil((bins - start) / limit))
-    stops = np.arange(start, bins + 1, stride)
-    return stops if stops[-1] == bins else np.append(stops, bins)
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> HistogramCalibrator:
+        # Files written before calibrators were a registry hold every histogram method's options
+        # (num_bins, percentile, start_bin): each takes its own.
+        fields = cls.Options.model_fields  # type: ignore[union-attr]
+        options = cls.Options.model_validate({k: state[k] for k in fields if k in state})  # type: ignore[union-attr]
+        calibrator = cls(options)
+        calibrator.histogram = state["histogram"]
+        calibrator.bin_width = state["bin_width"]
+        calibrator.min_value = state["min"]
+        return calibrator
 
 
-def quantization_mse(
-    counts: np.ndarray, width: float, amax: np.ndarray, num_bits: int, unsigned: bool
-) -> np.ndarray:
-    """Mean squared error of fake-quantizing every bin centre, weighted by its count, for each
-    candidate amax (vectorised over candidates)."""
-    bound = 2 ** (num_bits - 1 + int(unsigned)) - 1
-    centres = (np.arange(len(counts)) + 0.5) * width
-    scale = bound / amax[:, None]
-    quantized = np.clip(np.round(centres[None, :] * scale), 0, bound) / scale
-    return ((quantized - centres[None, :]) ** 2 * counts[None, :]).sum(axis=1) / counts.sum()
+class PercentileOptions(Spec):
+    """`percentile`: the share of |x| (in %) that lies below amax; `num_bins`: the histogram's
+    bins to start with."""
+
+    percentile: Percentage = 99.99
+    num_bins: PositiveInt = 2048
 
 
-def mse_amax(
-    counts: np.ndarray, width: float, num_bits: int, unsigned: bool, start_bin: int
-) -> float:
-    stops = candidate_stops(len(counts), start_bin)
-    stops = stops[stops > 0]
-    errors = np.concatenate(
-        [
-            quantization_mse(counts, width, chunk * width, num_bits, unsigned)
-            for chunk in np.array_split(stops, max(1, len(stops) // 256))
-        ]
-    )
-    return float(stops[int(np.argmin(errors))] * width)
+class SearchOptions(Spec):
+    """The options of a search for amax among the histogram's bin edges: `num_bins` to start
+    with, the candidates from bin `start_bin` on."""
+
+    num_bins: PositiveInt = 2048
+    start_bin: NonNegativeInt = 128
 
 
-def _kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    """KL(p || q) of two histograms (normalised here); inf where q misses mass that p has."""
-    p = p / p.sum()
-    q = q / q.sum()
-    mask = p > 0
-    if np.any(q[mask] == 0):
-        return math.inf
-    return float(np.sum(p[mask] * (np.log(p[mask]) - np.log(q[mask]))))
+@register_calibrator
+class PercentileCalibrator(HistogramCalibrator):
+    """amax: the upper edge of the bin where the cumulative share of |x| reaches `percentile`;
+    the same for every bit width."""
+
+    method = "percentile"
+    Options = PercentileOptions
+
+    @classmethod
+    def summary(cls, options: Any) -> str:
+        return f"percentile {options.percentile}"
+
+    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
+        return percentile_amax(counts, self.bin_width, self.options.percentile)
 
 
-def merged_distribution(source: np.ndarray, occupied: np.ndarray, levels: int) -> np.ndarray:
-    """`source` merged into `levels` groups of adjacent bins, each group's mass spread evenly
-    over the group's bins marked `occupied`."""
-    sizes = np.full(levels, len(source) // levels)
-    sizes[: len(source) % levels] += 1
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    occupied = occupied.astype(np.float64)
-    mass = np.add.reduceat(source, starts)
-    filled = np.add.reduceat(occupied, starts)
-    per_bin = np.divide(mass, filled, out=np.zeros_like(mass), where=filled > 0)
-    return np.repeat(per_bin, sizes) * occupied
+@register_calibrator
+class MseCalibrator(HistogramCalibrator):
+    """amax: the candidate edge with the least squared quantization error over the histogram,
+    per bit width."""
+
+    method = "mse"
+    Options = SearchOptions
+    depends_on_bits = True
+
+    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
+        return mse_amax(counts, self.bin_width, num_bits, unsigned, self.options.start_bin)
 
 
-def entropy_amax(
-    counts: np.ndarray, width: float, num_bits: int, unsigned: bool, start_bin: int
-) -> float:
-    """The threshold minimising KL(P || Q) (TensorRT's entropy calibration): P is the histogram
-    cut at the candidate with the clipped tail added to its last bin; Q is the cut histogram
-    without the tail, merged into as many groups as there are positive quantization levels and
-    spread back evenly over the bins where P is non-zero. Clipping shows as P's heavy last bin
-    that Q cannot match; coarse levels show as Q's flattened groups."""
-    levels = 2 ** (num_bits - 1 + int(unsigned))
-    bins = len(counts)
-    if levels >= bins:
-        # Levels finer than the bins: the histogram cannot tell thresholds apart; keep all.
-        return float(bins * width)
-    counts = counts.astype(np.float64)
-    tail = np.cumsum(counts[::-1])[::-1]  # tail[i] = counts[i:].sum()
-    best_stop, best_divergence = bins, math.inf
-    for stop in candidate_stops(bins, max(start_bin, levels)):
-        reference = counts[:stop].copy()
-        if stop < bins:
-            reference[-1] += tail[stop]
-        if reference.sum() == 0:
-            continue
-        candidate = merged_distribution(counts[:stop], reference > 0, levels)
-        if candidate.sum() == 0:
-            continue
-        divergence = _kl_divergence(reference, candidate)
-        if divergence < best_divergence:
-            best_stop, best_divergence = stop, divergence
-    return float(best_stop * width)
+@register_calibrator
+class EntropyCalibrator(HistogramCalibrator):
+    """amax: the candidate edge whose quantized distribution diverges least (Kullback-Leibler)
+    from the histogram, per bit width."""
+
+    method = "entropy"
+    Options = SearchOptions
+    depends_on_bits = True
+
+    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
+        return entropy_amax(counts, self.bin_width, num_bits, unsigned, self.options.start_bin)
 
 
-CALIBRATION_METHODS = ("max", "percentile", "mse", "entropy")
+def calibrator_options(method: str, options: dict[str, Any], where: str = "calibration") -> Any:
+    """`options` checked by the options model of calibrator `method` (None for one that takes
+    none): an option it does not take, or a bad value, is one UserError naming it at `where`."""
+    entry = CALIBRATORS.get(method, where)
+    known = set((entry.options or Spec).model_fields)
+    for key in options:
+        if key not in known:
+            raise UserError(f"{where}: {_not_an_option(method, key, known)}")
+    if entry.options is None:
+        return None
+    try:
+        return entry.options.model_validate(options)
+    except ValidationError as error:
+        key, text = validation_problems(error, options)[0]
+        raise UserError(f"{where}: {key.removeprefix('workload.')} {text}") from None
 
 
-def make_calibrator(
-    method: str, axis: int | None = None, num_bins: int = 2048, percentile: float = 99.99
-) -> Calibrator:
-    """A fresh calibrator for a method name."""
-    if method == "max":
-        return MaxCalibrator(axis)
-    if axis is not None:
-        raise ValueError(
-            f"the {method} calibrator works per tensor only (axis None), got axis {axis}"
+def _not_an_option(method: str, key: str, known: set[str]) -> str:
+    """What to say of `key`, an option the `method` calibrator does not take: which do."""
+    takers = [e.name for e in CALIBRATORS.entries() if key in (e.options or Spec).model_fields]
+    if not takers:
+        return (
+            f"the {method} calibrator takes no option '{key}'{did_you_mean(key, known)}; its "
+            f"options: {', '.join(sorted(known)) or 'none'}"
         )
-    return HistogramCalibrator(method, num_bins=num_bins, percentile=percentile)
+    several = len(takers) > 1
+    names = f"{', '.join(takers[:-1])} and {takers[-1]}" if several else takers[0]
+    return (
+        f"only the {names} calibrator{'s take' if several else ' takes'} '{key}', not {method}; "
+        f"choose method '{takers[0]}' or leave '{key}' out"
+    )
+
+
+def make_calibrator(method: str, axis: int | None = None, **options: Any) -> Calibrator:
+    """A fresh calibrator of a registered method (`model-explorer list calibrators`).
+
+    Args:
+        method: the calibrator's name in CALIBRATORS: `max`, `percentile`, `mse` or `entropy`.
+        axis: the axis of per-channel amax (None: per tensor); only `max` works per channel.
+        **options: the method's own options (e.g. `percentile=99.9`, `num_bins=1024`), checked
+            by its options model; one it does not take is an error.
+    """
+    checked = calibrator_options(method, options)
+    return CALIBRATORS.get(method).builder.build(checked, axis)
 
 
 def calibrator_from_state(state: dict[str, Any]) -> Calibrator:
-    """The inverse of `Calibrator.state()`."""
-    if state["method"] == "max":
-        calibrator: Calibrator = MaxCalibrator(state["axis"])
-        calibrator.amax = state["amax"]
-    else:
-        calibrator = HistogramCalibrator(
-            state["method"], state["num_bins"], state["percentile"], state["start_bin"]
-        )
-        calibrator.histogram = state["histogram"]
-        calibrator.bin_width = state["bin_width"]
-    calibrator.min_value = state["min"]
-    return calibrator
+    """The inverse of `Calibrator.state()`: the calibrator of the state's `method`."""
+    entry = CALIBRATORS.lookup(state["method"])
+    if entry is None:
+        raise ValueError(f"unknown calibration method {state['method']!r}")
+    return entry.builder.from_state(state)

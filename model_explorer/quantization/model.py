@@ -24,7 +24,7 @@ from model_explorer.errors import UserError
 from model_explorer.modules import set_child, unfused_attention
 from model_explorer.quantization import calibration_file
 from model_explorer.quantization.attention import ActivationProduct
-from model_explorer.quantization.calibrators import make_calibrator
+from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_options
 from model_explorer.quantization.functional import Interceptor
 from model_explorer.quantization.layers import QuantLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
@@ -273,22 +273,25 @@ class QuantizedModel(Wrapper, nn.Module):
 
     # -- calibration ----------------------------------------------------------------------
     def _new_calibrator(self, quantizer: TensorQuantizer) -> Any:
-        options = self._calibrating or {}
-        return make_calibrator(options["method"], quantizer.axis, **options["settings"])
+        calibrating = self._calibrating or {}
+        calibrator = CALIBRATORS.get(calibrating["method"]).builder
+        return calibrator.build(calibrating["options"], quantizer.axis)
 
-    def calibrate(
-        self,
-        batches: Iterable[Any],
-        method: str = "percentile",
-        percentile: float = 99.99,
-        num_bins: int = 2048,
-    ) -> None:
+    def calibrate(self, batches: Iterable[Any], method: str = "percentile", **options: Any) -> None:
         """Set every input quantizer's amax (and both operands' of products of activations)
-        from the activations of `batches` (input tensors or (inputs, targets) pairs), seen
-        unquantized. Weight amax needs no data. Layers that see no data are left out."""
+        from the activations of `batches`, seen unquantized. Weight amax needs no data. Layers
+        that see no data are left out.
+
+        Args:
+            batches: input tensors or (inputs, targets) pairs.
+            method: the calibrator of the data quantizers (`model-explorer list calibrators`):
+                `max`, `percentile`, `mse` or `entropy`.
+            **options: that calibrator's options, e.g. `percentile=99.9`, `num_bins=1024`,
+                `start_bin=64`; one it does not take is an error.
+        """
         self._calibrating = {
             "method": method,
-            "settings": {"num_bins": num_bins, "percentile": percentile},
+            "options": calibrator_options(method, options, "calibrate"),
         }
         for layer in self.layers.values():
             for quantizer in data_quantizers(layer):

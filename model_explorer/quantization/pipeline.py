@@ -117,7 +117,6 @@ def check_weight_axis(model: QuantizedModel) -> None:
 def calibrate_in_memory(model: QuantizedModel, context: WorkloadContext) -> QuantizedModel:
     """Calibrate `model` as `calibration:` says, without writing a file."""
     spec: CalibrationSpec = context.workload.require("calibration")
-    model.calibrate(
-        context.loader("calibrate"), spec.method, percentile=spec.percentile, num_bins=spec.num_bins
-    )
+    options = spec.options.model_dump() if spec.options is not None else {}
+    model.calibrate(context.loader("calibrate"), spec.method, **options)
     return model

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from model_explorer.datasets.base import DatasetSpec
+from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.swap import SWAPPABLE
-from model_explorer.schema import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
+from model_explorer.registry import Registry
+from model_explorer.schema import Bits, NonNegativeInt, Spec, TypedSpec
 
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
 QUANTIZABLE_LAYERS = SWAPPABLE
@@ -43,11 +45,16 @@ class CalibrationDatasets(Spec):
     calibrate: DatasetSpec
 
 
-class CalibrationSpec(Spec):
-    """How input quantizers get their amax; weights always use the max of |w| (per channel)."""
+class CalibrationSpec(TypedSpec):
+    """How input quantizers get their amax; weights always use the max of |w| (per channel).
+
+    `method` names a calibrator (`model-explorer list calibrators`) whose own options sit
+    beside it, e.g. `{method: percentile, percentile: 99.9, num_bins: 1024}`; `file` and
+    `datasets` are every method's."""
+
+    registry: ClassVar[Registry[Any]] = CALIBRATORS
+    type_key: ClassVar[str] = "method"
 
     file: str | None = None
-    method: Literal["max", "percentile", "mse", "entropy"] = "percentile"
-    percentile: Percentage = 99.99
-    num_bins: PositiveInt = 2048
+    method: str = "percentile"
     datasets: CalibrationDatasets | None = None

@@ -359,6 +359,19 @@ def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path
     assert alone == low
 
 
+def test_a_recommended_calibration_method_keeps_only_its_own_options() -> None:
+    written = {"file": "results/c.pt", "method": "percentile", "percentile": 99.9, "num_bins": 512}
+    applied = apply_recommendations(
+        {"workload": {"calibration": written}}, {"calibration": {"method": "mse"}}
+    )
+    # percentile is an option of the percentile calibrator only; num_bins is mse's too.
+    assert applied["workload"]["calibration"] == {
+        "file": "results/c_recommended.pt",
+        "method": "mse",
+        "num_bins": 512,
+    }
+
+
 def test_recommendations_merge_and_stay_in_range() -> None:
     findings = [
         Finding("warning", "A", "m", recommendation={"problem": {"layer_bounds": {"q": [5, 8]}}}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 import subprocess
 import sys
@@ -198,3 +199,19 @@ def test_hypervolume_matches_a_hand_computed_front() -> None:
     assert [i.id for i in result.pareto_front()] == [0, 1]
     # Reference (accuracy 0.5, bits 12): rectangles 0.4 x 2 and (0.3 x 5) beyond it.
     assert result.hypervolume({"accuracy": 0.5, "bits": 12.0}) == pytest.approx(0.4 * 2 + 0.3 * 5)
+
+
+def test_a_result_stored_with_every_calibration_option_is_the_same_search() -> None:
+    from model_explorer.exploration.explore import search_definition
+    from model_explorer.exploration.result_file import same_search
+    from model_explorer.workload import Workload
+
+    body = {"model": {"type": "lenet5"}, "calibration": {"method": "mse"}}
+    definition = search_definition(Workload.from_dict({"workload": body}, check_paths=False))
+    # Results written before calibrators were a registry stored percentile and num_bins,
+    # with their defaults, whatever the method.
+    older = copy.deepcopy(definition)
+    older["workload"]["calibration"].update(percentile=99.99, num_bins=2048)
+    assert same_search(older, definition)
+    older["workload"]["calibration"]["num_bins"] = 1024  # mse's own option, changed
+    assert not same_search(older, definition)

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import entropy as kl_divergence
+from torch import nn
 
-from model_explorer.quantization import HistogramCalibrator, MaxCalibrator, make_calibrator
+from model_explorer.errors import UserError
+from model_explorer.quantization import MaxCalibrator, QuantizedModel, make_calibrator
 from model_explorer.quantization.calibrators import calibrator_from_state
 
 
@@ -38,7 +40,7 @@ def test_max_is_the_true_max_per_tensor_and_per_channel() -> None:
 def test_histogram_methods_clip_rare_outliers(method: str) -> None:
     batches = batches_with_outliers()
     true_max = max(float(b.abs().max()) for b in batches)
-    amax = float(collected(HistogramCalibrator(method), batches).compute_amax(8))
+    amax = float(collected(make_calibrator(method), batches).compute_amax(8))
     assert 0 < amax <= true_max
     if method != "mse":  # mse may keep outliers when levels are fine; entropy/percentile clip
         assert amax < 0.5 * true_max
@@ -46,7 +48,7 @@ def test_histogram_methods_clip_rare_outliers(method: str) -> None:
 
 def test_percentile_agrees_with_numpy_within_a_bin() -> None:
     batches = batches_with_outliers()
-    calibrator = collected(HistogramCalibrator("percentile", percentile=99.0), batches)
+    calibrator = collected(make_calibrator("percentile", percentile=99.0), batches)
     values = torch.cat(batches).abs().numpy()
     assert (
         abs(float(calibrator.compute_amax(8)) - np.percentile(values, 99.0)) <= calibrator.bin_width
@@ -55,7 +57,7 @@ def test_percentile_agrees_with_numpy_within_a_bin() -> None:
 
 def test_histogram_grows_with_later_batches_and_keeps_every_count() -> None:
     small, large = torch.randn(1000) * 0.1, torch.randn(1000) * 5
-    calibrator = collected(HistogramCalibrator("percentile", percentile=100.0), [small, large])
+    calibrator = collected(make_calibrator("percentile", percentile=100.0), [small, large])
     assert calibrator.histogram.sum() == 2000
     top = float(torch.cat([small, large]).abs().max())
     assert top <= float(calibrator.compute_amax(8)) <= top + calibrator.bin_width
@@ -86,7 +88,7 @@ def brute_force_mse(counts: np.ndarray, width: float, bits: int, start_bin: int)
 @pytest.mark.parametrize("bits", [3, 5])
 def test_mse_minimises_the_quantization_error_among_its_candidates(bits: int) -> None:
     batches = [torch.cat(batches_with_outliers())]  # one batch: exactly 256 bins, all candidates
-    calibrator = collected(HistogramCalibrator("mse", num_bins=256, start_bin=16), batches)
+    calibrator = collected(make_calibrator("mse", num_bins=256, start_bin=16), batches)
     counts = calibrator.histogram.numpy()
     expected = brute_force_mse(counts, calibrator.bin_width, bits, 16)
     assert float(calibrator.compute_amax(bits)) == pytest.approx(expected, rel=1e-6)
@@ -130,7 +132,7 @@ def brute_force_entropy(counts: np.ndarray, width: float, bits: int, start_bin: 
 @pytest.mark.parametrize("bits", [4, 6])
 def test_entropy_follows_the_kl_rule(bits: int) -> None:
     batches = [torch.cat(batches_with_outliers(seed=3))]
-    calibrator = collected(HistogramCalibrator("entropy", num_bins=512, start_bin=32), batches)
+    calibrator = collected(make_calibrator("entropy", num_bins=512, start_bin=32), batches)
     counts = calibrator.histogram.numpy()
     expected = brute_force_entropy(counts, calibrator.bin_width, bits, 32)
     assert float(calibrator.compute_amax(bits)) == pytest.approx(expected, rel=1e-6)
@@ -156,3 +158,61 @@ def test_state_round_trip_keeps_the_histogram_not_the_data() -> None:
 def test_histogram_methods_are_per_tensor_only() -> None:
     with pytest.raises(ValueError, match="per tensor only"):
         make_calibrator("entropy", axis=0)
+
+
+# -- each method's own options --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, options, words",
+    [
+        ("mse", {"percentile": 99.9}, "only the percentile calibrator takes 'percentile', not mse"),
+        (
+            "max",
+            {"num_bins": 1024},
+            "only the entropy, mse and percentile calibrators take 'num_bins', not max",
+        ),
+        ("percentile", {"start_bin": 64}, "only the entropy and mse calibrators take 'start_bin'"),
+        ("mse", {"start_bins": 64}, "takes no option 'start_bins' (did you mean 'start_bin'?)"),
+        ("percentile", {"percentile": 150}, "percentile must be a percentage above 0"),
+        ("histogram", {}, "unknown calibrator 'histogram'"),
+    ],
+)
+def test_an_option_the_method_does_not_take_is_one_line(method, options, words) -> None:
+    with pytest.raises(UserError) as error:
+        make_calibrator(method, **options)
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_quantized_model_calibrates_with_its_methods_options() -> None:
+    quantized = QuantizedModel(nn.Sequential(nn.Linear(4, 2)))
+    x = torch.tensor([[0.5, -3.0, 1.0, 2.0], [0.0, 1.5, -0.25, 2.5]])
+    quantized.calibrate([x], method="percentile", percentile=100.0, num_bins=16)
+    quantizer = quantized.layers["0"].input_quantizer
+    assert len(quantizer.calibrator.histogram) == 16  # num_bins reached the calibrator
+    # Percentile 100 keeps every value: amax is the upper edge of the bin of the largest |x|,
+    # which sets the bin width (3.0 / 16), so amax is 3.0 itself.
+    assert float(quantizer.amax) == pytest.approx(3.0)
+    with pytest.raises(UserError, match="calibrate: only the percentile calibrator takes"):
+        quantized.calibrate([x], method="mse", percentile=99.9)
+    quantized.calibrate([x], method="mse", num_bins=16, start_bin=4)
+    assert quantized.layers["0"].input_quantizer.calibrator.options.start_bin == 4
+
+
+def test_states_written_before_the_registry_still_load() -> None:
+    # Calibration files (version 3) stored every histogram option whatever the method.
+    old = {"num_bins": 4, "percentile": 99.99, "start_bin": 1, "bin_width": 1.0, "min": -3.5}
+    at_the_top = torch.tensor([0.0, 0.0, 0.0, 10.0], dtype=torch.float64)
+    mse = calibrator_from_state({"method": "mse", **old, "histogram": at_the_top})
+    assert (mse.options.num_bins, mse.options.start_bin, mse.min_value) == (4, 1, -3.5)
+    # Every value sits at the centre 3.5: an amax of 1, 2 or 3 clips it by at least 0.5, while
+    # 4 puts a level within 4/127 of it.
+    assert float(mse.compute_amax(8)) == 4.0
+    halves = torch.tensor([0.0, 10.0, 0.0, 10.0], dtype=torch.float64)
+    state = {"method": "percentile", **old, "percentile": 50.0, "histogram": halves}
+    # Half the values lie in the second bin, below its upper edge 2.
+    assert float(calibrator_from_state(state).compute_amax(8)) == 2.0
+    maximum = {"method": "max", "axis": None, "amax": torch.tensor(2.5), "min": 0.0}
+    assert float(calibrator_from_state(maximum).compute_amax(4)) == 2.5
+    with pytest.raises(ValueError, match="unknown calibration method 'histogram'"):
+        calibrator_from_state({**maximum, "method": "histogram"})

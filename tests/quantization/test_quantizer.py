@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from model_explorer.quantization import (
-    HistogramCalibrator,
     TensorQuantizer,
     fake_quantize,
     integer_bounds,
+    make_calibrator,
 )
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -119,7 +119,7 @@ def test_amax_shape_and_bits_are_checked() -> None:
 
 
 def test_calibration_mode_passes_data_through_and_feeds_the_calibrator() -> None:
-    quantizer = TensorQuantizer(4, calibrator=HistogramCalibrator("mse"))
+    quantizer = TensorQuantizer(4, calibrator=make_calibrator("mse"))
     quantizer.start_calibration()
     x = torch.randn(1000, generator=torch.Generator().manual_seed(1))
     assert quantizer(x) is x

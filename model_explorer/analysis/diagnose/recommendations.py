@@ -8,6 +8,7 @@ from typing import Any
 
 from model_explorer.analysis.diagnose.base import SEVERITIES, Finding
 from model_explorer.original_layout import translate
+from model_explorer.quantization.spec import CalibrationSpec
 
 
 def _merge(target: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> None:
@@ -55,6 +56,9 @@ def apply_recommendations(
     result["workload"] = body = translate(result["workload"]).body
     _merge(body, _copy(override))
     calibration = body.get("calibration") or {}
+    if "method" in (override.get("calibration") or {}):
+        # The recommended method keeps its own options only, not those of the file's method.
+        body["calibration"] = calibration = CalibrationSpec.without_other_options(calibration)
     if calibration.get("file") and {"model", "quantization", "calibration"} & set(override):
         path = Path(calibration["file"])
         calibration["file"] = str(path.with_name(f"{path.stem}_recommended{path.suffix}"))
