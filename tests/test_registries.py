@@ -86,6 +86,7 @@ DOCUMENTED = {
     "strategies": {"nsga2", "spread", "multifidelity", "surrogate"},
     "algorithms": {"nsga2", "nsga3", "smsemoa", "agemoea", "agemoea2", "random"},
     "calibrators": {"max", "percentile", "mse", "entropy"},
+    "formats": {"int", "fp8_e4m3", "fp8_e5m2", "mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4"},
     "inspectors": {
         "Norm",
         "Image",
