@@ -177,3 +177,63 @@ def test_the_cli_lists_the_formats() -> None:
     )
     for family in ("int", "fp8_e4m3", "fp8_e5m2", "mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4"):
         assert family in done.stdout.split()
+
+
+# -- formats in quantized layers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "mxfp4", "mxfp6_e3m2", "nvfp4", "int4_g8", "mxint8"])
+def test_a_layer_in_a_format_quantizes_along_its_input_channels(name: str) -> None:
+    """A convolution and a linear layer in a format compute the float layer on operands that
+    the format's numerics quantized: blocks along the input channels (axis 1 of an NCHW input
+    and of an (out, in, kh, kw) or (out, in) weight), amax from calibration and the weight."""
+    import torch
+    from torch import nn
+
+    from model_explorer.formats.blocks import (
+        fp8_fake_quantize,
+        group_int_fake_quantize,
+        mx_fake_quantize,
+        nvfp4_fake_quantize,
+    )
+    from model_explorer.formats.elements import ELEMENTS
+    from model_explorer.quantization import QuantizedModel
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(40, 24, 3), nn.Flatten(), nn.Linear(24 * 4 * 4, 10)).eval()
+    conv, linear = model[0], model[2]
+    x = torch.randn(4, 40, 6, 6)
+    reference = {
+        "conv": (conv.weight.detach().clone(), x),
+        "linear": (linear.weight.detach().clone(), torch.flatten(conv(x), 1).detach()),
+    }
+    quantized = QuantizedModel(model)
+    quantized.calibrate([x], method="max")
+    for quantizer in quantized.quantizers.values():
+        quantizer.format = name
+    chosen = parse_format(name)
+
+    def expected(t, amax, axis, amax_axis):
+        options = chosen.options
+        if name.startswith("fp8"):
+            return fp8_fake_quantize(t, amax, ELEMENTS["e4m3"], amax_axis)
+        if name == "nvfp4":
+            return nvfp4_fake_quantize(t, amax.max(), 16, axis)
+        if name.startswith("int"):
+            return group_int_fake_quantize(t, 4, options.group_size, axis)
+        element = {"mxfp4": "e2m1", "mxfp6_e3m2": "e3m2", "mxint8": "int8"}[name]
+        return mx_fake_quantize(t, ELEMENTS[element], 32, axis)
+
+    with torch.no_grad():
+        for layer_name, layer, function in (
+            ("0", quantized.layers["0"], torch.nn.functional.conv2d),
+            ("2", quantized.layers["2"], torch.nn.functional.linear),
+        ):
+            weight, data = reference["conv" if layer_name == "0" else "linear"]
+            amax_in = data.abs().max()
+            amax_w = weight.abs().amax(dim=tuple(range(1, weight.dim())))
+            ours = layer(data)
+            theirs = function(
+                expected(data, amax_in, 1, None), expected(weight, amax_w, 1, 0), layer.bias
+            )
+            assert torch.equal(ours, theirs), layer_name
