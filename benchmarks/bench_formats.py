@@ -48,7 +48,7 @@ def ours(name: str, x: torch.Tensor, amax: torch.Tensor):  # noqa: ANN201
 def peer(name: str, x: torch.Tensor, amax: torch.Tensor):  # noqa: ANN201
     """The peer's own fake quantization of the same values (last axis: the peers' layout), or
     None where no peer runs this format on the CPU."""
-    last = x.movedim(1, -1).contiguous()
+    last = x.movedim(1, -1).reshape(-1, x.shape[1]).contiguous()  # rows of channels
     try:
         if name in ("mxfp8", "mxfp6_e2m3", "mxfp4"):
             from torchao.prototype.mx_formats import mx_tensor
@@ -103,9 +103,11 @@ def tensor_table(repeats: int) -> None:
             if found is not None:
                 variants["peer"] = (found[1], None)
             times = interleaved_medians(variants, repeats)
-            line = f"{name:<12} {times['ours'] * 1e3:6.1f}   {times['ours'] / times['conv']:6.2f}x"
+            mine, conv_time = times["ours"], times["conv"]
+            line = f"{name:<12} {mine * 1e3:6.1f}   {mine / conv_time:6.2f}x"
             if found is not None:
-                line += f"   {found[0]:<8} {times['peer'] * 1e3:6.1f}  {times['peer'] / times['ours']:6.2f}x"
+                theirs = times["peer"]
+                line += f"   {found[0]:<8} {theirs * 1e3:6.1f}  {theirs / mine:6.2f}x"
             print(line)
 
 
