@@ -1,9 +1,10 @@
 """Helpers over modules and tensors shared by the layer swaps, cost analysis, hooks and
-diagnostics: swapping a submodule, choosing modules by name, tensors of a structure, and forward
-hooks over a module tree."""
+diagnostics: swapping a submodule, rebuilding a module as another class, choosing modules by
+name, tensors of a structure, and forward hooks over a module tree."""
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,26 @@ def set_child(root: nn.Module, name: str, child: nn.Module) -> None:
     parent_name, _, attribute = name.rpartition(".")
     parent = root.get_submodule(parent_name) if parent_name else root
     setattr(parent, attribute, child)
+
+
+def rebuild(module: nn.Module, cls: type[nn.Module]) -> Any:
+    """An instance of `cls` with `module`'s state: parameters and buffers shared (the same
+    tensors), their containers copied, so that changing one module's children or parameters
+    leaves the other's alone."""
+    rebuilt = cls.__new__(cls)
+    rebuilt.__dict__.update(
+        {
+            key: copy.copy(value) if isinstance(value, dict) else value
+            for key, value in module.__dict__.items()
+        }
+    )
+    return rebuilt
+
+
+class Inline:
+    """Mixin of modules that are a step of the module calling them, not modules of the network
+    (a transformed layer's pass-through and dense defaults): `module_hooks` never hooks them, so
+    that no analysis sees them run and the tracer names their work as the caller's."""
 
 
 def selected(name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -63,6 +84,14 @@ class ModuleTrace:
         return self.stack[-1] if self.stack else None
 
 
+def _hookable(
+    model: nn.Module, modules: Iterable[tuple[str, nn.Module]] | None
+) -> list[tuple[str, nn.Module]]:
+    """The modules to hook: those given (default every module of `model`), never Inline ones."""
+    candidates = modules if modules is not None else model.named_modules()
+    return [(name, module) for name, module in candidates if not isinstance(module, Inline)]
+
+
 Before = Callable[[str, nn.Module, tuple[Any, ...]], None]
 After = Callable[[str, nn.Module, tuple[Any, ...], Any], None]
 
@@ -79,12 +108,12 @@ def module_hooks(
 
     `before(name, module, args)` runs as a module's forward starts and `after(name, module,
     args, output)` as it ends, for `modules` ((name, module) pairs; default every module of
-    `model`, named as `named_modules` names them). The model is put in eval mode (unless
-    `eval_mode` is False); on leaving, the hooks are removed and the model's train/eval mode is
+    `model` as `named_modules` names it), `Inline` ones left out. The model is in eval mode
+    (unless `eval_mode` is False); on leaving, hooks are removed and the train/eval mode is
     restored, whatever happened. An exception raised inside a forward pass carries a note naming
     the innermost module that was running (as torchinfo's "executed layers up to")."""
     trace = ModuleTrace()
-    chosen = list(modules) if modules is not None else list(model.named_modules())
+    chosen = _hookable(model, modules)
     handles = []
     training = model.training
 

@@ -1,5 +1,6 @@
-"""Forward hooks over a module tree: every module seen in order, hooks gone and the train/eval
-mode back afterwards whatever happened, and a failure naming the module that was running."""
+"""Forward hooks over a module tree: every module seen in order (Inline ones never), hooks gone
+and the train/eval mode back afterwards whatever happened, and a failure naming the module that
+was running; a module rebuilt as another class shares its state."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from model_explorer.modules import module_hooks
+from model_explorer.modules import Inline, module_hooks, rebuild
 
 
 class Fails(nn.Module):
@@ -64,3 +65,32 @@ def test_only_the_chosen_modules_are_hooked_and_the_mode_can_stay() -> None:
         model(torch.zeros(3, 4))
     assert called == ["head", "head"]
     assert hook_count(model) == 0
+
+
+class Step(Inline, nn.ReLU):
+    """A step of its caller's work, not a module of the network."""
+
+
+def test_inline_modules_are_never_hooked() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Step(), nn.Sequential(Step(), nn.Linear(4, 2)))
+    seen = []
+    with module_hooks(model, before=lambda n, m, a: seen.append(n)):
+        model(torch.zeros(1, 4))
+    assert seen == ["", "0", "2", "2.1"]
+    chosen = [("step", model[1]), ("linear", model[0])]
+    with module_hooks(model, before=lambda n, m, a: seen.append(n), modules=chosen):
+        model(torch.zeros(1, 4))
+    assert seen[4:] == ["linear"]
+    assert hook_count(model) == 0
+
+
+def test_a_rebuilt_module_shares_parameters_but_not_their_containers() -> None:
+    class Other(nn.Linear):
+        pass
+
+    layer = nn.Linear(4, 2)
+    other = rebuild(layer, Other)
+    assert type(other) is Other and other.weight is layer.weight
+    other.extra = nn.ReLU()
+    other.bias = None
+    assert "extra" not in layer._modules and layer.bias is not None

@@ -21,16 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model_explorer.modules import set_child
+from model_explorer.modules import rebuild, set_child
 from model_explorer.quantization.layers import (
     FunctionalCall,
-    QuantLayer,
-    QuantLinear,
-    _rebuild,
+    TransformedLayer,
+    TransformedLinear,
     layer_forward,
     place_quantizers,
 )
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+from model_explorer.quantization.quantizer import TensorQuantizer
 
 MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
 
@@ -132,10 +131,11 @@ def attention(
     return out, weights
 
 
-class QuantInProjection(QuantLayer, nn.Linear):
+class QuantInProjection(TransformedLayer, nn.Linear):
     """An input projection of a MultiheadAttention (packed `in_proj_weight`, or one of
-    `q/k/v_proj_weight`) as a quantized linear layer. It owns no parameter: `weight` and `bias`
-    are the attention module's, so state dicts and checkpoints stay those of the float model."""
+    `q/k/v_proj_weight`) as a transformed linear layer. It owns no parameter: `weight` and
+    `bias` are the attention module's, so state dicts and checkpoints stay those of the float
+    model."""
 
     float_type = nn.Linear
 
@@ -144,18 +144,14 @@ class QuantInProjection(QuantLayer, nn.Linear):
         owner: nn.MultiheadAttention,
         weight_name: str,
         rows: slice | None,
-        input_quantizer: TensorQuantizer,
-        weight_quantizer: WeightQuantizer,
     ) -> None:
         nn.Module.__init__(self)
         object.__setattr__(self, "_owner", owner)  # not a submodule: no cycle in the tree
         self.weight_name = weight_name
         self.rows = rows
         self.out_features, self.in_features = getattr(owner, weight_name).shape
-        device = getattr(owner, weight_name).device
-        self.input_quantizer = input_quantizer.to(device)
-        self.weight_quantizer = weight_quantizer.to(device)
-        place_quantizers(self)
+        self.set_quantizers()
+        self.set_sparsifier()
 
     @property
     def weight(self) -> Tensor:  # type: ignore[override]
@@ -192,25 +188,44 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
     def from_float(
         cls,
         module: nn.MultiheadAttention,
-        make: MakeQuantizers,
+        make: MakeQuantizers | None = None,
         product: Callable[[], ActivationProduct] | None = None,
     ) -> QuantMultiheadAttention:
-        """The quantized counterpart of `module`; `make()` gives a layer's (input, weight)
-        quantizers, `product()` (when given) a quantized product of activations."""
-        layer = _rebuild(module, cls)
+        """The counterpart of `module`, quantized as `set_quantizers(make, product)` says."""
+        layer = rebuild(module, cls)
         del layer._modules["out_proj"]  # added back after the input projections, in their order
         embed = module.embed_dim
         if module._qkv_same_embed_dim:
-            layer.in_proj = QuantInProjection(module, "in_proj_weight", None, *make())
+            layer.in_proj = QuantInProjection(module, "in_proj_weight", None)
         else:
             for index, part in enumerate("qkv"):
                 rows = slice(index * embed, (index + 1) * embed)
-                projection = QuantInProjection(module, f"{part}_proj_weight", rows, *make())
+                projection = QuantInProjection(module, f"{part}_proj_weight", rows)
                 setattr(layer, f"{part}_proj", projection)
-        layer.out_proj = QuantLinear.from_float(module.out_proj, *make())
-        if product is not None:
-            layer.matmul_0, layer.matmul_1 = product(), product()
+        layer.out_proj = TransformedLinear.from_float(module.out_proj)
+        layer.set_quantizers(make, product)
         return layer
+
+    def set_quantizers(
+        self,
+        make: MakeQuantizers | None = None,
+        product: Callable[[], ActivationProduct] | None = None,
+    ) -> None:
+        """Quantize each projection with the (input, weight) quantizers `make()` gives (None:
+        pass-throughs) and, with `product`, the two products of activations with the products
+        it makes (None: float products)."""
+        for projection in self.projections().values():
+            projection.set_quantizers(*(make() if make is not None else ()))
+        for name in ("matmul_0", "matmul_1"):
+            if product is None:
+                self._modules.pop(name, None)
+            else:
+                setattr(self, name, product())
+
+    def projections(self) -> dict[str, TransformedLayer]:
+        """The projections by their name below this module, in computation order."""
+        names = ["in_proj"] if self._qkv_same_embed_dim else ["q_proj", "k_proj", "v_proj"]
+        return {name: self._modules[name] for name in [*names, "out_proj"]}  # type: ignore[misc]
 
     def quantized_layers(self) -> dict[str, nn.Module]:
         """The quantized layers by their name below this module, in computation order."""
@@ -309,17 +324,13 @@ class QuantMultiheadAttention(nn.MultiheadAttention):
 
 
 def open_attention(model: nn.Module) -> dict[str, nn.Module]:
-    """Swap, in place, float nn.MultiheadAttention modules for QuantMultiheadAttention with
-    quantizers off: the same values, but the projections run as layers that sparsifiers, cost
+    """Swap, in place, float nn.MultiheadAttention modules for QuantMultiheadAttention without
+    quantizers: the same values, but the projections run as layers that sparsifiers, cost
     counts and energy rows can name (`<attention>.in_proj`, `<attention>.out_proj`), as in a
     QuantizedModel. Returns the replaced modules by name, to put back."""
     replaced = {}
     for name, module in list(model.named_modules()):
         if type(module) is nn.MultiheadAttention and name:
-            set_child(model, name, QuantMultiheadAttention.from_float(module, _float_quantizers))
+            set_child(model, name, QuantMultiheadAttention.from_float(module))
             replaced[name] = module
     return replaced
-
-
-def _float_quantizers() -> tuple[TensorQuantizer, WeightQuantizer]:
-    return TensorQuantizer(enabled=False), WeightQuantizer(enabled=False, axis=0)

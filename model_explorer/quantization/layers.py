@@ -1,13 +1,18 @@
-"""Fake-quantized counterparts of convolution and linear layers: an input and a weight quantizer.
+"""Transformed layers: convolution and linear layers whose input and weight go through
+transforms before the product, `sparsifier(layer, input_quantizer(x), weight_quantizer(w))`.
 
-A quantized layer is built from a float layer and shares its parameters (no copy); `to_float()`
-gives back a float layer over the same parameters. Names follow NVIDIA's: `input_quantizer`,
-`weight_quantizer`.
+Each slot always holds a module: the quantizers are fake quantizers or pass-throughs (a layer a
+QuantizedModel did not quantize), the sparsifier a BlockSparsifier or the dense product (a layer
+a SparseModel did not sparsify), so that forward never asks what is attached. QuantizedModel
+and SparseModel attach and take off their transforms with the layer's `set_quantizers` and
+`set_sparsifier`, on a layer either of them swapped in. The defaults are `Inline`: no hook sees
+them, so the tracer names a layer's operators as the float layer's. A transformed layer is built
+from a float layer and shares its parameters (no copy); `to_float()` gives back a float layer
+over the same parameters. Names follow NVIDIA's: `input_quantizer`, `weight_quantizer`.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,19 +20,20 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+from model_explorer.modules import Inline, rebuild
 
 _state = threading.local()
+SLOTS = ("input_quantizer", "weight_quantizer", "sparsifier")
 
 
 def inside_layer() -> bool:
-    """True while a quantized layer's own forward runs: its products are quantized already,
+    """True while a transformed layer's own forward runs: its products are quantized already,
     so code watching torch functions (quantization/functional.py) leaves them alone."""
     return getattr(_state, "depth", 0) > 0
 
 
 class layer_forward:  # noqa: N801 - a context manager, like torch.no_grad
-    """Marks a quantized layer's forward as running (see `inside_layer`)."""
+    """Marks a transformed layer's forward as running (see `inside_layer`)."""
 
     def __enter__(self) -> None:
         _state.depth = getattr(_state, "depth", 0) + 1
@@ -54,16 +60,15 @@ class FunctionalCall:
         return self.function(x, weight, *self.args, **self.kwargs)
 
 
-def _rebuild(module: nn.Module, cls: type[nn.Module]) -> Any:
-    """An instance of `cls` with `module`'s state: parameters shared, containers copied."""
-    rebuilt = cls.__new__(cls)
-    rebuilt.__dict__.update(
-        {
-            key: copy.copy(value) if isinstance(value, dict) else value
-            for key, value in module.__dict__.items()
-        }
-    )
-    return rebuilt
+class PassThrough(Inline, nn.Identity):
+    """The quantizer slot of a layer that is not quantized: the tensor as it is."""
+
+
+class Dense(Inline, nn.Module):
+    """The sparsifier slot of a layer that is not sparse: the layer's own dense product."""
+
+    def forward(self, layer: TransformedLayer, x: Tensor, weight: Tensor, *args: Any) -> Tensor:
+        return layer.dense(x, weight, *args)
 
 
 def place_quantizers(layer: Any) -> None:
@@ -73,76 +78,115 @@ def place_quantizers(layer: Any) -> None:
     layer.weight_quantizer.block_axis = layer.weight_block_axis
 
 
-class QuantLayer:
-    """Mixin of the quantized layers; `float_type` is the layer type it replaces.
-    `input_block_axis` and `weight_block_axis` are the input-channel axes of its input (N, C,
-    ... for a convolution, ..., features for a linear layer) and of its weight (out, in, ... for
-    a convolution, in, out, ... for a transposed one)."""
+class TransformedLayer:
+    """Mixin of the transformed layers: forward computes `sparsifier(self, input_quantizer(x),
+    weight_quantizer(weight))`, the slots filled by `set_quantizers` and `set_sparsifier` (see
+    the module docstring). `float_type` is the layer type it replaces. `input_block_axis` and
+    `weight_block_axis` are the input-channel axes of its input (N, C, ... for a convolution,
+    ..., features for a linear layer) and of its weight (out, in, ... for a convolution, in,
+    out, ... for a transposed one)."""
 
     float_type: type[nn.Module]
-    input_quantizer: TensorQuantizer
-    weight_quantizer: WeightQuantizer
+    input_quantizer: nn.Module
+    weight_quantizer: nn.Module
+    sparsifier: nn.Module
     input_block_axis: int = -1
     weight_block_axis: int = 1
 
     @classmethod
     def from_float(
-        cls, module: nn.Module, input_quantizer: TensorQuantizer, weight_quantizer: WeightQuantizer
-    ) -> QuantLayer:
-        layer = _rebuild(module, cls)
-        device = module.weight.device
-        layer.input_quantizer = input_quantizer.to(device)
-        layer.weight_quantizer = weight_quantizer.to(device)
-        place_quantizers(layer)
+        cls,
+        module: nn.Module,
+        input_quantizer: nn.Module | None = None,
+        weight_quantizer: nn.Module | None = None,
+    ) -> Any:
+        """The transformed counterpart of `module`, sharing its parameters: quantized with the
+        quantizers given (a pass-through for None), dense."""
+        layer = rebuild(module, cls)
+        layer.set_quantizers(input_quantizer, weight_quantizer)
+        layer.set_sparsifier(None)
         return layer
+
+    def set_quantizers(
+        self, input_quantizer: nn.Module | None = None, weight_quantizer: nn.Module | None = None
+    ) -> None:
+        """Quantize the input and the weight with these quantizers (moved to the weight's
+        device); None passes the tensor through."""
+        device = self.weight.device  # type: ignore[attr-defined]
+        self.input_quantizer = _slot(input_quantizer, device, self.input_block_axis)
+        self.weight_quantizer = _slot(weight_quantizer, device, self.weight_block_axis)
+
+    def set_sparsifier(self, sparsifier: nn.Module | None = None) -> None:
+        """Compute the product with `sparsifier` (a BlockSparsifier, called as
+        `sparsifier(layer, x, weight)`); None computes it dense."""
+        self.sparsifier = Dense() if sparsifier is None else sparsifier
+
+    @property
+    def transforms(self) -> dict[str, nn.Module]:
+        """The transforms attached, by slot: the pass-through and dense defaults left out."""
+        slots = {name: self._modules[name] for name in SLOTS}  # type: ignore[attr-defined]
+        return {name: module for name, module in slots.items() if not isinstance(module, Inline)}
 
     def to_float(self) -> nn.Module:
         """The float layer over the same parameters."""
-        layer = _rebuild(self, self.float_type)  # type: ignore[arg-type]
-        del layer._modules["input_quantizer"], layer._modules["weight_quantizer"]
+        layer = rebuild(self, self.float_type)  # type: ignore[arg-type]
+        for name in SLOTS:
+            del layer._modules[name]
         return layer
 
     def quantized_weight(self) -> Tensor:
         return self.weight_quantizer(self.weight)  # type: ignore[attr-defined]
 
     def forward(self, input: Tensor, functional: FunctionalCall | None = None) -> Tensor:
+        return self.transformed(input, functional)
+
+    def transformed(
+        self, input: Tensor, functional: FunctionalCall | None = None, *args: Any
+    ) -> Tensor:
+        """The product of the transformed operands (`args` go to the product: a transposed
+        convolution's output padding); a FunctionalCall runs in place of the product."""
         with layer_forward():
             x, weight = self.input_quantizer(input), self.quantized_weight()
             if functional is not None:
                 return functional.run(x, self.weight, weight)  # type: ignore[attr-defined]
-            # A SparseModel may add a block sparsifier, which then runs the layer on quantized
-            # data.
-            sparsifier = self._modules.get("sparsifier")  # type: ignore[attr-defined]
-            if sparsifier is not None:
-                return sparsifier(self, x, weight)
-            return self.dense(x, weight)
+            return self.sparsifier(self, x, weight, *args)
 
-    def dense(self, x: Tensor, weight: Tensor) -> Tensor:
+    def dense(self, x: Tensor, weight: Tensor, *args: Any) -> Tensor:
         raise NotImplementedError
 
 
-class QuantConv1d(QuantLayer, nn.Conv1d):
+def _slot(quantizer: nn.Module | None, device: Any, block_axis: int) -> nn.Module:
+    """A quantizer slot's module: the quantizer on `device`, told its block axis (see
+    `place_quantizers`), or a pass-through."""
+    if quantizer is None:
+        return PassThrough()
+    quantizer = quantizer.to(device)
+    quantizer.block_axis = block_axis
+    return quantizer
+
+
+class TransformedConv1d(TransformedLayer, nn.Conv1d):
     float_type, input_block_axis = nn.Conv1d, -2
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
 
 
-class QuantConv2d(QuantLayer, nn.Conv2d):
+class TransformedConv2d(TransformedLayer, nn.Conv2d):
     float_type, input_block_axis = nn.Conv2d, -3
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
 
 
-class QuantConv3d(QuantLayer, nn.Conv3d):
+class TransformedConv3d(TransformedLayer, nn.Conv3d):
     float_type, input_block_axis = nn.Conv3d, -4
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return self._conv_forward(x, weight, self.bias)
 
 
-class _QuantConvTranspose(QuantLayer):
+class _TransformedConvTranspose(TransformedLayer):
     dims: int
     function: Any
     weight_block_axis = 0
@@ -153,8 +197,6 @@ class _QuantConvTranspose(QuantLayer):
         output_size: list[int] | None = None,
         functional: FunctionalCall | None = None,
     ) -> Tensor:
-        if functional is not None:
-            return QuantLayer.forward(self, input, functional)
         output_padding = self._output_padding(  # type: ignore[attr-defined]
             input,
             output_size,
@@ -164,13 +206,12 @@ class _QuantConvTranspose(QuantLayer):
             self.dims,
             self.dilation,
         )
-        with layer_forward():
-            return self._transposed(input, output_padding)
+        return self.transformed(input, functional, output_padding)
 
-    def _transposed(self, input: Tensor, output_padding: Any) -> Tensor:
+    def dense(self, x: Tensor, weight: Tensor, output_padding: Any) -> Tensor:
         return type(self).function(
-            self.input_quantizer(input),
-            self.quantized_weight(),
+            x,
+            weight,
             self.bias,
             self.stride,
             self.padding,
@@ -180,37 +221,37 @@ class _QuantConvTranspose(QuantLayer):
         )
 
 
-class QuantConvTranspose1d(_QuantConvTranspose, nn.ConvTranspose1d):
+class TransformedConvTranspose1d(_TransformedConvTranspose, nn.ConvTranspose1d):
     float_type, dims, function = nn.ConvTranspose1d, 1, F.conv_transpose1d
     input_block_axis = -2
 
 
-class QuantConvTranspose2d(_QuantConvTranspose, nn.ConvTranspose2d):
+class TransformedConvTranspose2d(_TransformedConvTranspose, nn.ConvTranspose2d):
     float_type, dims, function = nn.ConvTranspose2d, 2, F.conv_transpose2d
     input_block_axis = -3
 
 
-class QuantConvTranspose3d(_QuantConvTranspose, nn.ConvTranspose3d):
+class TransformedConvTranspose3d(_TransformedConvTranspose, nn.ConvTranspose3d):
     float_type, dims, function = nn.ConvTranspose3d, 3, F.conv_transpose3d
     input_block_axis = -4
 
 
-class QuantLinear(QuantLayer, nn.Linear):
+class TransformedLinear(TransformedLayer, nn.Linear):
     float_type = nn.Linear
 
     def dense(self, x: Tensor, weight: Tensor) -> Tensor:
         return F.linear(x, weight, self.bias)
 
 
-QUANT_LAYERS: dict[str, type[QuantLayer]] = {
+TRANSFORMED_LAYERS: dict[str, type[TransformedLayer]] = {
     cls.float_type.__name__: cls
     for cls in (
-        QuantConv1d,
-        QuantConv2d,
-        QuantConv3d,
-        QuantConvTranspose1d,
-        QuantConvTranspose2d,
-        QuantConvTranspose3d,
-        QuantLinear,
+        TransformedConv1d,
+        TransformedConv2d,
+        TransformedConv3d,
+        TransformedConvTranspose1d,
+        TransformedConvTranspose2d,
+        TransformedConvTranspose3d,
+        TransformedLinear,
     )
 }

@@ -26,7 +26,7 @@ from model_explorer.quantization import calibration_file
 from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_options
 from model_explorer.quantization.functional import Interceptor
-from model_explorer.quantization.layers import QuantLayer
+from model_explorer.quantization.layers import TransformedLayer
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
 from model_explorer.quantization.swap import SWAPPABLE, swap_layers
@@ -54,7 +54,8 @@ def data_quantizers(layer: nn.Module) -> list[TensorQuantizer]:
 
 
 class QuantizedModel(Wrapper, nn.Module):
-    """Swaps the chosen layers of `model` (in place) for fake-quantized ones; calling the
+    """Swaps the chosen layers of `model` (in place) for transformed layers with quantizers
+    (layers a SparseModel transformed already get quantizers attached); calling the
     QuantizedModel runs the swapped model. `restore()` puts the float layers back.
 
     Layers are chosen by type (`layer_types`, names as in torch.nn, `MultiheadAttention`
@@ -101,6 +102,7 @@ class QuantizedModel(Wrapper, nn.Module):
         swap = swap_layers(model, layer_types, include, exclude, self._layer_quantizers, product)
         self.layers: dict[str, nn.Module] = swap.layers
         self._float_layers: dict[str, nn.Module] = swap.replaced
+        self._attached: dict[str, nn.Module] = swap.attached
         self.unused: list[str] = []
         if not self.layers:
             raise UserError(
@@ -150,7 +152,7 @@ class QuantizedModel(Wrapper, nn.Module):
         self.interceptor.weights = {
             id(layer.weight): layer
             for layer in self.layers.values()
-            if isinstance(layer, QuantLayer)
+            if isinstance(layer, TransformedLayer)
         }
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -305,7 +307,7 @@ class QuantizedModel(Wrapper, nn.Module):
         try:
             with self.preserved_settings(), torch.no_grad():
                 for layer in self.layers.values():
-                    if isinstance(layer, QuantLayer):
+                    if isinstance(layer, TransformedLayer):
                         layer.weight_quantizer.enabled = False
                 for batch in batches:
                     data = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -358,11 +360,14 @@ class QuantizedModel(Wrapper, nn.Module):
 
     # -- undo -----------------------------------------------------------------------------
     def restore(self) -> nn.Module:
-        """Put the float layers back into the model and return it."""
+        """Put the float layers back into the model (and take the quantizers off the layers a
+        SparseModel had transformed) and return it."""
         self.interceptor.remove()
         for key, (name, _) in self.interceptor.products.items():
             owner = self.model.get_submodule(key[0]) if key[0] else self.model
             delattr(owner, name.rpartition(".")[2])
+        for module in self._attached.values():
+            module.set_quantizers()
         for name, module in self._float_layers.items():
             set_child(self.model, name, module)
         return self.model

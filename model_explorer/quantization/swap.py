@@ -1,10 +1,11 @@
 """Which modules of a model become quantized layers, and the swap itself.
 
-Convolution and linear layers are swapped for their fake-quantized counterparts (also
+Convolution and linear layers are swapped for transformed layers with quantizers (also
 subclasses that keep the float forward, such as MultiheadAttention's
 `NonDynamicallyQuantizableLinear`). `nn.MultiheadAttention` is swapped whole for a
 QuantMultiheadAttention whose projections (and, optionally, activation products) are the
-quantized layers.
+quantized layers. Layers (and attention modules) that a SparseModel transformed already are not
+swapped again: they get quantizers attached.
 """
 
 from __future__ import annotations
@@ -16,27 +17,29 @@ from torch import nn
 
 from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import QuantMultiheadAttention
-from model_explorer.quantization.layers import QUANT_LAYERS, QuantLayer
+from model_explorer.quantization.layers import TRANSFORMED_LAYERS, TransformedLayer
 from model_explorer.quantization.quantizer import TensorQuantizer
 
 ATTENTION = "MultiheadAttention"
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
-SWAPPABLE = (*QUANT_LAYERS, ATTENTION)
+SWAPPABLE = (*TRANSFORMED_LAYERS, ATTENTION)
 
 MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
 
 
 @dataclass
 class Swap:
-    """What a swap did: the quantized layers by name (model order) and the float modules it
-    replaced (to put back)."""
+    """What a swap did: the quantized layers by name (model order), the float modules it
+    replaced (to put back) and the modules transformed already that it attached quantizers to
+    (to take them off again: `set_quantizers()`)."""
 
     layers: dict[str, nn.Module] = field(default_factory=dict)
     replaced: dict[str, nn.Module] = field(default_factory=dict)
+    attached: dict[str, nn.Module] = field(default_factory=dict)
 
 
-def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[QuantLayer] | None:
-    """The quantized class for `module`: its type's, or its float base's when a subclass keeps
+def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[TransformedLayer] | None:
+    """The transformed class for `module`: its type's, or its float base's when a subclass keeps
     the base's forward (a subclass with its own forward would not run ours)."""
     cls = wanted.get(type(module))
     if cls is not None:
@@ -58,7 +61,8 @@ def swap_layers(
     """Swap, in place, the chosen modules of `model` for quantized ones; `make()` gives a
     layer's quantizers, `product()` (when attention products are quantized) a product's."""
     swap = Swap()
-    wanted = {QUANT_LAYERS[n].float_type: QUANT_LAYERS[n] for n in layer_types if n != ATTENTION}
+    types = [TRANSFORMED_LAYERS[n] for n in layer_types if n != ATTENTION]
+    wanted = {cls.float_type: cls for cls in types}
     done: list[str] = []  # swapped attention modules: their children are theirs
     for name, module in list(model.named_modules()):
         if not name or any(name.startswith(prefix + ".") for prefix in done):
@@ -67,6 +71,12 @@ def swap_layers(
             chosen = [include, exclude]
             _swap_attention(model, name, module, make, product, chosen, swap)
             done.append(name)
+            continue
+        if isinstance(module, TransformedLayer):  # a SparseModel's: attach quantizers if free
+            free = "input_quantizer" not in module.transforms
+            if free and module.float_type in wanted and selected(name, include, exclude):
+                module.set_quantizers(*make())
+                swap.layers[name] = swap.attached[name] = module
             continue
         cls = _quant_class(module, wanted)
         if cls is None or not selected(name, include, exclude):
@@ -87,11 +97,16 @@ def _swap_attention(
     chosen: list[Sequence[str]],
     swap: Swap,
 ) -> None:
-    """Swap one attention module; its projections (and products) not chosen by `include` /
-    `exclude` stay in float."""
-    layer = QuantMultiheadAttention.from_float(module, make, product)
-    set_child(model, name, layer)
-    swap.replaced[name] = module
+    """Swap one attention module (or quantize one a SparseModel opened); its projections (and
+    products) not chosen by `include` / `exclude` stay in float."""
+    if isinstance(module, QuantMultiheadAttention):
+        layer = module
+        layer.set_quantizers(make, product)
+        swap.attached[name] = layer
+    else:
+        layer = QuantMultiheadAttention.from_float(module, make, product)
+        set_child(model, name, layer)
+        swap.replaced[name] = module
     for child, quantized in layer.quantized_layers().items():
         full = f"{name}.{child}"
         if selected(full, *chosen):

@@ -5,57 +5,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import open_attention
-from model_explorer.quantization.layers import QuantLayer, _rebuild
+from model_explorer.quantization.layers import TRANSFORMED_LAYERS, TransformedLayer
 from model_explorer.sparsity.sparsifier import BlockSparsifier
 from model_explorer.tracing import Wrapper
 
 SPARSIFIABLE_LAYERS = ("Conv1d", "Conv2d", "Linear")
 
 
-class SparseLayer:
-    """Mixin of the float sparse layers; shares the float layer's parameters."""
-
-    float_type: type[nn.Module]
-    sparsifier: BlockSparsifier
-
-    def forward(self, input: Tensor) -> Tensor:
-        return self.sparsifier(self, input, self.weight)  # type: ignore[attr-defined]
-
-    def to_float(self) -> nn.Module:
-        layer = _rebuild(self, self.float_type)  # type: ignore[arg-type]
-        del layer._modules["sparsifier"]
-        return layer
-
-
-class SparseConv1d(SparseLayer, nn.Conv1d):
-    float_type = nn.Conv1d
-
-
-class SparseConv2d(SparseLayer, nn.Conv2d):
-    float_type = nn.Conv2d
-
-
-class SparseLinear(SparseLayer, nn.Linear):
-    float_type = nn.Linear
-
-
-SPARSE_LAYERS: dict[type[nn.Module], type[SparseLayer]] = {
-    nn.Conv1d: SparseConv1d,
-    nn.Conv2d: SparseConv2d,
-    nn.Linear: SparseLinear,
-}
+def _sparsifiable(module: nn.Module, wanted: set[type[nn.Module]]) -> bool:
+    """Whether `module` is a layer of a wanted type without a sparsifier: a float layer, or a
+    layer a QuantizedModel transformed (one that another SparseModel sparsifies is left to it)."""
+    if isinstance(module, TransformedLayer):
+        return module.float_type in wanted and "sparsifier" not in module.transforms
+    return type(module) in wanted
 
 
 class SparseModel(Wrapper, nn.Module):
     """Gives every chosen layer of `model` a BlockSparsifier (in place); calling the SparseModel
-    runs the model. Float layers are swapped for sparse ones; layers already swapped by a
-    QuantizedModel get the sparsifier added, so one model can be quantized and sparse at once
-    (the sparsifier then sees the quantized input and the quantized weights).
+    runs the model. Float layers are swapped for transformed layers (quantizers passing tensors
+    through) with the sparsifier as their product; layers a QuantizedModel transformed already
+    get the sparsifier attached, so one model can be quantized and sparse at once (the
+    sparsifier then sees the quantized input and the quantized weights), whichever wraps first.
 
     Args:
         model: the model; its layers get sparsifiers in place.
@@ -87,22 +62,19 @@ class SparseModel(Wrapper, nn.Module):
         self.model = model
         self.block_size = (int(block_size[0]), int(block_size[1]))
         self.sparsifiers: dict[str, BlockSparsifier] = {}
-        self._swapped: dict[str, nn.Module] = {}
+        self._layers: dict[str, TransformedLayer] = {}  # the layers holding the sparsifiers
+        self._swapped: dict[str, nn.Module] = {}  # the float layers they replaced
         self._attention = open_attention(model) if nn.Linear in wanted else {}
         for name, module in list(model.named_modules()):
-            float_type = module.float_type if isinstance(module, QuantLayer) else type(module)
-            if not name or float_type not in wanted:
+            if not name or not _sparsifiable(module, wanted):
                 continue
             if not selected(name, include, exclude):
                 continue
+            transformed = isinstance(module, TransformedLayer)
+            layer = module if transformed else self._transform(name, module)
             sparsifier = BlockSparsifier(self.block_size, chunk_bytes=chunk_bytes)
-            if isinstance(module, QuantLayer):
-                module.sparsifier = sparsifier
-            else:
-                layer = _rebuild(module, SPARSE_LAYERS[float_type])
-                layer.sparsifier = sparsifier
-                set_child(model, name, layer)
-                self._swapped[name] = module
+            layer.set_sparsifier(sparsifier)
+            self._layers[name] = layer
             self.sparsifiers[name] = sparsifier
         if not self.sparsifiers:
             raise UserError(
@@ -110,6 +82,13 @@ class SparseModel(Wrapper, nn.Module):
                 f"{list(include)} and exclude {list(exclude)}"
             )
         self.train(model.training)  # the wrapped model's mode, not nn.Module's default
+
+    def _transform(self, name: str, module: nn.Module) -> TransformedLayer:
+        """Swap a float layer for a transformed one (quantizers passing tensors through)."""
+        layer = TRANSFORMED_LAYERS[type(module).__name__].from_float(module)
+        set_child(self.model, name, layer)
+        self._swapped[name] = module
+        return layer
 
     @classmethod
     def from_spec(cls, model: nn.Module, spec: Any) -> SparseModel:
@@ -154,13 +133,12 @@ class SparseModel(Wrapper, nn.Module):
         return {name: s.stats() for name, s in self.sparsifiers.items()}
 
     def restore(self) -> nn.Module:
-        """Take the sparsifiers out again and return the model."""
-        for name in self.sparsifiers:
-            layer = self.model.get_submodule(name)
-            if name in self._swapped:
-                set_child(self.model, name, self._swapped[name])
-            elif isinstance(layer, QuantLayer):
-                del layer._modules["sparsifier"]
+        """Take the sparsifiers out again (putting back the float layers this model swapped)
+        and return the model."""
+        for layer in self._layers.values():
+            layer.set_sparsifier(None)
+        for name, module in self._swapped.items():
+            set_child(self.model, name, module)
         for name, module in self._attention.items():
             set_child(self.model, name, module)
         return self.model

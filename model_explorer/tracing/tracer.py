@@ -293,8 +293,9 @@ class Tracer:
     # -- running --------------------------------------------------------------------------
     @contextmanager
     def watching(self) -> Iterator[Tracer]:
-        """Module hooks over every module (named as in the root model), attention unfused and
-        gradients off, for the block; forward passes in it go through `run`."""
+        """Module hooks over every module (named as in the root model; `Inline` ones, a
+        layer's default transforms, are left out, so that their work is the layer's), attention
+        unfused and gradients off, for the block; forward passes in it go through `run`."""
         modules = [(self.names.get(id(m), ""), m) for m in self.model.modules()]
         with ExitStack() as stack:
             self.trace = stack.enter_context(

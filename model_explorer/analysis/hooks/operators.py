@@ -9,9 +9,12 @@ from typing import Any
 from model_explorer.quantization.quantizer import TensorQuantizer, integer_bounds
 
 
-def quantparam(quantizer: TensorQuantizer | None) -> dict[str, Any] | None:
-    """TFLite-style quantization parameters of a calibrated, enabled quantizer."""
-    if quantizer is None or not quantizer.enabled or quantizer.amax is None:
+def quantparam(quantizer: Any) -> dict[str, Any] | None:
+    """TFLite-style quantization parameters of a calibrated, enabled quantizer (None for
+    anything else: a disabled one, or the pass-through of a layer that is not quantized)."""
+    if not isinstance(quantizer, TensorQuantizer) or not quantizer.enabled:
+        return None
+    if quantizer.amax is None:
         return None
     _, bound = integer_bounds(quantizer.num_bits, quantizer.unsigned, quantizer.narrow_range)
     scale = (quantizer.amax.detach().cpu().reshape(-1) / bound).tolist()

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.modules import tensors_in
-from model_explorer.quantization.layers import QuantLayer
+from model_explorer.quantization.layers import TransformedLayer
 from model_explorer.tracing import Consumer, OperatorCall, Tracer
 
 
@@ -60,7 +60,7 @@ class Call:
     args: tuple[Any, ...]
     outputs: list[Value]
     module: str
-    layer: QuantLayer | None = None
+    layer: TransformedLayer | None = None
     name: str = ""
     opcode: str = ""
 
@@ -141,7 +141,7 @@ class Recorder(Consumer):
     def after(self, call: OperatorCall) -> None:
         arguments = tuple(self._argument(a) for a in (*call.args, *call.kwargs.values()))
         outputs = [self._keep(t, Value(snapshot(t))) for t in call.outputs]
-        layer = call.owner if isinstance(call.owner, QuantLayer) else None
+        layer = call.owner if isinstance(call.owner, TransformedLayer) else None
         recorded = Call(call.packet, arguments, outputs, call.module, layer, call.name, call.opcode)
         self.recording.calls.append(recorded)
 

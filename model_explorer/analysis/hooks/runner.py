@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from model_explorer.analysis.hooks.operators import quantparam
 from model_explorer.errors import UserError
 from model_explorer.modules import tensors_in
-from model_explorer.quantization.layers import QuantLayer
+from model_explorer.quantization.layers import TransformedLayer
 from model_explorer.tracing import Consumer, Operator, OperatorCall, Tracer
 
 # Views that present a weight transposed: hooks see the weight in its own layout.
@@ -75,7 +75,7 @@ class HookRunner(Consumer):
         self.model = model
         self.analysis = analysis
         self.source = source
-        self.layer: QuantLayer | None = None  # the quantized layer of the operator, if any
+        self.layer: TransformedLayer | None = None  # the quantized layer of the operator, if any
         self.tracer = Tracer(model, [self])
 
     def watching(self) -> AbstractContextManager[Any]:
@@ -132,7 +132,7 @@ class HookRunner(Consumer):
         return getattr(self.analysis, name, None)
 
     def before(self, call: OperatorCall) -> None:
-        self.layer = call.owner if isinstance(call.owner, QuantLayer) else None
+        self.layer = call.owner if isinstance(call.owner, TransformedLayer) else None
         self.call_pre(call.name, call.operator, call.args)
 
     def after(self, call: OperatorCall) -> None:  # the layer `before` found
