@@ -8,9 +8,60 @@ from typing import Any
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.quantizer import TensorQuantizer
 
+# An element type's (exponent bits, mantissa bits) as modelopt spells a float format's num_bits.
+_MODELOPT_ELEMENTS = {
+    "e4m3": (4, 3),
+    "e5m2": (5, 2),
+    "e3m2": (3, 2),
+    "e2m3": (2, 3),
+    "e2m1": (2, 1),
+}
+
+
+def modelopt_quantizer_config(quantizer: TensorQuantizer) -> dict[str, Any]:
+    """modelopt's attributes for a quantizer in its format: integers with `num_bits`, `axis`,
+    `unsigned`, `narrow_range` (group-wise: static `block_sizes` along the quantizer's block
+    axis); FP8 `num_bits` (4, 3) or (5, 2) with `axis`; MX and NVFP4 dynamic `block_sizes` with
+    their scale formats ((8, 0) E8M0, (4, 3) E4M3), as modelopt's own MX and NVFP4 configs have
+    them. modelopt's block axis is the one named here (the layer's input channels)."""
+    chosen = quantizer.format
+    options = chosen.options
+    if chosen.classic:
+        return {
+            "num_bits": quantizer.num_bits,
+            "axis": quantizer.axis,
+            "unsigned": quantizer.unsigned,
+            "narrow_range": quantizer.narrow_range,
+        }
+    axis = quantizer.block_axis
+    if chosen.family == "int":
+        return {
+            "num_bits": options.num_bits,
+            "unsigned": quantizer.unsigned,
+            "narrow_range": quantizer.narrow_range,
+            # Static: right for a weight (its groups' max); modelopt calibrates an input's static
+            # groups once where ours take each group's max at run time, and its dynamic integer
+            # blocks need scale formats other than our FP16.
+            "block_sizes": {axis: options.group_size, "type": "static"},
+        }
+    if chosen.family.startswith("fp8"):
+        return {"num_bits": _MODELOPT_ELEMENTS[chosen.family[4:]], "axis": quantizer.axis}
+    if chosen.family == "nvfp4":
+        scale = {"scale_bits": (4, 3)}
+        element = (2, 1)
+    else:
+        scale = {"scale_bits": (8, 0)}
+        name = getattr(options, "element", {"mxfp4": "e2m1", "mxint8": "int8"}.get(chosen.family))
+        element = 8 if name == "int8" else _MODELOPT_ELEMENTS[name]
+    return {
+        "num_bits": element,
+        "block_sizes": {axis: options.block_size, "type": "dynamic", **scale},
+    }
+
 
 def _quantizer_entry(quantizer: TensorQuantizer, with_amax: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
+        "format": quantizer.format.spelling,
         "num_bits": quantizer.num_bits,
         "axis": quantizer.axis,
         "unsigned": quantizer.unsigned,
@@ -24,8 +75,9 @@ def _quantizer_entry(quantizer: TensorQuantizer, with_amax: bool) -> dict[str, A
 
 
 def quantization_plan(model: QuantizedModel, with_amax: bool = True) -> dict[str, dict[str, Any]]:
-    """Layer name -> {'type', 'input': {...}, 'weight': {...}}: bits, axis, signedness and amax
-    (a list: one value per tensor, or one per channel). JSON-serialisable."""
+    """Layer name -> {'type', 'input': {...}, 'weight': {...}}: format (its short name), bits,
+    axis, signedness and amax (a list: one value per tensor, or one per channel).
+    JSON-serialisable."""
     plan = {}
     for name, layer in model.layers.items():
         layer.weight_quantizer._sync(layer.weight)  # type: ignore[attr-defined]
@@ -39,7 +91,8 @@ def quantization_plan(model: QuantizedModel, with_amax: bool = True) -> dict[str
 
 def modelopt_config(model: QuantizedModel, algorithm: str = "max") -> dict[str, Any]:
     """A modelopt quantization config reproducing the model's quantizers: one `quant_cfg`
-    entry per quantizer name (with `num_bits`, `axis`, `unsigned`, `narrow_range`), after an
+    entry per quantizer name (`modelopt_quantizer_config`: `num_bits`, `axis`, `unsigned`,
+    `narrow_range` for integers, `block_sizes` for group-wise and block formats), after an
     entry that disables every other quantizer. Use it with
     `modelopt.torch.quantization.quantize(float_model, config, forward_loop)`; modelopt names
     its quantizers as this project does (`<layer>.input_quantizer`, `<layer>.weight_quantizer`)."""
@@ -48,12 +101,7 @@ def modelopt_config(model: QuantizedModel, algorithm: str = "max") -> dict[str, 
         entries.append(
             {
                 "quantizer_name": name,
-                "cfg": {
-                    "num_bits": quantizer.num_bits,
-                    "axis": quantizer.axis,
-                    "unsigned": quantizer.unsigned,
-                    "narrow_range": quantizer.narrow_range,
-                },
+                "cfg": modelopt_quantizer_config(quantizer),
                 "enable": quantizer.enabled,
             }
         )

@@ -237,3 +237,43 @@ def test_a_layer_in_a_format_quantizes_along_its_input_channels(name: str) -> No
                 expected(data, amax_in, 1, None), expected(weight, amax_w, 1, 0), layer.bias
             )
             assert torch.equal(ours, theirs), layer_name
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "int4_g8"])
+def test_modelopt_rebuilds_a_model_in_a_format_from_the_exported_config(name: str) -> None:
+    """modelopt (on the CPU: FP8 and block INT) applies `modelopt_config` of a model whose
+    quantizers hold a format and computes what ours does: FP8 exactly; group-wise INT weights
+    in the same groups (along the input channels), exactly where our scales are taken in FP32
+    as modelopt keeps them (ours are stored as FP16)."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    mtq = pytest.importorskip("modelopt.torch.quantization")
+    from model_explorer.quantization import QuantizedModel
+    from model_explorer.quantization.export import modelopt_config
+
+    torch.manual_seed(0)
+    float_model = nn.Sequential(nn.Conv2d(16, 8, 3), nn.Flatten(), nn.Linear(8 * 4 * 4, 10)).eval()
+    x = torch.randn(4, 16, 6, 6)
+    ours = QuantizedModel(copy.deepcopy(float_model))
+    ours.calibrate([x], method="max")
+    for quantizer_name, quantizer in ours.quantizers.items():
+        group_input = name.startswith("int") and quantizer_name.endswith("input_quantizer")
+        quantizer.format = "int8" if group_input else name
+    config = modelopt_config(ours)
+    theirs = mtq.quantize(copy.deepcopy(float_model), config, forward_loop=lambda m: m(x))
+    with torch.no_grad():
+        mine, other = ours(x), theirs(x)
+    if name.startswith("fp8"):
+        assert torch.equal(mine, other)
+        return
+    from model_explorer.formats.blocks import group_int_fake_quantize
+
+    with torch.no_grad():
+        for index in ("0", "2"):
+            layer = dict(theirs.named_modules())[index]
+            expected = group_int_fake_quantize(layer.weight, 4, 8, 1, scale_dtype=None)
+            assert torch.equal(layer.weight_quantizer(layer.weight), expected), index
+    assert (mine - other).abs().max() <= 0.05 * other.abs().max()
