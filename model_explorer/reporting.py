@@ -10,9 +10,17 @@ from model_explorer.plan import FORMAT_OF, layer_formats
 from model_explorer.results import ExplorationResult
 
 
+def front_along(result: ExplorationResult, objectives: list[str] | None = None) -> list[Any]:
+    """The Pareto front's individuals along the front: by the first cost objective, else by the
+    last objective."""
+    names = [name for name, _ in result.objectives]
+    cost = next((name for name, maximize in result.objectives if not maximize), names[-1])
+    return sorted(result.pareto_front(objectives), key=lambda individual: individual.values[cost])
+
+
 def pareto_table(result: ExplorationResult, objectives: list[str] | None = None) -> str:
     """The Pareto front, one row per individual, sorted by the first cost objective."""
-    front = result.pareto_front(objectives)
+    front = front_along(result, objectives)
     if not front:
         return "(no individuals)"
     names = [name for name, _ in result.objectives]
@@ -31,12 +39,6 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
             {name: individual.values.get(name) for name in columns if name in individual.values}
         )
         rows.append(row)
-    # Sorted along the front: by the first cost objective, else by the last objective.
-    cost = next((name for name, maximize in result.objectives if not maximize), None)
-    if cost is not None:
-        rows.sort(key=lambda row: row[cost])
-    else:
-        rows.sort(key=lambda row: row[names[-1]])
     widths = {c: max(len(c), *(len(_cell(r[c])) for r in rows)) for c in columns}
     lines = ["  ".join(c.rjust(widths[c]) for c in columns)]
     lines += ["  ".join(_cell(r[c]).rjust(widths[c]) for c in columns) for r in rows]
@@ -46,18 +48,16 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
 def formats_table(result: ExplorationResult) -> str | None:
     """The formats of every layer's input and weight (`input/weight`) for each member of the
     Pareto front, in the order of `pareto_table`; None when the search chose no formats."""
-    front = result.pareto_front()
-    plans = {individual.id: result.plan_of(individual) for individual in front}
+    plans = {individual.id: result.plan_of(individual) for individual in front_along(result)}
     if not any(
         f in s for plan in plans.values() for s in plan.values() for f in FORMAT_OF.values()
     ):
         return None
-    order = [int(line.split()[0]) for line in pareto_table(result).splitlines()[1:]]
     formats = {id_: layer_formats(plan) for id_, plan in plans.items()}
-    layers = list(formats[order[0]])
+    layers = list(next(iter(formats.values())))
     header = "| id | " + " | ".join(f"`{layer}`" for layer in layers) + " |"
     lines = [header, "|" + "---|" * (len(layers) + 1)]
-    for id_ in order:
+    for id_ in formats:
         cells = [
             "/".join(formats[id_].get(layer, {}).get(role, "-") for role in ("input", "weight"))
             for layer in layers

@@ -120,8 +120,10 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 for name in names
             ]
         else:
+            choices = options.format_choices
             self.allowed = [
-                self._allowed(name, options.format_choices, options.layer_bounds) for name in names
+                [c for c in choices if c in self._bounds(name, choices, options.layer_bounds)]
+                for name in names
             ]
             self.variables = [
                 Variable(name, 0, len(allowed) - 1)
@@ -147,22 +149,14 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.seeds: list[list[int]] = []
 
     @staticmethod
-    def _bounds(
-        name: str, bits: tuple[int, int], layer_bounds: dict[str, tuple[int, int]]
-    ) -> tuple[int, int]:
-        low, high = bits
-        for pattern, bounds in layer_bounds.items():  # later patterns win
+    def _bounds(name: str, default: Any, layer_bounds: dict[str, Any]) -> Any:
+        """What `layer_bounds` gives the quantizer `name` (the last pattern that matches
+        wins): [low, high] bits or a list of formats; `default` when no pattern matches."""
+        bounds = default
+        for pattern, given in layer_bounds.items():
             if fnmatch.fnmatchcase(name, pattern):
-                low, high = bounds
-        return low, high
-
-    @staticmethod
-    def _allowed(name: str, choices: list[str], layer_bounds: dict[str, Any]) -> list[str]:
-        allowed = choices
-        for pattern, bounds in layer_bounds.items():  # later patterns win
-            if fnmatch.fnmatchcase(name, pattern):
-                allowed = [choice for choice in choices if choice in bounds]
-        return allowed
+                bounds = given
+        return bounds
 
     def decode(self, genome: Sequence[float]) -> list[Any]:
         """Bit widths, or each gene's format by its short name."""
