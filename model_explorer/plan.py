@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from model_explorer.formats import integer_format
+
 INPUT_BITS, WEIGHT_BITS, THRESHOLD = "input_bits", "weight_bits", "threshold"
 INPUT_FORMAT, WEIGHT_FORMAT = "input_format", "weight_format"
 # Quantizer name suffix -> the setting it holds.
@@ -121,5 +123,5 @@ def layer_formats(plan: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, 
             if FORMAT_OF[bits] in settings:
                 found.setdefault(layer, {})[role] = str(settings[FORMAT_OF[bits]])
             elif bits in settings:
-                found.setdefault(layer, {})[role] = f"int{int(settings[bits])}"
+                found.setdefault(layer, {})[role] = integer_format(settings[bits]).spelling
     return found

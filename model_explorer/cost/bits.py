@@ -19,25 +19,18 @@ Problems, the Compression inspector and reports use this one model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from torch import nn
 
 from model_explorer.cost.layers import LayerCost, measure_layers
-from model_explorer.formats import parse_format
+from model_explorer.formats import format_bits
 from model_explorer.plan import FORMAT_OF, INPUT_BITS, WEIGHT_BITS
 
 # Weighting function -> (factor of an input quantizer's bits, factor of a weight quantizer's).
 WEIGHTINGS = {"bits_weighted_linear": (1, 1), "bits_weighted_per_layer": (5.0, 0.5)}
 
 Plan = Mapping[str, Mapping[str, Any]]
-
-
-@lru_cache(maxsize=256)
-def format_bits(spelling: str) -> float:
-    """Bits per element of a format by its short name, scales counted."""
-    return parse_format(spelling).bits
 
 
 def element_bits(settings: Mapping[str, Any], setting: str) -> float | None:

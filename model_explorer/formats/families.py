@@ -147,6 +147,8 @@ class _MX(FormatFamily):
     """OCP Microscaling v1.0: dynamic power-of-two block scales, nothing calibrated."""
 
     elements: tuple[str, ...] = ()
+    # The element the family's name alone is spelt for (None: always spelt with its element).
+    bare: str | None = None
 
     def _element(self, options: Any) -> str:
         return getattr(options, "element", self.elements[0])
@@ -159,9 +161,7 @@ class _MX(FormatFamily):
 
     def spelling(self, options: Any) -> str:
         element = self._element(options)
-        text = self.name if len(self.elements) == 1 else f"{self.name}_{element}"
-        if self.name == "mxfp8" and element == "e4m3":
-            text = self.name  # MXFP8 without a suffix is E4M3, as OCP's table lists it first
+        text = self.name if element == self.bare else f"{self.name}_{element}"
         return text + (f"_b{options.block_size}" if options.block_size != 32 else "")
 
     def parse(self, text: str) -> dict[str, Any] | None:
@@ -182,7 +182,8 @@ class _MX(FormatFamily):
 
 @register_format(MXFP8Options)
 class MXFP8(_MX):
-    name, elements = "mxfp8", ("e4m3", "e5m2")
+    # MXFP8 without a suffix is E4M3, as OCP's table lists it first.
+    name, elements, bare = "mxfp8", ("e4m3", "e5m2"), "e4m3"
     description = "OCP MXFP8: FP8 elements (element e4m3 or e5m2), 32 per E8M0 scale: 8.25 bits"
 
 
@@ -194,13 +195,13 @@ class MXFP6(_MX):
 
 @register_format(MXOptions)
 class MXFP4(_MX):
-    name, elements = "mxfp4", ("e2m1",)
+    name, elements, bare = "mxfp4", ("e2m1",), "e2m1"
     description = "OCP MXFP4: FP4 E2M1 elements, 32 per E8M0 scale: 4.25 bits"
 
 
 @register_format(MXOptions)
 class MXINT8(_MX):
-    name, elements = "mxint8", ("int8",)
+    name, elements, bare = "mxint8", ("int8",), "int8"
     description = "OCP MXINT8: 8-bit integer elements (scale 2^-6), 32 per E8M0 scale: 8.25 bits"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -159,9 +159,16 @@ def make_format(family: str, **options: Any) -> QuantFormat:
     return QuantFormat(family, settings)
 
 
+@lru_cache(maxsize=32)
 def integer_format(num_bits: int) -> QuantFormat:
     """The classic integer format of a bit width."""
     return make_format("int", num_bits=int(num_bits))
+
+
+@lru_cache(maxsize=256)
+def format_bits(spelling: str) -> float:
+    """Bits per element of a format by its short name, scales counted."""
+    return parse_format(spelling).bits
 
 
 _BLOCK = re.compile(r"^(?P<stem>.+?)_b(?P<block>\d+)$")

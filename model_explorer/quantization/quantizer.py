@@ -79,6 +79,16 @@ class TensorQuantizer(Opaque, nn.Module):
         """The integer format's bit width, or the element bits of another format."""
         return self._num_bits if self._format is None else self._format.element_bits
 
+    @num_bits.setter
+    def num_bits(self, value: int) -> None:
+        value = check_bits(value)
+        self._format = None
+        if value == self._num_bits:
+            return
+        self._num_bits = value
+        if self._from_calibrator and self.calibrator.depends_on_bits:
+            self._store_amax(self.calibrator.compute_amax(value, self.unsigned), keep_params=True)
+
     @property
     def format(self) -> QuantFormat:
         """The format in effect (the integer format at `num_bits` unless another was set)."""
@@ -95,16 +105,6 @@ class TensorQuantizer(Opaque, nn.Module):
     @property
     def placement(self) -> Placement:
         return Placement(self.axis, self.block_axis, self.unsigned, self.narrow_range)
-
-    @num_bits.setter
-    def num_bits(self, value: int) -> None:
-        value = check_bits(value)
-        self._format = None
-        if value == self._num_bits:
-            return
-        self._num_bits = value
-        if self._from_calibrator and self.calibrator.depends_on_bits:
-            self._store_amax(self.calibrator.compute_amax(value, self.unsigned), keep_params=True)
 
     @property
     def amax(self) -> Tensor | None:
@@ -152,12 +152,16 @@ class TensorQuantizer(Opaque, nn.Module):
         self.finish_calibration()
 
     # -- quantization ---------------------------------------------------------------------
-    def params(self) -> QuantParams:
-        """Parameters for the current amax and settings, computed once per change."""
+    def _require_amax(self) -> Tensor:
         if self._amax is None:
             raise RuntimeError(
                 "this quantizer has no amax yet: calibrate the model or load a calibration file"
             )
+        return self._amax
+
+    def params(self) -> QuantParams:
+        """Parameters for the current amax and settings, computed once per change."""
+        self._require_amax()
         key = (self._num_bits, self.unsigned, self.narrow_range, self.axis)
         params = self._params.get(key)
         if params is None:
@@ -187,16 +191,13 @@ class TensorQuantizer(Opaque, nn.Module):
         chosen = self._format
         if chosen is None or not chosen.calibrated:
             return None
-        if self._amax is None:
-            raise RuntimeError(
-                "this quantizer has no amax yet: calibrate the model or load a calibration file"
-            )
+        amax = self._require_amax()
         if not (self._from_calibrator and self.calibrator.depends_on_bits):
-            return self._amax
+            return amax
         key = ("amax", chosen.calibration_bits, self.unsigned)
         if key not in self._params:
-            amax = self.calibrator.compute_amax(chosen.calibration_bits, self.unsigned)
-            self._params[key] = amax.to(self._amax.device)  # type: ignore[assignment, union-attr]
+            width = self.calibrator.compute_amax(chosen.calibration_bits, self.unsigned)
+            self._params[key] = width.to(amax.device)  # type: ignore[assignment, union-attr]
         return self._params[key]  # type: ignore[return-value]
 
     def extra_repr(self) -> str:

@@ -365,9 +365,9 @@ def _gene_value(value: Any) -> float:
     """A gene's setting as a number: a bit width or threshold as it is, a format by its bits
     per element (the format registry imports no torch)."""
     if isinstance(value, str):
-        from model_explorer.formats import parse_format
+        from model_explorer.formats import format_bits
 
-        return parse_format(value).bits
+        return format_bits(value)
     return float(value)
 
 
