@@ -61,13 +61,7 @@ class ProblemOptions(Spec):
                 "names no objective; name at least one (e.g. [accuracy, weighted_bits]) or "
                 "leave the key out for the problem's default",
             )
-        repeated = sorted({name for name in value if value.count(name) > 1})
-        if repeated:
-            raise PydanticCustomError(
-                "repeated_objectives",
-                "names {names} more than once; name each objective once",
-                {"names": ", ".join(repeated)},
-            )
+        _refuse_repeated(value, "repeated_objectives", "; name each objective once")
         usable = usable_objectives(cls.provides)
         unknown = [name for name in value if name not in usable]
         if unknown:
@@ -139,11 +133,7 @@ class BitOptions(ProblemOptions):
             )
         formats = [_format(item, "choices") for item in value]
         spelt = [f.spelling for f in formats]
-        repeated = sorted({name for name in spelt if spelt.count(name) > 1})
-        if repeated:
-            raise PydanticCustomError(
-                "repeated_choices", "names {names} more than once", {"names": ", ".join(repeated)}
-            )
+        _refuse_repeated(spelt, "repeated_choices")
         order = sorted(range(len(formats)), key=lambda i: formats[i].bits)
         return [spelt[i] for i in order]
 
@@ -222,6 +212,15 @@ class BitOptions(ProblemOptions):
                     {"key": "layer_bounds", "pattern": pattern, "outside": outside},
                 )
         return self
+
+
+def _refuse_repeated(names: list[str], kind: str, advice: str = "") -> None:
+    """A pydantic error naming the names the list holds more than once."""
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise PydanticCustomError(
+            kind, "names {names} more than once" + advice, {"names": ", ".join(repeated)}
+        )
 
 
 def _format(value: Any, where: str) -> Any:
