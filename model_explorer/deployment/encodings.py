@@ -1,0 +1,197 @@
+"""How each quantizer is written in ONNX's QDQ form: the integer or FP8 type its values are
+stored in, its scales (per tensor, per channel with `axis`, or per block with `block_size`, as
+DequantizeLinear of opset 21 takes them), the integer range it uses and, for a weight, the
+stored values themselves, computed with the quantizer's own numerics.
+
+Storage types: a weight of up to 4 bits is INT4/UINT4 (two values a byte), up to 8 bits
+INT8/UINT8, wider INT16/UINT16; activations are INT8/UINT8 up to 8 bits (the types integer
+kernels read; a narrower range is a Clip of the integers, so the levels stay the quantizer's),
+INT16/UINT16 above. FP8 is FLOAT8E4M3FN or FLOAT8E5M2 with the quantizer's per-tensor or
+per-channel scale. Formats whose scales ONNX cannot hold (MX's shared E8M0 exponents, NVFP4's
+two-level scales, group-wise integer scales of an activation, computed at run time) are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import torch
+from onnx import TensorProto
+from torch import Tensor
+
+from model_explorer.errors import UserError
+from model_explorer.formats.elements import ELEMENTS, cast_element_
+from model_explorer.formats.integer import ZERO_AMAX, integer_bounds
+
+# Where an activation's amax is zero every value quantizes to level 0: a scale this large does.
+ZERO_SCALE = 1e30
+
+_INTEGER_TYPES = {
+    (4, False): (TensorProto.INT4, ml_dtypes.int4),
+    (4, True): (TensorProto.UINT4, ml_dtypes.uint4),
+    (8, False): (TensorProto.INT8, np.int8),
+    (8, True): (TensorProto.UINT8, np.uint8),
+    (16, False): (TensorProto.INT16, np.int16),
+    (16, True): (TensorProto.UINT16, np.uint16),
+}
+_FLOAT8_TYPES = {
+    "e4m3": (TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn),
+    "e5m2": (TensorProto.FLOAT8E5M2, ml_dtypes.float8_e5m2),
+}
+EXPORTABLE = "int (per tensor, per channel; group-wise on weights), fp8_e4m3, fp8_e5m2"
+
+
+@dataclass
+class Encoding:
+    """One quantizer in QDQ form; `values` (a weight's stored values) is None for an activation,
+    `low`/`high` None for FP8."""
+
+    onnx_type: int
+    dtype: type
+    scale: np.ndarray
+    axis: int | None = None
+    block_size: int | None = None
+    low: int | None = None
+    high: int | None = None
+    values: np.ndarray | None = None
+
+    @property
+    def zero_point(self) -> np.ndarray:
+        """The zero point: 0 of the storage type, shaped like the scale."""
+        return np.zeros(self.scale.shape, dtype=self.dtype)
+
+    @property
+    def clipped(self) -> bool:
+        """True where the quantizer's levels are fewer than the storage type's (a 3-bit
+        activation stored as INT8): the integers must be clipped to [low, high]."""
+        if self.low is None:
+            return False
+        info = ml_dtypes.iinfo(self.dtype)
+        return (self.low, self.high) != (int(info.min), int(info.max))
+
+    @property
+    def integer(self) -> bool:
+        return self.low is not None
+
+
+def storage_bits(num_bits: int, weight: bool, pack: bool = True) -> int:
+    """The width of the ONNX integer type holding `num_bits` levels (see the module's text)."""
+    if num_bits <= 4 and weight and pack:
+        return 4
+    return 8 if num_bits <= 8 else 16
+
+
+def encode(quantizer, weight: Tensor | None, where: str, pack: bool = True) -> Encoding:  # noqa: ANN001
+    """The QDQ form of `quantizer` (a TensorQuantizer): of a weight when `weight` is given (the
+    float weight it quantizes), else of the activation it quantizes."""
+    chosen = quantizer.format
+    if chosen.classic:
+        return _integer(quantizer, weight, pack)
+    if chosen.family == "int" and weight is not None:
+        return _grouped(quantizer, weight, chosen.options, pack)
+    if chosen.family.startswith("fp8"):
+        return _float8(quantizer, weight, chosen.family[4:])
+    reason = (
+        "its group scales are computed from each input at run time"
+        if chosen.family == "int"
+        else "ONNX has no type for its block scales"
+    )
+    raise UserError(
+        f"{where}: format {chosen.spelling} has no ONNX QDQ form ({reason}); ONNX export "
+        f"takes {EXPORTABLE}"
+    )
+
+
+def _storage(num_bits: int, unsigned: bool, weight: bool, pack: bool) -> tuple[int, type]:
+    return _INTEGER_TYPES[(storage_bits(num_bits, weight, pack), unsigned)]
+
+
+def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa: ANN001
+    if weight is not None:
+        quantizer.quantize_weight(weight.detach())  # amax follows the weight
+    params = quantizer.params()
+    amax = quantizer.amax.detach().float().cpu().reshape(-1)
+    zero = amax <= ZERO_AMAX
+    scale = torch.where(zero, 1.0 if weight is not None else ZERO_SCALE, amax / params.high)
+    onnx_type, dtype = _storage(quantizer.num_bits, quantizer.unsigned, weight is not None, pack)
+    axis = quantizer.axis
+    encoding = Encoding(onnx_type, dtype, _plain(scale, axis), low=params.low, high=params.high)
+    if axis is not None:
+        dims = weight.dim() if weight is not None else None
+        encoding.axis = axis % dims if dims else axis
+    if weight is not None:
+        multiplier = params.multiplier.cpu()
+        if axis is not None:
+            shape = [1] * weight.dim()
+            shape[encoding.axis] = -1  # type: ignore[index]
+            multiplier = multiplier.view(shape)
+        levels = (weight.detach().float().cpu() * multiplier).round_()
+        encoding.values = _stored(levels.clamp_(params.low, params.high), dtype)
+    return encoding
+
+
+def _grouped(quantizer, weight: Tensor, options, pack: bool) -> Encoding:  # noqa: ANN001
+    """Group-wise integers: one FP16-rounded scale per group of `group_size` values along the
+    layer's input channels, the scales held by DequantizeLinear's blocked form."""
+    low, high = integer_bounds(options.num_bits, quantizer.unsigned, quantizer.narrow_range)
+    axis = quantizer.block_axis % weight.dim()
+    size = options.group_size
+    values = weight.detach().float().cpu().movedim(axis, -1)
+    length = values.shape[-1]
+    groups = -(-length // size)
+    padded = torch.nn.functional.pad(values, (0, groups * size - length))
+    blocks = padded.reshape(*values.shape[:-1], groups, size)
+    amax = blocks.abs().amax(-1)
+    scale = (amax / high).clamp_(max=torch.finfo(torch.float16).max).half().float()
+    zero = (amax <= ZERO_AMAX) | (scale == 0)
+    scale = torch.where(zero, 1.0, scale)
+    levels = (blocks / scale.unsqueeze(-1)).round_().clamp_(low, high)
+    levels = levels.masked_fill_(zero.unsqueeze(-1), 0).reshape(padded.shape)[..., :length]
+    onnx_type, dtype = _storage(options.num_bits, quantizer.unsigned, True, pack)
+    return Encoding(
+        onnx_type,
+        dtype,
+        scale.movedim(-1, axis).contiguous().numpy(),
+        axis=axis,
+        block_size=size,
+        low=low,
+        high=high,
+        values=_stored(levels.movedim(-1, axis), dtype),
+    )
+
+
+def _float8(quantizer, weight: Tensor | None, element_name: str) -> Encoding:  # noqa: ANN001
+    """Scaled FP8: values / (amax / max_normal) cast to the element (saturating), as
+    QuantizeLinear with a float8 zero point computes them."""
+    element = ELEMENTS[element_name]
+    if weight is not None:
+        quantizer.quantize_weight(weight.detach())
+    amax = quantizer.format_amax().detach().float().cpu().reshape(-1)
+    zero = amax <= ZERO_AMAX
+    scale = torch.where(zero, 1.0 if weight is not None else ZERO_SCALE, amax / element.max_normal)
+    onnx_type, dtype = _FLOAT8_TYPES[element_name]
+    axis = quantizer.axis
+    encoding = Encoding(onnx_type, dtype, _plain(scale, axis))
+    if axis is not None:
+        encoding.axis = axis % weight.dim() if weight is not None else axis
+    if weight is not None:
+        divisor = scale.reshape(())
+        if encoding.axis is not None:
+            shape = [1] * weight.dim()
+            shape[encoding.axis] = -1
+            divisor = scale.view(shape)
+        values = cast_element_(weight.detach().float().cpu() / divisor, element)
+        encoding.values = values.numpy().astype(dtype)
+    return encoding
+
+
+def _plain(scale: Tensor, axis: int | None) -> np.ndarray:
+    """A scale as DequantizeLinear takes it: a scalar per tensor, a vector along `axis`."""
+    scale = scale.float()
+    return scale.reshape(()).numpy() if axis is None else scale.reshape(-1).numpy()
+
+
+def _stored(levels: Tensor, dtype: type) -> np.ndarray:
+    return levels.to(torch.int32).numpy().astype(dtype)

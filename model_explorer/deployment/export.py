@@ -1,0 +1,160 @@
+"""A QuantizedModel written as a QDQ ONNX file (opset 21) that runtimes execute with integer
+kernels: the model is traced with each enabled quantizer replaced by a marker operator (so the
+graph says exactly where each quantizer sits, whatever the model's code), then each marker
+becomes its QDQ form (deployment/encodings.py) and the graph is finished for runtimes
+(deployment/graph.py)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+from model_explorer.deployment.encodings import encode
+from model_explorer.deployment.graph import QDQGraph
+from model_explorer.errors import UserError
+from model_explorer.fileio import atomic_path
+from model_explorer.onnx_export import INPUT_NAME, OUTPUT_NAME
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+
+OPSET = 21  # INT4/UINT4 and blocked DequantizeLinear
+# The TorchScript exporter's highest; the operators it writes are the same at 21 (opset 21 only
+# widens types), so the file declares 21.
+_TRACE_OPSET = 20
+DOMAIN = "model_explorer"
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote: the file, its size, and what the graph holds."""
+
+    path: Path
+    size: int
+    quantizers: int
+    folded_batch_norms: int
+    quantized_outputs: int
+    integer_biases: int
+    formats: dict[str, int] = field(default_factory=dict)
+
+
+class _Marker(torch.autograd.Function):
+    """Stands for quantizer `index` in the traced graph; the values pass through unchanged."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: int) -> Tensor:  # noqa: ANN001
+        return x.clone()
+
+    @staticmethod
+    def symbolic(g, x, index: int):  # noqa: ANN001, ANN205 - the TorchScript exporter's types
+        output = g.op(f"{DOMAIN}::Quantize", x, index_i=index)
+        output.setType(x.type())
+        return output
+
+
+def quantizers_of(model: nn.Module) -> list[tuple[str, TensorQuantizer]]:
+    """The enabled quantizers of `model`, by module name."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, TensorQuantizer) and module.enabled
+    ]
+
+
+def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQuantizer]]):  # noqa: ANN201
+    """The model's ONNX graph with one marker node per call of a quantizer."""
+    for index, (_, quantizer) in enumerate(quantizers):
+        quantizer.forward = lambda x, index=index: _Marker.apply(x, index)  # type: ignore[method-assign]
+    buffer = io.BytesIO()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model.eval(),
+                (example,),
+                buffer,
+                dynamo=False,
+                opset_version=_TRACE_OPSET,
+                custom_opsets={DOMAIN: 1},
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            )
+    except UserError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the exporter raises, said in one line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(
+            f"the model cannot be exported to ONNX ({type(error).__name__}: {first}); "
+            "export needs a model the TorchScript exporter can trace"
+        ) from None
+    finally:
+        for _, quantizer in quantizers:
+            del quantizer.forward
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def export_qdq(model: nn.Module, example: Tensor, path: str | Path, pack: bool = True) -> ExportSummary:
+    """Write `model` (a QuantizedModel, calibrated, its plan in effect) run on `example` to
+    `path` in QDQ form. `pack`: weights of up to 4 bits as INT4/UINT4 (else INT8, which more
+    runtimes run with integer kernels). Nothing is written when the export fails."""
+    quantizers = quantizers_of(model)
+    proto = trace(model, example, quantizers)
+    graph = QDQGraph(proto.graph)
+    formats: dict[str, int] = {}
+    nodes, seen = [], {}
+    for node in proto.graph.node:
+        if node.domain != DOMAIN:
+            nodes.append(node)
+            continue
+        name, quantizer = quantizers[node.attribute[0].i]
+        seen[name] = seen.get(name, 0) + 1
+        site_name = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        site = _site(graph, node, site_name, quantizer, pack)
+        formats[quantizer.format.spelling] = formats.get(quantizer.format.spelling, 0) + 1
+        nodes.extend(site.nodes)
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    summary = ExportSummary(
+        Path(path),
+        0,
+        len(quantizers),
+        folded_batch_norms=graph.fold_batch_norms(),
+        quantized_outputs=graph.quantize_outputs(),
+        integer_biases=graph.place_biases(),
+        formats=formats,
+    )
+    graph.write_sites()
+    graph.drop_unused_initializers()
+    _declare_opset(proto)
+    onnx.checker.check_model(proto)
+    with atomic_path(Path(path)) as temporary:
+        onnx.save(proto, str(temporary))
+    summary.size = Path(path).stat().st_size
+    return summary
+
+
+def _site(graph: QDQGraph, marker, name: str, quantizer: TensorQuantizer, pack: bool):  # noqa: ANN001, ANN202
+    where = f"quantizer '{name}'"
+    if not isinstance(quantizer, WeightQuantizer):
+        return graph.activation_site(marker, name, encode(quantizer, None, where, pack))
+    source = marker.input[0]
+    if source not in graph.initializers:
+        raise UserError(
+            f"{where}: its weight reaches the quantizer through other operators, not as a stored "
+            "tensor, so the export cannot store it as integers"
+        )
+    weight = torch.from_numpy(graph.array(source).copy())
+    return graph.weight_site(marker, name, encode(quantizer, weight, where, pack))
+
+
+def _declare_opset(proto: onnx.ModelProto) -> None:
+    for entry in list(proto.opset_import):
+        if entry.domain == DOMAIN:
+            proto.opset_import.remove(entry)
+        elif entry.domain in ("", "ai.onnx"):
+            entry.version = OPSET

@@ -1,0 +1,301 @@
+"""The traced graph turned into QDQ form: each quantizer's marker replaced by its QDQ nodes,
+batch norms folded into the quantized convolutions before them, quantized outputs where a
+runtime's integer kernels need them, and integer biases.
+
+What the search computed is kept: a batch norm after a quantized convolution scales each output
+channel, so it is folded into that channel's weight scale (the stored integers are the search's;
+a negative factor negates them), and the bias absorbs its shift. A convolution's output is
+quantized (a copy of the next quantizer) only where what lies between them commutes with that
+quantizer (ReLU, max pooling, reshapes: `COMMUTING`), so the values are the same and a runtime can
+fuse DequantizeLinear -> Conv -> QuantizeLinear into one integer kernel; where an addition or an
+average lies between, the convolution stays a float one and the runtime says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from model_explorer.deployment.encodings import Encoding
+
+# Operators y = f(x) with Q(f(x)) = f(Q(x)) for a symmetric quantizer (zero point 0) per tensor.
+COMMUTING = {"Relu", "MaxPool", "Flatten", "Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze"}
+KERNELS = {"Conv", "Gemm", "MatMul"}
+
+
+@dataclass
+class Site:
+    """One quantizer in the graph: its encoding and the names of its initializers."""
+
+    name: str
+    encoding: Encoding
+    weight: bool
+    nodes: list = field(default_factory=list)  # Q, (Clip,) DQ for an activation; DQ for a weight
+
+    @property
+    def dequantized(self) -> str:
+        return self.nodes[-1].output[0]
+
+
+class QDQGraph:
+    """Rewrites one graph in place; `sites` maps each DequantizeLinear output to its Site."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self.initializers = {tensor.name: tensor for tensor in graph.initializer}
+        self.sites: dict[str, Site] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def producer(self, name: str) -> onnx.NodeProto | None:
+        return next((node for node in self.graph.node if name in node.output), None)
+
+    def consumers(self, name: str) -> list[onnx.NodeProto]:
+        return [node for node in self.graph.node if name in node.input]
+
+    def is_output(self, name: str) -> bool:
+        return any(output.name == name for output in self.graph.output)
+
+    def array(self, name: str) -> np.ndarray:
+        return numpy_helper.to_array(self.initializers[name])
+
+    def set_initializer(self, name: str, values: np.ndarray) -> str:
+        tensor = numpy_helper.from_array(np.asarray(values), name)
+        old = self.initializers.get(name)
+        if old is not None:
+            self.graph.initializer.remove(old)
+        self.graph.initializer.append(tensor)
+        self.initializers[name] = tensor
+        return name
+
+    def drop_unused_initializers(self) -> None:
+        used = {name for node in self.graph.node for name in node.input}
+        for tensor in list(self.graph.initializer):
+            if tensor.name not in used:
+                self.graph.initializer.remove(tensor)
+                del self.initializers[tensor.name]
+
+    # -- quantizers ------------------------------------------------------------------------
+    def qdq_nodes(self, source: str, target: str, site: Site, prefix: str) -> list:
+        """QuantizeLinear, a Clip of the integers where the levels are fewer than the type's,
+        and DequantizeLinear from `source` to `target`, reading the site's initializers."""
+        encoding = site.encoding
+        scale, zero = f"{site.name}_scale", f"{site.name}_zero_point"
+        axis = {} if encoding.axis is None else {"axis": encoding.axis}
+        quantized = f"{prefix}_quantized"
+        nodes = [
+            helper.make_node(
+                "QuantizeLinear", [source, scale, zero], [quantized], f"{prefix}/Quantize", **axis
+            )
+        ]
+        if encoding.clipped:
+            low, high = f"{site.name}_low", f"{site.name}_high"
+            self.set_initializer(low, np.array(encoding.low, dtype=encoding.dtype))
+            self.set_initializer(high, np.array(encoding.high, dtype=encoding.dtype))
+            clipped = f"{prefix}_clipped"
+            nodes.append(helper.make_node("Clip", [quantized, low, high], [clipped], f"{prefix}/Clip"))
+            quantized = clipped
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear", [quantized, scale, zero], [target], f"{prefix}/Dequantize", **axis
+            )
+        )
+        return nodes
+
+    def activation_site(self, marker: onnx.NodeProto, name: str, encoding: Encoding) -> Site:
+        site = Site(name, encoding, weight=False)
+        site.nodes = self.qdq_nodes(marker.input[0], marker.output[0], site, name)
+        self.sites[marker.output[0]] = site
+        return site
+
+    def weight_site(self, marker: onnx.NodeProto, name: str, encoding: Encoding) -> Site:
+        site = Site(name, encoding, weight=True)
+        axis = {} if encoding.axis is None else {"axis": encoding.axis}
+        if encoding.block_size is not None:
+            axis["block_size"] = encoding.block_size
+        inputs = [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"]
+        site.nodes = [
+            helper.make_node("DequantizeLinear", inputs, [marker.output[0]], f"{name}/Dequantize", **axis)
+        ]
+        self.sites[marker.output[0]] = site
+        return site
+
+    def write_sites(self) -> None:
+        """Every site's initializers from its (possibly folded) encoding."""
+        for site in self.sites.values():
+            encoding = site.encoding
+            self.set_initializer(f"{site.name}_scale", encoding.scale.astype(np.float32))
+            self.set_initializer(f"{site.name}_zero_point", encoding.zero_point)
+            if site.weight:
+                self.set_initializer(f"{site.name}_quantized", encoding.values)
+
+    # -- batch norms -----------------------------------------------------------------------
+    def fold_batch_norms(self) -> int:
+        """Fold each BatchNormalization that alone reads a convolution with a quantized weight
+        (per tensor, per output channel or per block) into the weight's scales and the bias."""
+        folded = 0
+        for norm in [node for node in self.graph.node if node.op_type == "BatchNormalization"]:
+            conv = self.producer(norm.input[0])
+            if conv is None or conv.op_type != "Conv" or len(self.consumers(norm.input[0])) != 1:
+                continue
+            site = self.sites.get(conv.input[1])
+            if site is None or len(self.consumers(conv.input[1])) != 1:
+                continue
+            if not all(name in self.initializers for name in norm.input[1:]):
+                continue
+            gamma, beta, mean, variance = (self.array(name) for name in norm.input[1:5])
+            epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+            factor = gamma / np.sqrt(variance + epsilon)
+            bias = self.array(conv.input[2]) if len(conv.input) > 2 else np.zeros_like(mean)
+            bias_name = self.set_initializer(f"{site.name}_folded_bias", factor * (bias - mean) + beta)
+            conv.input[2:] = [bias_name]
+            scale_channels(site.encoding, factor.astype(np.float32))
+            conv.output[0] = norm.output[0]
+            self.graph.node.remove(norm)
+            folded += 1
+        return folded
+
+    # -- integer kernels -------------------------------------------------------------------
+    def quantize_outputs(self) -> int:
+        """Quantize each quantized product's output with the quantizer its value reaches next
+        through commuting operators only (see the module's text)."""
+        added = 0
+        for kernel in [node for node in self.graph.node if node.op_type in KERNELS]:
+            if not self._integer_operands(kernel):
+                continue
+            target = self._next_quantizer(kernel.output[0])
+            if target is None:
+                continue
+            output = kernel.output[0]
+            kernel.output[0] = f"{output}_float"
+            prefix = f"{kernel.name}_output"
+            nodes = self.qdq_nodes(kernel.output[0], output, target, prefix)
+            position = list(self.graph.node).index(kernel) + 1
+            for offset, node in enumerate(nodes):
+                self.graph.node.insert(position + offset, node)
+            added += 1
+        return added
+
+    def _integer_operands(self, kernel: onnx.NodeProto) -> bool:
+        sites = [self.sites.get(name) for name in kernel.input[:2]]
+        return all(site is not None and site.encoding.integer for site in sites)
+
+    def _next_quantizer(self, name: str) -> Site | None:
+        while not self.is_output(name):
+            consumers = self.consumers(name)
+            if len(consumers) != 1:
+                return None
+            node = consumers[0]
+            if node.op_type == "QuantizeLinear":
+                site = self.sites.get(self._dequantized_by(node))
+                ok = site is not None and site.encoding.integer and site.encoding.axis is None
+                return site if ok else None
+            if node.op_type not in COMMUTING or node.input[0] != name:
+                return None
+            name = node.output[0]
+        return None
+
+    def _dequantized_by(self, quantize: onnx.NodeProto) -> str:
+        name = quantize.output[0]
+        for _ in range(2):  # through the Clip, if there is one
+            node = self.consumers(name)
+            if len(node) != 1:
+                return ""
+            if node[0].op_type == "DequantizeLinear":
+                return node[0].output[0]
+            name = node[0].output[0]
+        return ""
+
+    def place_biases(self) -> int:
+        """Biases as the search computed them: a float bias added to the product, as an Add
+        after it (a runtime would otherwise round a float bias of a product of quantized
+        operands to INT32 at the scale input scale x weight scale, coarse where those are
+        few-bit scales). Only a product of 8-bit integer operands whose output is quantized
+        takes its bias as INT32 at that scale, the form integer kernels read (an error of half
+        that scale at most). Returns how many biases are integers."""
+        integer = 0
+        for kernel in [node for node in self.graph.node if node.op_type in ("Conv", "Gemm")]:
+            if len(kernel.input) < 3 or kernel.input[2] not in self.initializers:
+                continue
+            activation, weight = (self.sites.get(name) for name in kernel.input[:2])
+            if activation is None or weight is None:
+                continue
+            if kernel.output[0].endswith("_float") and self._integer_bias(kernel, activation, weight):
+                integer += 1
+            else:
+                self._bias_after(kernel)
+        return integer
+
+    def _integer_bias(self, kernel: onnx.NodeProto, activation: Site, weight: Site) -> bool:
+        if not (_eight_bit(activation) and _eight_bit(weight)) or activation.encoding.clipped:
+            return False
+        if weight.encoding.block_size is not None or weight.encoding.axis not in (None, 0):
+            return False
+        scale = (activation.encoding.scale * weight.encoding.scale).astype(np.float32)
+        levels = np.round(self.array(kernel.input[2]) / scale)
+        if np.abs(levels).max(initial=0) >= 2**31 or not np.all(scale > 0):
+            return False
+        name = f"{weight.name}_bias"
+        self.set_initializer(f"{name}_quantized", levels.astype(np.int32))
+        self.set_initializer(f"{name}_scale", np.broadcast_to(scale, levels.shape).copy())
+        self.set_initializer(f"{name}_zero_point", np.zeros(levels.shape, np.int32))
+        dequantize = helper.make_node(
+            "DequantizeLinear",
+            [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
+            [f"{name}_dequantized"],
+            f"{name}/Dequantize",
+            axis=0,
+        )
+        self.graph.node.insert(list(self.graph.node).index(kernel), dequantize)
+        kernel.input[2] = f"{name}_dequantized"
+        return True
+
+    def _bias_after(self, kernel: onnx.NodeProto) -> None:
+        """Take the bias out of `kernel` into an Add after it (broadcast over a convolution's
+        spatial axes)."""
+        bias = self.array(kernel.input[2])
+        if kernel.op_type == "Conv":
+            dims = len(next(a.ints for a in kernel.attribute if a.name == "kernel_shape"))
+            bias = bias.reshape((-1,) + (1,) * dims)
+        name = self.set_initializer(f"{kernel.name}_bias", bias)
+        del kernel.input[2:]
+        output = kernel.output[0]
+        kernel.output[0] = f"{output}_without_bias"
+        add = helper.make_node("Add", [kernel.output[0], name], [output], f"{kernel.name}_bias/Add")
+        self.graph.node.insert(list(self.graph.node).index(kernel) + 1, add)
+
+
+def _eight_bit(site: Site | None) -> bool:
+    """True for an integer site stored as INT8 or UINT8, what integer kernels read."""
+    return site is not None and np.dtype(site.encoding.dtype) in _EIGHT_BIT
+
+
+_EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def scale_channels(encoding: Encoding, factor: np.ndarray) -> None:
+    """Multiply a weight's output channels (axis 0) by `factor`: into the scales, per channel;
+    a negative factor negates the channel's stored values where the type can hold the
+    negation, else its scale turns negative."""
+    channels = factor.shape[0]
+    if encoding.axis is None:
+        encoding.scale = np.full(channels, encoding.scale, dtype=np.float32)
+        encoding.axis = 0
+    view = (-1,) + (1,) * (encoding.scale.ndim - 1)
+    negative = factor < 0
+    values = encoding.values
+    if encoding.integer:
+        flat = values.astype(np.int32).reshape(channels, -1)
+        info = (encoding.low, encoding.high)
+        negatable = negative & (-flat.min(axis=1) <= info[1]) & (-flat.max(axis=1) >= info[0])
+        flat[negatable] = -flat[negatable]
+        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
+    else:  # FP8 is sign-magnitude: negation is exact
+        negatable = negative
+        flat = values.astype(np.float32).reshape(channels, -1)
+        flat[negatable] = -flat[negatable]
+        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
+    magnitude = np.where(negatable, -factor, factor).astype(np.float32)
+    encoding.scale = (encoding.scale * magnitude.reshape(view)).astype(np.float32)

@@ -1,0 +1,164 @@
+"""The runtimes that execute an exported ONNX file on the CPU: onnxruntime and OpenVINO, each
+behind its extra, and what each says it runs in integer arithmetic.
+
+A runtime is a registry entry (RUNTIMES); its builder opens a file and returns a `Session`:
+`run(inputs)` on a float32 array, and `kernels()`, the products (convolutions, matrix
+products) with the precision the runtime executes them in. onnxruntime runs with all graph
+optimisations (the fused QDQ kernels: QLinearConv, QGemm, QLinearMatMul, MatMulInteger...);
+its kernels are read from the optimised graph it saves (`optimized_model_filepath`). OpenVINO
+compiles for the CPU with float32 as its inference precision (its default on CPUs with bf16
+would run the float parts in bf16), and reports each layer's runtime precision.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_explorer.errors import UserError
+from model_explorer.registry import Registry
+
+RuntimeBuilder = Callable[[Path], "Session"]
+RUNTIMES: Registry[RuntimeBuilder] = Registry("runtime")
+
+# onnxruntime's operators that compute a product of integers.
+ORT_INTEGER_KERNELS = {
+    "QLinearConv",
+    "ConvInteger",
+    "MatMulInteger",
+    "QLinearMatMul",
+    "QGemm",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "MatMulNBits",
+}
+ORT_FLOAT_KERNELS = {"Conv", "FusedConv", "NchwcConv", "Gemm", "MatMul", "FusedMatMul", "FusedGemm"}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One product as a runtime executes it: its node, the operator or layer type, and whether
+    it runs on integers (`precision`: int8, i4, f32...)."""
+
+    node: str
+    operator: str
+    precision: str
+
+    @property
+    def integer(self) -> bool:
+        return self.precision.startswith(("i", "u"))
+
+
+class Session:
+    """An opened file: `run` a float32 batch, list its `kernels`."""
+
+    name = ""
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def kernels(self) -> list[Kernel]:
+        raise NotImplementedError
+
+
+def _missing(runtime: str, extra: str) -> UserError:
+    return UserError(
+        f"runtime {runtime}: the package is not installed; install it with "
+        f"pip install 'model_explorer[{extra}]'"
+    )
+
+
+class OnnxRuntimeSession(Session):
+    name = "onnxruntime"
+    description = "ONNX Runtime, CPU execution provider, all graph optimisations (extra: onnx)"
+
+    def __init__(self, path: Path) -> None:
+        try:
+            import onnxruntime
+        except ImportError:
+            raise _missing("onnxruntime", "onnx") from None
+        self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_ort_")
+        self.optimized = Path(self.folder.name) / "optimized.onnx"
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = str(self.optimized)
+        options.log_severity_level = 3  # its warning that the saved graph is machine-specific
+        self.session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        self.input = self.session.get_inputs()[0].name
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input: inputs})[0]
+
+    def kernels(self) -> list[Kernel]:
+        import onnx
+
+        found = []
+        for node in onnx.load(str(self.optimized)).graph.node:
+            if node.op_type in ORT_INTEGER_KERNELS:
+                found.append(Kernel(node.name, node.op_type, "int8"))
+            elif node.op_type in ORT_FLOAT_KERNELS:
+                found.append(Kernel(node.name, node.op_type, "f32"))
+        return found
+
+
+class OpenVinoSession(Session):
+    name = "openvino"
+    description = "OpenVINO on the CPU, float32 inference precision (extra: openvino)"
+    _PRODUCTS = ("Convolution", "FullyConnected", "MatMul", "Deconvolution", "GroupConvolution")
+
+    def __init__(self, path: Path) -> None:
+        try:
+            import openvino
+            import openvino.properties.hint as hints
+        except ImportError:
+            raise _missing("openvino", "openvino") from None
+        core = openvino.Core()
+        self.compiled = core.compile_model(
+            str(path), "CPU", {hints.inference_precision: openvino.Type.f32}
+        )
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        return self.compiled(inputs)[0]
+
+    def kernels(self) -> list[Kernel]:
+        found = []
+        for op in self.compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            kind = info["layerType"].astype(str)
+            if kind in self._PRODUCTS:
+                found.append(Kernel(op.get_friendly_name(), kind, info["runtimePrecision"].astype(str)))
+        return found
+
+
+RUNTIMES.register("onnxruntime")(OnnxRuntimeSession)
+RUNTIMES.register("openvino")(OpenVinoSession)
+
+
+def open_session(runtime: str, path: Path, where: str = "--runtime") -> Session:
+    """The file at `path` opened by the runtime named `runtime`."""
+    return RUNTIMES.get(runtime, where).builder(path)
+
+
+def layer_of(node: str) -> str:
+    """The layer a product node belongs to, from the exporter's node names
+    (`/model/layer1/layer1.0/conv1/sparsifier/Conv` -> `layer1.0.conv1`); the node's name where
+    it has no layer in it."""
+    parts = [part for part in node.split("/") if part]
+    if "sparsifier" in parts:
+        name = parts[parts.index("sparsifier") - 1]
+        return name.removeprefix("model.") if parts[0] == "model" else name
+    return node
+
+
+def describe_kernels(kernels: list[Kernel]) -> dict[str, Any]:
+    """{'integer': [layers], 'float': [layers]} of a session's products."""
+    return {
+        "integer": [layer_of(k.node) for k in kernels if k.integer],
+        "float": [layer_of(k.node) for k in kernels if not k.integer],
+    }
