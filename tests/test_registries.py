@@ -44,6 +44,7 @@ from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
 DOCUMENTED = {
+    "runtimes": {"onnxruntime", "openvino"},
     "models": {
         "digits_cnn",
         "lenet5",

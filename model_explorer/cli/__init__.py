@@ -15,6 +15,7 @@ from typing import NoReturn
 from model_explorer import __version__
 from model_explorer.cli import analysis as _analysis  # noqa: F401
 from model_explorer.cli import cost as _cost  # noqa: F401
+from model_explorer.cli import deployment as _deployment  # noqa: F401
 from model_explorer.cli import listing as _listing  # noqa: F401
 from model_explorer.cli import search as _search  # noqa: F401
 from model_explorer.cli import training as _training  # noqa: F401
@@ -35,6 +36,7 @@ ORDER = (
     "explore",
     "report",
     "evaluate-individual",
+    "export",
     "cost",
     "energy-analysis",
     "blocks",

@@ -88,6 +88,12 @@ def _environments() -> Any:
     return ENVIRONMENTS
 
 
+def _runtimes() -> Any:
+    from model_explorer.deployment.runtimes import RUNTIMES
+
+    return RUNTIMES
+
+
 def _analyses() -> Any:
     from model_explorer.analysis.hooks import ANALYSES
 
@@ -110,6 +116,7 @@ REGISTRIES: dict[str, Callable[[], Any]] = {
     "energy": _energy,
     "environments": _environments,
     "analyses": _analyses,
+    "runtimes": _runtimes,
 }
 
 

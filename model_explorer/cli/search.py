@@ -105,7 +105,22 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
         "--retrained", nargs="+", metavar="CHECKPOINT", help="evaluate checkpoints of `retrain`"
     )
     parser.add_argument("-n", "--count", type=positive_int, default=5, help="how many (default 5)")
-    parser.add_argument("--output", help="CSV file (default: <results>_reevaluation.csv)")
+    parser.add_argument(
+        "--output",
+        help="CSV file (default: <results>_reevaluation.csv; with --backend "
+        "<results>_deployment.csv)",
+    )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        metavar="RUNTIME",
+        help="export each individual as a QDQ ONNX file and score it with this runtime "
+        "(onnxruntime, openvino; repeatable) on the exploration data, beside the accuracy the "
+        "result recorded and the fake-quantized model's",
+    )
+    parser.add_argument(
+        "--front", action="store_true", help="every member of the Pareto front instead of -n"
+    )
 
 
 @command(
@@ -132,6 +147,12 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
     if args.results is None:
         raise UserError("evaluate-individual: give RESULTS, or --retrained CHECKPOINT ...")
     result = ExplorationResult.load(args.results)
+    if args.backend:
+        from model_explorer.cli.deployment import evaluate_deployed
+
+        return evaluate_deployed(workload, result, args)
+    if args.front:
+        raise UserError("evaluate-individual: --front goes with --backend RUNTIME")
     table = reevaluate(workload, result, args.count)
     output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
     with atomic_path(output) as temporary:

@@ -146,7 +146,7 @@ def check_individual(
         recorded = Recorded(RuntimeModule(session))
         accuracy = float(context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
         agreement = (torch.cat(recorded.classes) == expected).float().mean().item()
-        kernels = describe_kernels(session.kernels())
+        kernels = describe_kernels(session.kernels(), getattr(model, "layers", {}))
         scores.append(
             RuntimeScore(runtime, accuracy, agreement, kernels["integer"], kernels["float"])
         )

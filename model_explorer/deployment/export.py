@@ -107,6 +107,11 @@ def export_qdq(model: nn.Module, example: Tensor, path: str | Path, pack: bool =
     graph = QDQGraph(proto.graph)
     formats: dict[str, int] = {}
     nodes, seen = [], {}
+    layers = {
+        id(quantizer): name
+        for name, layer in getattr(model, "layers", {}).items()
+        for quantizer in (layer.input_quantizer, layer.weight_quantizer)
+    }
     for node in proto.graph.node:
         if node.domain != DOMAIN:
             nodes.append(node)
@@ -115,10 +120,12 @@ def export_qdq(model: nn.Module, example: Tensor, path: str | Path, pack: bool =
         seen[name] = seen.get(name, 0) + 1
         site_name = name if seen[name] == 1 else f"{name}#{seen[name]}"
         site = _site(graph, node, site_name, quantizer, pack)
+        site.layer = layers.get(id(quantizer), "")
         formats[quantizer.format.spelling] = formats.get(quantizer.format.spelling, 0) + 1
         nodes.extend(site.nodes)
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
+    graph.name_products()
     summary = ExportSummary(
         Path(path),
         0,

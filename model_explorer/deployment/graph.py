@@ -33,7 +33,8 @@ class Site:
     name: str
     encoding: Encoding
     weight: bool
-    nodes: list = field(default_factory=list)  # Q, (Clip,) DQ for an activation; DQ for a weight
+    nodes: list = field(default_factory=list)
+    layer: str = ""  # the layer of the QuantizedModel it belongs to  # Q, (Clip,) DQ for an activation; DQ for a weight
 
     @property
     def dequantized(self) -> str:
@@ -130,6 +131,15 @@ class QDQGraph:
             self.set_initializer(f"{site.name}_zero_point", encoding.zero_point)
             if site.weight:
                 self.set_initializer(f"{site.name}_quantized", encoding.values)
+
+    def name_products(self) -> None:
+        """Name each product after the layer whose weight it reads, so that what a runtime
+        reports about its kernels (onnxruntime's optimised graph, OpenVINO's runtime model)
+        names the layers a plan names."""
+        for node in self.graph.node:
+            site = self.sites.get(node.input[1]) if len(node.input) > 1 else None
+            if node.op_type in KERNELS and site is not None and site.layer:
+                node.name = site.layer
 
     # -- batch norms -----------------------------------------------------------------------
     def fold_batch_norms(self) -> int:
@@ -263,7 +273,7 @@ class QDQGraph:
         del kernel.input[2:]
         output = kernel.output[0]
         kernel.output[0] = f"{output}_without_bias"
-        add = helper.make_node("Add", [kernel.output[0], name], [output], f"{kernel.name}_bias/Add")
+        add = helper.make_node("Add", [kernel.output[0], name], [output], f"{kernel.name}/bias")
         self.graph.node.insert(list(self.graph.node).index(kernel) + 1, add)
 
 

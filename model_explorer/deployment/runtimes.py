@@ -13,11 +13,9 @@ would run the float parts in bf16), and reports each layer's runtime precision.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
 from model_explorer.errors import UserError
@@ -145,20 +143,22 @@ def open_session(runtime: str, path: Path, where: str = "--runtime") -> Session:
     return RUNTIMES.get(runtime, where).builder(path)
 
 
-def layer_of(node: str) -> str:
-    """The layer a product node belongs to, from the exporter's node names
-    (`/model/layer1/layer1.0/conv1/sparsifier/Conv` -> `layer1.0.conv1`); the node's name where
-    it has no layer in it."""
-    parts = [part for part in node.split("/") if part]
-    if "sparsifier" in parts:
-        name = parts[parts.index("sparsifier") - 1]
-        return name.removeprefix("model.") if parts[0] == "model" else name
-    return node
+def layer_of(node: str, layers: Iterable[str]) -> str:
+    """The layer a runtime's product node belongs to: the export names each product after its
+    layer, and runtimes add to the name when they fuse (`3_token_22`, `3/WithoutBiases`); the
+    node's own name where no layer matches."""
+    matches = [
+        layer
+        for layer in layers
+        if node == layer or (node.startswith(layer) and node[len(layer)] in "/_")
+    ]
+    return max(matches, key=len) if matches else node
 
 
-def describe_kernels(kernels: list[Kernel]) -> dict[str, Any]:
+def describe_kernels(kernels: list[Kernel], layers: Iterable[str]) -> dict[str, list[str]]:
     """{'integer': [layers], 'float': [layers]} of a session's products."""
+    layers = list(layers)
     return {
-        "integer": [layer_of(k.node) for k in kernels if k.integer],
-        "float": [layer_of(k.node) for k in kernels if not k.integer],
+        "integer": [layer_of(k.node, layers) for k in kernels if k.integer],
+        "float": [layer_of(k.node, layers) for k in kernels if not k.integer],
     }

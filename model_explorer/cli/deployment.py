@@ -1,0 +1,129 @@
+"""Commands that take a result to runtimes: export (an individual as a QDQ ONNX file), and the
+runtime backends of evaluate-individual."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from model_explorer.cli.common import command
+from model_explorer.errors import UserError
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("individual", metavar="RESULTS#ID", help="a result file and an id")
+    parser.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX file to write")
+    parser.add_argument(
+        "--workload",
+        help="workload YAML file (default: the workload stored in the result; relative paths "
+        "in it are read from the current directory)",
+    )
+    parser.add_argument(
+        "--int8-weights",
+        action="store_true",
+        help="store weights of up to 4 bits as INT8, not INT4 (more runtimes run INT8 on "
+        "integer kernels; the file is larger)",
+    )
+    parser.add_argument(
+        "--check",
+        action="append",
+        metavar="RUNTIME",
+        help="run the file with this runtime (onnxruntime, openvino) on the exploration data "
+        "and print its accuracy beside the fake-quantized model's; repeatable",
+    )
+
+
+@command(
+    "export",
+    _export_arguments,
+    help="write an individual of a result as a quantized ONNX file (QDQ, opset 21)",
+    description="Writes the individual's model, its plan in effect and calibrated as the search "
+    "scored it, as an ONNX graph in QDQ form: weights stored as integers (INT4 up to 4 bits, "
+    "INT8, INT16) or FP8 with their scales, activations through QuantizeLinear/DequantizeLinear "
+    "(fewer levels than the type: a Clip of the integers), batch norms folded into the weight "
+    "scales. Runtimes run 8-bit layers on integer kernels.",
+)
+def export_command(args: argparse.Namespace) -> int:
+    from model_explorer.context import WorkloadContext
+    from model_explorer.deployment.check import check_individual, export_individual
+    from model_explorer.results import load_individual
+
+    result, individual = load_individual(args.individual, "RESULTS#ID")
+    context = WorkloadContext(_workload(args.workload, result))
+    pack = not args.int8_weights
+    if args.check:
+        check = check_individual(context, result, individual, args.check, args.onnx, pack)
+        summary = check.export
+    else:
+        _, summary = export_individual(context, result, individual, args.onnx, pack)
+    formats = ", ".join(f"{name} x{count}" for name, count in sorted(summary.formats.items()))
+    print(
+        f"wrote {summary.path} ({summary.size:,} bytes): {summary.quantizers} quantizers "
+        f"({formats}), {summary.folded_batch_norms} batch norms folded, "
+        f"{summary.quantized_outputs} outputs quantized for integer kernels"
+    )
+    if args.check:
+        print_checks([check])
+    return 0
+
+
+def _workload(path: str | None, result: Any) -> Any:
+    from model_explorer.exploration.reevaluate import check_same_model
+    from model_explorer.workload import Workload
+
+    if path is None:
+        return Workload.from_dict(result.workload, source="the result's stored workload")
+    workload = Workload.load(path)
+    check_same_model(workload, result)
+    return workload
+
+
+def print_checks(checks: list[Any]) -> None:
+    """The checks as a table: recorded, fake-quantized and each runtime's accuracy, agreement
+    and which layers ran on integers."""
+    for check in checks:
+        recorded = "-" if check.recorded is None else f"{check.recorded:.4f}"
+        print(
+            f"individual {check.individual}: recorded {recorded}, fake-quantized "
+            f"{check.fake_quant:.4f} on the exploration data"
+        )
+        for score in check.runtimes:
+            integer = ", ".join(score.integer_layers) or "none"
+            other = ", ".join(score.float_layers) or "none"
+            print(
+                f"  {score.runtime}: {score.accuracy:.4f}, same class as the fake-quantized "
+                f"model on {score.agreement:.2%} of the samples; integer kernels: {integer}; "
+                f"float: {other}"
+            )
+
+
+def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> int:
+    """evaluate-individual --backend: each chosen individual exported and run by the runtimes,
+    one row per individual in a CSV file."""
+    import pandas as pd
+
+    from model_explorer.context import WorkloadContext
+    from model_explorer.deployment.check import check_individual
+    from model_explorer.exploration.reevaluate import best_feasible, check_same_model
+    from model_explorer.fileio import atomic_path
+
+    check_same_model(workload, result)
+    context = WorkloadContext(workload)
+    chosen = result.pareto_front() if args.front else best_feasible(result, args.count)
+    if not chosen:
+        raise UserError(f"{args.results}: the result has no individual to evaluate")
+    checks = []
+    with tempfile.TemporaryDirectory(prefix="model_explorer_deploy_") as folder:
+        for individual in chosen:
+            path = Path(folder) / f"individual_{individual.id}.onnx"
+            checks.append(check_individual(context, result, individual, args.backend, path))
+    output = Path(args.output) if args.output else Path(args.results).with_suffix("")
+    if not args.output:
+        output = output.with_name(output.name + "_deployment.csv")
+    with atomic_path(output) as temporary:
+        pd.DataFrame([check.row() for check in checks]).to_csv(temporary, index=False)
+    print_checks(checks)
+    print(f"wrote {output}")
+    return 0
