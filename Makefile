@@ -8,7 +8,7 @@ TORCH_CONSTRAINTS ?= constraints.txt
 # The test suite also checks against NVIDIA modelopt, runs ZigZag, a Dask cluster,
 # onnxruntime, a pretrained MiniLM, numba's AGE-MOEA and torchao's MX/NVFP4 reference;
 # `make test TEST_EXTRAS=dev` skips those tests.
-TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,transformers,agemoea,torchao
+TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,transformers,agemoea,torchao
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
 .PHONY: run test clean-venv

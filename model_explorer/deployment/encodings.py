@@ -177,11 +177,10 @@ def _float8(quantizer, weight: Tensor | None, element_name: str) -> Encoding:  #
     if axis is not None:
         encoding.axis = axis % weight.dim() if weight is not None else axis
     if weight is not None:
-        divisor = scale.reshape(())
+        shape = [1] * weight.dim()
         if encoding.axis is not None:
-            shape = [1] * weight.dim()
             shape[encoding.axis] = -1
-            divisor = scale.view(shape)
+        divisor = scale.reshape(shape)
         values = cast_element_(weight.detach().float().cpu() / divisor, element)
         encoding.values = values.numpy().astype(dtype)
     return encoding

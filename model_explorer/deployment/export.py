@@ -98,7 +98,9 @@ def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQ
     return onnx.load_from_string(buffer.getvalue())
 
 
-def export_qdq(model: nn.Module, example: Tensor, path: str | Path, pack: bool = True) -> ExportSummary:
+def export_qdq(
+    model: nn.Module, example: Tensor, path: str | Path, pack: bool = True
+) -> ExportSummary:
     """Write `model` (a QuantizedModel, calibrated, its plan in effect) run on `example` to
     `path` in QDQ form. `pack`: weights of up to 4 bits as INT4/UINT4 (else INT8, which more
     runtimes run with integer kernels). Nothing is written when the export fails."""

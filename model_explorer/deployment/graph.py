@@ -22,7 +22,16 @@ from onnx import helper, numpy_helper
 from model_explorer.deployment.encodings import Encoding
 
 # Operators y = f(x) with Q(f(x)) = f(Q(x)) for a symmetric quantizer (zero point 0) per tensor.
-COMMUTING = {"Relu", "MaxPool", "Flatten", "Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze"}
+COMMUTING = {
+    "Relu",
+    "MaxPool",
+    "Flatten",
+    "Reshape",
+    "Transpose",
+    "Identity",
+    "Squeeze",
+    "Unsqueeze",
+}
 KERNELS = {"Conv", "Gemm", "MatMul"}
 
 
@@ -33,8 +42,9 @@ class Site:
     name: str
     encoding: Encoding
     weight: bool
+    # Q, (Clip,) DQ for an activation; DQ for a weight
     nodes: list = field(default_factory=list)
-    layer: str = ""  # the layer of the QuantizedModel it belongs to  # Q, (Clip,) DQ for an activation; DQ for a weight
+    layer: str = ""  # the layer of the QuantizedModel it belongs to
 
     @property
     def dequantized(self) -> str:
@@ -96,11 +106,17 @@ class QDQGraph:
             self.set_initializer(low, np.array(encoding.low, dtype=encoding.dtype))
             self.set_initializer(high, np.array(encoding.high, dtype=encoding.dtype))
             clipped = f"{prefix}_clipped"
-            nodes.append(helper.make_node("Clip", [quantized, low, high], [clipped], f"{prefix}/Clip"))
+            nodes.append(
+                helper.make_node("Clip", [quantized, low, high], [clipped], f"{prefix}/Clip")
+            )
             quantized = clipped
         nodes.append(
             helper.make_node(
-                "DequantizeLinear", [quantized, scale, zero], [target], f"{prefix}/Dequantize", **axis
+                "DequantizeLinear",
+                [quantized, scale, zero],
+                [target],
+                f"{prefix}/Dequantize",
+                **axis,
             )
         )
         return nodes
@@ -118,7 +134,9 @@ class QDQGraph:
             axis["block_size"] = encoding.block_size
         inputs = [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"]
         site.nodes = [
-            helper.make_node("DequantizeLinear", inputs, [marker.output[0]], f"{name}/Dequantize", **axis)
+            helper.make_node(
+                "DequantizeLinear", inputs, [marker.output[0]], f"{name}/Dequantize", **axis
+            )
         ]
         self.sites[marker.output[0]] = site
         return site
@@ -159,7 +177,9 @@ class QDQGraph:
             epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
             factor = gamma / np.sqrt(variance + epsilon)
             bias = self.array(conv.input[2]) if len(conv.input) > 2 else np.zeros_like(mean)
-            bias_name = self.set_initializer(f"{site.name}_folded_bias", factor * (bias - mean) + beta)
+            bias_name = self.set_initializer(
+                f"{site.name}_folded_bias", factor * (bias - mean) + beta
+            )
             conv.input[2:] = [bias_name]
             scale_channels(site.encoding, factor.astype(np.float32))
             conv.output[0] = norm.output[0]
@@ -232,7 +252,9 @@ class QDQGraph:
             activation, weight = (self.sites.get(name) for name in kernel.input[:2])
             if activation is None or weight is None:
                 continue
-            if kernel.output[0].endswith("_float") and self._integer_bias(kernel, activation, weight):
+            if kernel.output[0].endswith("_float") and self._integer_bias(
+                kernel, activation, weight
+            ):
                 integer += 1
             else:
                 self._bias_after(kernel)
