@@ -72,6 +72,17 @@ class QDQGraph:
     def array(self, name: str) -> np.ndarray:
         return numpy_helper.to_array(self.initializers[name])
 
+    def constant(self, name: str) -> np.ndarray | None:
+        """The stored values of `name`: an initializer, or one behind Identity nodes (the
+        exporter shares equal tensors, e.g. the fresh batch norms of an untrained model, so);
+        None for a computed value."""
+        while name not in self.initializers:
+            node = self.producer(name)
+            if node is None or node.op_type != "Identity":
+                return None
+            name = node.input[0]
+        return self.array(name)
+
     def set_initializer(self, name: str, values: np.ndarray) -> str:
         tensor = numpy_helper.from_array(np.asarray(values), name)
         old = self.initializers.get(name)
@@ -171,12 +182,15 @@ class QDQGraph:
             site = self.sites.get(conv.input[1])
             if site is None or len(self.consumers(conv.input[1])) != 1:
                 continue
-            if not all(name in self.initializers for name in norm.input[1:]):
+            values = [self.constant(name) for name in norm.input[1:5]]
+            if any(value is None for value in values):
                 continue
-            gamma, beta, mean, variance = (self.array(name) for name in norm.input[1:5])
+            gamma, beta, mean, variance = values
             epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
             factor = gamma / np.sqrt(variance + epsilon)
-            bias = self.array(conv.input[2]) if len(conv.input) > 2 else np.zeros_like(mean)
+            bias = self.constant(conv.input[2]) if len(conv.input) > 2 else np.zeros_like(mean)
+            if bias is None:  # a computed bias: not folded
+                continue
             bias_name = self.set_initializer(
                 f"{site.name}_folded_bias", factor * (bias - mean) + beta
             )
@@ -247,7 +261,7 @@ class QDQGraph:
         that scale at most). Returns how many biases are integers."""
         integer = 0
         for kernel in [node for node in self.graph.node if node.op_type in ("Conv", "Gemm")]:
-            if len(kernel.input) < 3 or kernel.input[2] not in self.initializers:
+            if len(kernel.input) < 3 or self.constant(kernel.input[2]) is None:
                 continue
             activation, weight = (self.sites.get(name) for name in kernel.input[:2])
             if activation is None or weight is None:
@@ -266,7 +280,7 @@ class QDQGraph:
         if weight.encoding.block_size is not None or weight.encoding.axis not in (None, 0):
             return False
         scale = (activation.encoding.scale * weight.encoding.scale).astype(np.float32)
-        levels = np.round(self.array(kernel.input[2]) / scale)
+        levels = np.round(self.constant(kernel.input[2]) / scale)
         if np.abs(levels).max(initial=0) >= 2**31 or not np.all(scale > 0):
             return False
         name = f"{weight.name}_bias"
@@ -287,7 +301,7 @@ class QDQGraph:
     def _bias_after(self, kernel: onnx.NodeProto) -> None:
         """Take the bias out of `kernel` into an Add after it (broadcast over a convolution's
         spatial axes)."""
-        bias = self.array(kernel.input[2])
+        bias = self.constant(kernel.input[2])
         if kernel.op_type == "Conv":
             dims = len(next(a.ints for a in kernel.attribute if a.name == "kernel_shape"))
             bias = bias.reshape((-1,) + (1,) * dims)

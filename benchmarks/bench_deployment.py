@@ -1,0 +1,75 @@
+"""What an exported configuration costs in the runtimes, as ratios within one process: the
+model quantized to 8 bits everywhere (and with 4-bit weights), exported in QDQ form, against the
+float model exported to ONNX, each run by onnxruntime and by OpenVINO on the CPU; and the files'
+sizes.
+
+    python benchmarks/bench_deployment.py [--model resnet18] [--batch 16] [--repeats 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+from bench_quantized_forward import build, interleaved_medians
+
+from model_explorer.deployment.export import export_qdq
+from model_explorer.deployment.runtimes import describe_kernels, open_session
+from model_explorer.models import MODELS
+from model_explorer.onnx_export import export_onnx
+from model_explorer.quantization import QuantizedModel
+
+
+def quantized(model: torch.nn.Module, x: torch.Tensor, weight_bits: int) -> QuantizedModel:
+    """Every layer at 8-bit inputs and `weight_bits` weights, calibrated on `x` (percentile)."""
+    quantized_model = QuantizedModel(model)
+    quantized_model.calibrate([x], "percentile")
+    for layer in quantized_model.layers.values():
+        layer.input_quantizer.num_bits = 8
+        layer.weight_quantizer.num_bits = weight_bits
+    return quantized_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet18", help="built-in or torchvision model name")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--size", type=int, default=224, help="image height and width")
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    shape = (
+        MODELS.get(args.model).info.input_shape
+        if args.model in MODELS
+        else (3, args.size, args.size)
+    )
+    x = torch.randn(args.batch, *shape)
+    folder = Path(tempfile.mkdtemp(prefix="bench_deployment_"))
+    files = {"float": export_onnx(build(args.model), x[:1], folder / "float.onnx", True)}
+    for name, bits, pack in (("int8", 8, True), ("int8, int4 weights", 4, True)):
+        model = quantized(build(args.model), x, bits)
+        files[name] = export_qdq(model, x[:1], folder / f"{bits}.onnx", pack).path
+    float_size = files["float"].stat().st_size
+    print(f"{args.model}, batch {args.batch}, {torch.get_num_threads()} threads")
+    print(f"{'file':<22}{'MB':>8}{'x float':>9}")
+    for name, path in files.items():
+        size = path.stat().st_size
+        print(f"{name:<22}{size / 1e6:>8.2f}{size / float_size:>9.3f}")
+    inputs = x.numpy()
+    for runtime in ("onnxruntime", "openvino"):
+        sessions = {name: open_session(runtime, path) for name, path in files.items()}
+        variants = {name: (lambda s=s: s.run(inputs), None) for name, s in sessions.items()}
+        times = interleaved_medians(variants, args.repeats)
+        print(f"\n{runtime}: {'ms':>7} {'x float':>8}  integer products")
+        for name, seconds in times.items():
+            kernels = describe_kernels(sessions[name].kernels(), [])
+            count = len(kernels["integer"])
+            total = count + len(kernels["float"])
+            ratio = seconds / times["float"]
+            print(f"  {name:<20}{seconds * 1e3:>7.1f} {ratio:>8.2f}  {count} of {total}")
+
+
+if __name__ == "__main__":
+    main()
