@@ -7,17 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
-from onnx import TensorProto, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
-from model_explorer.deployment.export import OPSET, export_qdq
-from model_explorer.deployment.runtimes import describe_kernels, open_session
-from model_explorer.errors import UserError
-from model_explorer.onnx_export import export_onnx
-from tests_support import calibrated_digits
+onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
+from onnx import TensorProto, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from model_explorer.deployment.export import OPSET, export_qdq  # noqa: E402
+from model_explorer.deployment.runtimes import describe_kernels, open_session  # noqa: E402
+from model_explorer.errors import UserError  # noqa: E402
+from model_explorer.onnx_export import export_onnx  # noqa: E402
+from tests_support import calibrated_digits  # noqa: E402
 
 
 @pytest.fixture(scope="module")
