@@ -50,6 +50,7 @@ def export_command(args: argparse.Namespace) -> int:
     from model_explorer.deployment.check import check_individual, export_individual
     from model_explorer.results import load_individual
 
+    _known_runtimes(args.check or [], "--check")
     result, individual = load_individual(args.individual, "RESULTS#ID")
     context = WorkloadContext(_workload(args.workload, result))
     pack = not args.int8_weights
@@ -67,6 +68,14 @@ def export_command(args: argparse.Namespace) -> int:
     if args.check:
         print_checks([check])
     return 0
+
+
+def _known_runtimes(names: list[str], where: str) -> None:
+    """Unknown runtime names are refused before anything is exported."""
+    from model_explorer.deployment.runtimes import RUNTIMES
+
+    for name in names:
+        RUNTIMES.get(name, where)
 
 
 def _workload(path: str | None, result: Any) -> Any:
@@ -109,6 +118,7 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     from model_explorer.exploration.reevaluate import best_feasible, check_same_model
     from model_explorer.fileio import atomic_path
 
+    _known_runtimes(args.backend, "--backend")
     check_same_model(workload, result)
     context = WorkloadContext(workload)
     chosen = result.pareto_front() if args.front else best_feasible(result, args.count)

@@ -137,3 +137,15 @@ def test_a_missing_or_stale_calibration_is_one_line_and_writes_nothing(
         expected = "does not exist" if content is None else "made for other weights"
         assert "workload.calibration.file" in err and expected in err
         assert not target.exists()
+
+
+def test_an_unknown_runtime_is_refused_before_anything_is_written(
+    searched, tmp_path: Path, capsys
+) -> None:
+    workload, result = searched
+    target = tmp_path / "x.onnx"
+    reference = f"{result}#{_front_id(result)}"
+    arguments = ["--onnx", str(target), "--workload", str(workload), "--check", "onnxrt"]
+    assert main(["export", reference, *arguments]) == 2
+    assert "did you mean 'onnxruntime'" in capsys.readouterr().err
+    assert not target.exists()
