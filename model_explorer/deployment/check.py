@@ -75,14 +75,18 @@ class Recorded(nn.Module):
 
 
 class RuntimeModule(nn.Module):
-    """A runtime session as a module: float32 batches in, its output as a tensor out."""
+    """A runtime session as a module: batches in (floats as float32, token ids as they are),
+    its output as a tensor out."""
 
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
 
     def forward(self, x: Tensor) -> Tensor:
-        output = self.session.run(x.detach().to("cpu", torch.float32).numpy())
+        inputs = x.detach().cpu()
+        if inputs.is_floating_point():
+            inputs = inputs.float()
+        output = self.session.run(inputs.numpy())
         return torch.from_numpy(output).to(x.device)
 
 

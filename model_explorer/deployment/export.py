@@ -141,6 +141,7 @@ def export_qdq(
     graph.drop_unused_initializers()
     _declare_opset(proto)
     onnx.checker.check_model(proto)
+    _check_free_batch(proto, example)
     with atomic_path(Path(path)) as temporary:
         onnx.save(proto, str(temporary))
     summary.size = Path(path).stat().st_size
@@ -159,6 +160,35 @@ def _site(graph: QDQGraph, marker, name: str, quantizer: TensorQuantizer, pack: 
         )
     weight = torch.from_numpy(graph.array(source).copy())
     return graph.weight_site(marker, name, encode(quantizer, weight, where, pack))
+
+
+def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:
+    """The file must take any batch size: a model that reads its batch size as a Python number
+    (`len(x)`, `x.size(0)` passed on as an int) is traced with the example's batch fixed
+    inside, and then fails or, worse, reshapes a batch of 2 into one sample. Checked by running
+    a batch of 2 where onnxruntime is installed: it must give 2 outputs."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        session = onnxruntime.InferenceSession(proto.SerializeToString(), options)
+        one = example[:1].detach().to("cpu", torch.float32).numpy()
+        session.run(None, {INPUT_NAME: one})
+    except Exception:  # noqa: BLE001 - a graph onnxruntime cannot run is not this check's to judge
+        return
+    try:
+        batch = session.run(None, {INPUT_NAME: one.repeat(2, axis=0)})[0].shape[:1]
+    except Exception:  # noqa: BLE001
+        batch = ()
+    if tuple(batch) != (2,):
+        raise UserError(
+            "the exported graph runs on a batch of 1 but not of 2: the model's code reads the "
+            "batch size as a Python number (e.g. len(x)), which tracing fixes; use x.shape[0]"
+        )
 
 
 def _declare_opset(proto: onnx.ModelProto) -> None:

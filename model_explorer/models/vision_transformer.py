@@ -50,7 +50,8 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         tokens = self.patch(x).flatten(2).transpose(1, 2)
-        tokens = torch.cat([self.class_token.expand(len(x), -1, -1), tokens], dim=1)
+        # x.shape[0], not len(x): an ONNX export keeps the batch size free
+        tokens = torch.cat([self.class_token.expand(x.shape[0], -1, -1), tokens], dim=1)
         tokens = self.blocks(tokens + self.position)
         return self.head(self.norm(tokens[:, 0]))
 

@@ -219,3 +219,39 @@ def test_a_model_the_exporter_cannot_trace_is_one_sentence(digits, tmp_path: Pat
     finally:
         del model.model[-1]
     assert not (tmp_path / "model.onnx").exists()
+
+
+def test_a_batch_size_fixed_by_tracing_is_one_sentence(digits, tmp_path: Path) -> None:
+    _, model, inputs = digits
+    set_formats(model, {"*": ("int8", "int8")})
+
+    class Offset(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(len(x), -1)  # len(x): a Python number to the tracer
+
+    model.model.append(Offset())
+    try:
+        with pytest.raises(UserError, match="reads the batch size as a Python number"):
+            export_qdq(model, inputs[:1], tmp_path / "model.onnx")
+    finally:
+        del model.model[-1]
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def test_the_vision_transformer_exports_and_runs_on_any_batch(tmp_path: Path) -> None:
+    """Attention layers and the class token (digits_vit), against the reference evaluator."""
+    from model_explorer.models import create_model
+    from model_explorer.quantization import QuantizedModel
+
+    torch.manual_seed(0)
+    model = QuantizedModel(create_model("digits_vit").eval())
+    x = torch.randn(16, 1, 8, 8)
+    model.calibrate([x], "max")
+    for index, layer in enumerate(model.layers.values()):
+        layer.input_quantizer.num_bits = 8 - index % 4
+        layer.weight_quantizer.num_bits = 4 + index % 3
+    with torch.no_grad():
+        expected = model(x).numpy()
+    path = tmp_path / "vit.onnx"
+    export_qdq(model, x[:1], path)
+    np.testing.assert_allclose(run_reference(path, x), expected, atol=1e-4)
