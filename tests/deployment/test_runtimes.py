@@ -149,3 +149,23 @@ def test_an_unknown_runtime_is_refused_before_anything_is_written(
     assert main(["export", reference, *arguments]) == 2
     assert "did you mean 'onnxruntime'" in capsys.readouterr().err
     assert not target.exists()
+
+
+def test_compare_sets_the_runtime_beside_the_individual_it_was_exported_from(
+    searched, tmp_path: Path
+) -> None:
+    import json
+
+    workload, result = searched
+    reference = f"{result}#{_front_id(result)}"
+    environments = ["--env", f"quantized:{reference}", "--env", f"deployed:{reference}"]
+    # The file computes what the individual does to float rounding (1e-4 agrees): a tolerance
+    # below that rounding makes compare localise the pair.
+    tolerance = ["--tolerance", "1e-12"]
+    arguments = [str(workload), *environments, *tolerance, "--out", str(tmp_path)]
+    assert main(["compare", *arguments]) == 0
+    (pair,) = json.loads((tmp_path / "comparison.json").read_text())["pairs"]
+    assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] < 1e-4
+    # The exported file's stand-in is the individual itself, not the float model.
+    assert pair["localisation"]["intermediates_of"] == [f"quantized:{reference}"] * 2
+    assert "the difference is the backend's" in pair["localisation"]["note"]

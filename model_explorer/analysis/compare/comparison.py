@@ -251,7 +251,10 @@ class Comparer:
         found = env.intermediates(inputs)
         if found is not None:
             return found, env.name
-        return self.eager().intermediates(inputs), "eager (float32, stand-in)"
+        stand_in = env.stand_in()
+        if stand_in is not None:
+            return stand_in.intermediates(inputs), stand_in.name
+        return self.eager().intermediates(inputs), "the eager float32 model"
 
     def localise_pair(self, a: Environment, b: Environment, runs: dict[str, Run]) -> dict[str, Any]:
         """Where the pair (a, b) diverges, on its most disagreeing samples."""
@@ -262,7 +265,7 @@ class Comparer:
         first, source_a = self._intermediates(a, inputs)
         second, source_b = self._intermediates(b, inputs)
         notes = [
-            f"{env.name} exposes no intermediates; the eager float32 model stands in for it"
+            f"{env.name} exposes no intermediates; {source} stands in for it"
             for env, source in ((a, source_a), (b, source_b))
             if source != env.name
         ]

@@ -1,9 +1,11 @@
 """Environments of `compare`: named ways to run the same model on the same inputs, each a
-registered entry (fixed names, `threads=N`, `quantized:RESULTS#ID`, `package.module:factory`)."""
+registered entry (fixed names, `threads=N`, `quantized:RESULTS#ID`, `deployed:RESULTS#ID`,
+`package.module:factory`)."""
 
 from __future__ import annotations
 
 # Explicit imports register the shipped environments.
+from model_explorer.analysis.compare.environments import deployed as _deployed  # noqa: F401
 from model_explorer.analysis.compare.environments import eager as _eager  # noqa: F401
 from model_explorer.analysis.compare.environments import onnx as _onnx  # noqa: F401
 from model_explorer.analysis.compare.environments import quantized as _quantized  # noqa: F401

@@ -46,6 +46,12 @@ class Environment:
         """Operator outputs by name in execution order (float64, CPU), or None."""
         return None
 
+    def stand_in(self) -> Environment | None:
+        """A prepared environment whose intermediates stand for this one's where it exposes
+        none (an exported model: the model it was exported from); None: the eager float32
+        model stands in."""
+        return None
+
     def close(self) -> None:
         """Release what `prepare` built (sessions, temporary files)."""
 
