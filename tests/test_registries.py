@@ -104,7 +104,13 @@ DOCUMENTED = {
 }
 FORMS = {
     "models": ["torchvision:<name>", "package.module:factory"],
-    "environments": ["threads=N", "quantized:RESULTS#ID", "package.module:factory"],
+    "environments": [
+        "deployed:RESULTS#ID",
+        "deployed-openvino:RESULTS#ID",
+        "threads=N",
+        "quantized:RESULTS#ID",
+        "package.module:factory",
+    ],
     "inspectors": ["package.module:Class"],
     "datasets": ["package.module:builder"],
     "metrics": ["package.module:Class"],
