@@ -6,6 +6,7 @@ becomes its QDQ form (deployment/encodings.py) and the graph is finished for run
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from dataclasses import dataclass, field
@@ -69,9 +70,10 @@ def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQ
     """The model's ONNX graph with one marker node per call of a quantizer."""
     for index, (_, quantizer) in enumerate(quantizers):
         quantizer.forward = lambda x, index=index: _Marker.apply(x, index)  # type: ignore[method-assign]
-    buffer = io.BytesIO()
+    buffer, chatter = io.BytesIO(), io.StringIO()
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        # The exporter prints the whole TorchScript graph when it fails: the error says enough.
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(chatter):
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 model.eval(),
@@ -104,6 +106,7 @@ def export_qdq(
     """Write `model` (a QuantizedModel, calibrated, its plan in effect) run on `example` to
     `path` in QDQ form. `pack`: weights of up to 4 bits as INT4/UINT4 (else INT8, which more
     runtimes run with integer kernels). Nothing is written when the export fails."""
+    _refuse_sparsity(model)
     quantizers = quantizers_of(model)
     proto = trace(model, example, quantizers)
     graph = QDQGraph(proto.graph)
@@ -146,6 +149,18 @@ def export_qdq(
         onnx.save(proto, str(temporary))
     summary.size = Path(path).stat().st_size
     return summary
+
+
+def _refuse_sparsity(model: nn.Module) -> None:
+    """Block sparsity drops activation blocks below a threshold while the model runs, which no
+    ONNX operator does as one step: a sparsified layer is refused by name."""
+    for name, layer in getattr(model, "layers", {}).items():
+        if "sparsifier" in getattr(layer, "transforms", {}):
+            raise UserError(
+                f"layer '{name}' is block-sparsified (activation blocks below its threshold are "
+                "dropped at run time), which the QDQ export has no form for; export individuals "
+                "of a quantization problem"
+            )
 
 
 def _site(graph: QDQGraph, marker, name: str, quantizer: TensorQuantizer, pack: bool):  # noqa: ANN001, ANN202

@@ -203,7 +203,20 @@ def test_formats_without_an_onnx_form_are_refused_in_one_sentence(
     assert not path.exists()
 
 
-def test_a_model_the_exporter_cannot_trace_is_one_sentence(digits, tmp_path: Path) -> None:
+def test_a_block_sparsified_layer_is_refused_by_name(digits, tmp_path: Path) -> None:
+    from model_explorer.sparsity.sparsifier import BlockSparsifier
+
+    _, model, inputs = digits
+    set_formats(model, {"*": ("int8", "int8")})
+    model.layers["3"].set_sparsifier(BlockSparsifier((4, 4), 0.1))
+    try:
+        with pytest.raises(UserError, match="layer '3' is block-sparsified"):
+            export_qdq(model, inputs[:1], tmp_path / "model.onnx")
+    finally:
+        model.layers["3"].set_sparsifier(None)
+
+
+def test_a_model_the_exporter_cannot_trace_is_one_sentence(digits, tmp_path: Path, capsys) -> None:
     _, model, inputs = digits
     set_formats(model, {"*": ("int8", "int8")})
 
@@ -216,6 +229,7 @@ def test_a_model_the_exporter_cannot_trace_is_one_sentence(digits, tmp_path: Pat
         with pytest.raises(UserError, match="cannot be exported to ONNX") as raised:
             export_qdq(model, inputs[:1], tmp_path / "model.onnx")
         assert "\n" not in str(raised.value)
+        assert capsys.readouterr().out == ""  # the exporter's graph dump is kept quiet
     finally:
         del model.model[-1]
     assert not (tmp_path / "model.onnx").exists()
