@@ -102,6 +102,36 @@ def test_integer_biases_are_the_float_biases_at_the_product_scale(digits, tmp_pa
     assert np.all(error <= input_scale * weight_scale / 2 * (1 + 1e-5))
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_unsigned_and_narrow_quantizers_keep_their_levels(
+    digits, bits: int, tmp_path: Path
+) -> None:
+    """Unsigned inputs are UINT8 ([0, 2**b - 1], negatives saturate to 0 as in the fake
+    quantizer); narrow-range weights INT4/INT8 without the most negative level."""
+    _, model, inputs = digits
+    set_formats(model, {"*": (f"int{bits}", f"int{bits}")})
+    quantizers = [
+        (layer.input_quantizer, layer.weight_quantizer) for layer in model.layers.values()
+    ]
+    try:
+        for input_quantizer, weight_quantizer in quantizers:
+            input_quantizer.unsigned, weight_quantizer.narrow_range = True, True
+        with torch.no_grad():
+            expected = model(inputs[:60]).numpy()
+        path = tmp_path / "model.onnx"
+        export_qdq(model, inputs[:1], path)
+        np.testing.assert_allclose(
+            run_reference(path, inputs[:60]), expected, atol=0.1 if bits == 8 else 1e-4
+        )
+        stored = {t.name: t for t in onnx.load(str(path)).graph.initializer}
+        assert stored["model.3.input_quantizer_zero_point"].data_type == TensorProto.UINT8
+        levels = numpy_helper.to_array(stored["model.3.weight_quantizer_quantized"]).astype(int)
+        assert levels.min() >= -(2 ** (bits - 1)) + 1
+    finally:
+        for input_quantizer, weight_quantizer in quantizers:
+            input_quantizer.unsigned, weight_quantizer.narrow_range = False, False
+
+
 def test_weights_are_stored_as_integers_of_their_levels_and_activations_clipped(
     digits, tmp_path: Path
 ) -> None:
