@@ -120,6 +120,7 @@ class OpenVinoSession(Session):
             import openvino.properties.hint as hints
         except ImportError:
             raise _missing("openvino", "openvino") from None
+        self.path = path
         try:
             self.compiled = openvino.Core().compile_model(
                 str(path), "CPU", {hints.inference_precision: openvino.Type.f32}
@@ -134,14 +135,31 @@ class OpenVinoSession(Session):
 
     def kernels(self) -> list[Kernel]:
         found = []
+        outputs = _output_products(self.path)
         for op in self.compiled.get_runtime_model().get_ordered_ops():
             info = op.get_rt_info()
             kind = info["layerType"].astype(str)
             if kind in self._PRODUCTS:
-                found.append(
-                    Kernel(op.get_friendly_name(), kind, info["runtimePrecision"].astype(str))
-                )
+                # A fused product that writes a graph output is named after the output.
+                name = outputs.get(op.get_friendly_name(), op.get_friendly_name())
+                found.append(Kernel(name, kind, info["runtimePrecision"].astype(str)))
         return found
+
+
+def _output_products(path: Path) -> dict[str, str]:
+    """Graph output name -> the product node that computes it (through its bias Add)."""
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    producers = {output: node for node in graph.node for output in node.output}
+    found = {}
+    for output in graph.output:
+        node = producers.get(output.name)
+        if node is not None and node.op_type == "Add":
+            node = producers.get(node.input[0])
+        if node is not None and node.op_type in ORT_FLOAT_KERNELS:
+            found[output.name] = node.name
+    return found
 
 
 RUNTIMES.register("onnxruntime")(OnnxRuntimeSession)

@@ -169,3 +169,16 @@ def test_compare_sets_the_runtime_beside_the_individual_it_was_exported_from(
     # The exported file's stand-in is the individual itself, not the float model.
     assert pair["localisation"]["intermediates_of"] == [f"quantized:{reference}"] * 2
     assert "the difference is the backend's" in pair["localisation"]["note"]
+
+
+def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) -> None:
+    from model_explorer.deployment.runtimes import describe_kernels, open_session
+
+    workload, result = searched
+    target = tmp_path / "chosen.onnx"
+    reference = f"{result}#{_front_id(result)}"
+    assert main(["export", reference, "--onnx", str(target), "--workload", str(workload)]) == 0
+    layers = ["0", "3", "7", "12", "14"]  # digits_cnn's quantized layers
+    for runtime in ("onnxruntime", "openvino"):
+        kernels = describe_kernels(open_session(runtime, target).kernels(), layers)
+        assert sorted(kernels["integer"] + kernels["float"]) == sorted(layers), runtime
