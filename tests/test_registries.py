@@ -99,7 +99,16 @@ DOCUMENTED = {
         "Sensitivity",
     },
     "energy": {"analytic", "zigzag"},
-    "environments": {"eager", "eager-fp64", "half", "bfloat16", "compile", "onnxruntime", "cuda"},
+    "environments": {
+        "eager",
+        "eager-fp64",
+        "half",
+        "bfloat16",
+        "compile",
+        "onnxruntime",
+        "openvino",
+        "cuda",
+    },
     "analyses": {"template", "activation_ranges", "zero_ratio", "histograms"},
 }
 FORMS = {
@@ -145,7 +154,8 @@ def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> 
     code = (
         "import sys; from model_explorer.cli import main; "
         "main(['list', 'energy']); main(['list', 'runners']); main(['list', 'algorithms']); "
-        "optional = ('zigzag', 'distributed', 'onnxruntime', 'numba', 'pymoo'); "
+        "main(['list', 'environments']); main(['list', 'runtimes']); "
+        "optional = ('zigzag', 'distributed', 'onnxruntime', 'numba', 'pymoo', 'openvino'); "
         "loaded = [m for m in optional if m in sys.modules]; "
         "print('loaded:', loaded)"
     )

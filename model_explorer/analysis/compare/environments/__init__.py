@@ -8,6 +8,7 @@ from __future__ import annotations
 from model_explorer.analysis.compare.environments import deployed as _deployed  # noqa: F401
 from model_explorer.analysis.compare.environments import eager as _eager  # noqa: F401
 from model_explorer.analysis.compare.environments import onnx as _onnx  # noqa: F401
+from model_explorer.analysis.compare.environments import openvino as _openvino  # noqa: F401
 from model_explorer.analysis.compare.environments import quantized as _quantized  # noqa: F401
 from model_explorer.analysis.compare.environments import user as _user  # noqa: F401
 from model_explorer.analysis.compare.environments.base import (
