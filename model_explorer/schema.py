@@ -162,10 +162,15 @@ class TypedSpec(Spec):
     the entry under another key (`type_key`), declaring that field itself."""
 
     model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(_refuse_rejected)]]
     registry: ClassVar[Registry[Any]]
     type_key: ClassVar[str] = "type"
     _options: Any = PrivateAttr(default=None)
+    # The extra keys' validator, as an evaluated annotation rather than a string: pydantic
+    # before 2.13 resolves this one string in each subclass's module, where `Annotated` may be
+    # unknown.
+    __annotations__["__pydantic_extra__"] = dict[
+        str, Annotated[Any, AfterValidator(_refuse_rejected)]
+    ]
 
     @classmethod
     def _entry_name(cls, data: dict[str, Any]) -> Any:

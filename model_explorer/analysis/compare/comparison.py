@@ -81,7 +81,7 @@ def pair_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str, floa
 @dataclass
 class Run:
     """What one environment produced: logits of the first repeat, seconds per sample of every
-    repeat, whether every repeat gave bitwise identical logits."""
+    repeat and of every sample, whether every repeat gave bitwise identical logits."""
 
     name: str
     description: str
@@ -91,6 +91,9 @@ class Run:
     prepare_seconds: float
     has_intermediates: bool
     accuracy: float | None = None
+    # Seconds per sample, sample by sample: its batch's median time over the repeats divided by
+    # the batch's size (with --batch-size 1, each sample's own time, as DeltaNN records it).
+    sample_seconds: np.ndarray | None = None
 
     @property
     def median_seconds_per_sample(self) -> float:
@@ -129,12 +132,19 @@ def measure(
     prepared = time.perf_counter() - start
     outputs: list[np.ndarray] = []
     seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = torch.cat([env.run(batch) for batch in batches])
-        seconds.append((time.perf_counter() - start) / len(inputs))
-        outputs.append(result.numpy())
+    batch_seconds = np.zeros((repeats, len(batches)))
+    for repeat in range(repeats):
+        results = []
+        for index, batch in enumerate(batches):
+            start = time.perf_counter()
+            results.append(env.run(batch))
+            batch_seconds[repeat, index] = time.perf_counter() - start
+        seconds.append(float(batch_seconds[repeat].sum()) / len(inputs))
+        outputs.append(torch.cat(results).numpy())
     stable = all(o.tobytes() == outputs[0].tobytes() for o in outputs[1:])
+    # Each sample's time: its batch's median over the repeats, shared by the batch's samples.
+    sizes = np.array([len(batch) for batch in batches])
+    sample_seconds = np.repeat(np.median(batch_seconds, axis=0) / sizes, sizes)
     return Run(
         env.name,
         env.description,
@@ -143,6 +153,7 @@ def measure(
         stable,
         prepared,
         env.exposes_intermediates,
+        sample_seconds=sample_seconds,
     )
 
 
