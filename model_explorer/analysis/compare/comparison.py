@@ -30,11 +30,17 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from model_explorer.analysis.compare.deltann import prediction_metrics, timing_statistics
 from model_explorer.analysis.compare.environments import (
     Environment,
     EnvironmentSkipped,
     TorchEnvironment,
     environment,
+)
+from model_explorer.analysis.compare.localisation import (
+    localisation_samples,
+    localise,
+    relative_error,
 )
 from model_explorer.errors import UserError
 
@@ -42,17 +48,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TOLERANCE = 1e-4
 TOP_K = 5
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """(max |a - b|, that divided by max(max |a|, max |b|)); 0 relative error for two zeros."""
-    if a.size == 0:
-        return 0.0, 0.0
-    largest = float(np.abs(a - b).max())
-    scale = max(float(np.abs(a).max()), float(np.abs(b).max()))
-    if scale == 0.0:
-        return largest, 0.0 if largest == 0.0 else float("inf")
-    return largest, largest / scale
 
 
 def pair_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str, float]:
@@ -94,6 +89,9 @@ class Run:
     # Seconds per sample, sample by sample: its batch's median time over the repeats divided by
     # the batch's size (with --batch-size 1, each sample's own time, as DeltaNN records it).
     sample_seconds: np.ndarray | None = None
+    # The independent measurements behind them: every batch's time per sample in every repeat
+    # (what the timing statistics compare: samples of one batch share one measurement).
+    timings: np.ndarray | None = None
 
     @property
     def median_seconds_per_sample(self) -> float:
@@ -113,6 +111,7 @@ class Comparison:
     repeats: int
     tolerance: float
     localisations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    targets: Any = None  # the samples' labels where known
 
 
 def _batches(inputs: Tensor, batch_size: int) -> list[Tensor]:
@@ -145,6 +144,7 @@ def measure(
     # Each sample's time: its batch's median over the repeats, shared by the batch's samples.
     sizes = np.array([len(batch) for batch in batches])
     sample_seconds = np.repeat(np.median(batch_seconds, axis=0) / sizes, sizes)
+    timings = (batch_seconds / sizes).reshape(-1)
     return Run(
         env.name,
         env.description,
@@ -154,45 +154,17 @@ def measure(
         prepared,
         env.exposes_intermediates,
         sample_seconds=sample_seconds,
+        timings=timings,
     )
 
 
-def _layer(name: str) -> str:
-    return name.partition("/")[0] if "/" in name else ""
-
-
-def localise(a: dict[str, Tensor], b: dict[str, Tensor], tolerance: float) -> dict[str, Any]:
-    """Per-operator errors of two environments' intermediates, compared by operator name in
-    A's execution order, and the first operator whose relative error exceeds `tolerance`."""
-    layers = []
-    first = None
-    missing = 0
-    for name, value in a.items():
-        other = b.get(name)
-        if other is None or other.shape != value.shape:
-            missing += 1
-            continue
-        absolute, relative = relative_error(value.numpy(), other.numpy())
-        row = {
-            "name": name,
-            "layer": _layer(name),
-            "opcode": name.rpartition("/")[2].partition("#")[0],
-            "shape": list(value.shape),
-            "max_abs_error": absolute,
-            "relative_error": relative,
-        }
-        layers.append(row)
-        if first is None and not relative <= tolerance:  # NaN counts as above
-            first = row
-    return {"first": first, "operators": layers, "unmatched": missing, "tolerance": tolerance}
-
-
-def _localisation_samples(a: np.ndarray, b: np.ndarray, count: int) -> list[int]:
-    """Samples whose top-1 differs first (in order), then those with the largest error."""
-    differ = np.flatnonzero(a.argmax(axis=1) != b.argmax(axis=1)).tolist()
-    error = np.abs(a - b).max(axis=1)
-    rest = [int(i) for i in np.argsort(-error, kind="stable") if int(i) not in set(differ)]
-    return sorted((differ + rest)[:count])
+def deltann_metrics(a: Run, b: Run) -> dict[str, Any]:
+    """DeltaNN's metrics of a pair (analysis/compare/deltann.py): its prediction metrics and the
+    statistics of the samples' times."""
+    found = prediction_metrics(a.logits, b.logits)
+    if a.timings is not None and b.timings is not None:
+        found.update(timing_statistics(a.timings, b.timings))
+    return found
 
 
 class Comparer:
@@ -269,7 +241,7 @@ class Comparer:
 
     def localise_pair(self, a: Environment, b: Environment, runs: dict[str, Run]) -> dict[str, Any]:
         """Where the pair (a, b) diverges, on its most disagreeing samples."""
-        samples = _localisation_samples(
+        samples = localisation_samples(
             runs[a.name].logits, runs[b.name].logits, self.localise_samples
         )
         inputs = self.inputs[samples]
@@ -369,6 +341,7 @@ def compare(
             for b in ran[i + 1 :]:
                 pair = {"a": a.name, "b": b.name}
                 pair.update(pair_metrics(runs[a.name].logits, runs[b.name].logits))
+                pair.update(deltann_metrics(runs[a.name], runs[b.name]))
                 pair["agree"] = not disagrees(pair, tolerance)
                 if localise_disagreements and not pair["agree"]:
                     localisations[(a.name, b.name)] = comparer.localise_pair(a, b, runs)
@@ -385,6 +358,7 @@ def compare(
         repeats,
         tolerance,
         localisations,
+        None if targets is None else targets.detach().cpu().numpy(),
     )
 
 

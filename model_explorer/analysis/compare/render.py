@@ -1,5 +1,5 @@
-"""Rendering a Comparison: comparison.json, the agreement matrix, timings, localisation plots
-and the printed table."""
+"""Rendering a Comparison: comparison.json, samples.csv (DeltaNN's per-sample records), the
+agreement matrix, DeltaNN's matrices, timings, localisation plots and the printed table."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from model_explorer.analysis.compare.comparison import TOP_K, Comparison
+from model_explorer.analysis.compare.deltann import sample_records, stuck
 from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
 
@@ -29,7 +30,27 @@ METRICS = {
     "bitwise_stable": "every repeat gave bitwise identical logits",
     "localisation": "per-operator relative error (as max_rel_error) of the intermediates, in "
     "execution order; first = the first above the tolerance",
+    "top1_dissimilarity": "DeltaNN: share of samples whose top-1 classes differ",
+    "topk_jaccard": f"DeltaNN: mean over samples of the Jaccard index of the {TOP_K} highest "
+    "classes",
+    "kendall_tau": f"DeltaNN: mean over samples of Kendall's tau-b of the two environments' "
+    f"scores of the classes among either's {TOP_K} highest",
+    "differing_samples": "DeltaNN: the samples whose top-1 classes differ",
+    "label_dissimilarity": "DeltaNN: per class A predicts, the share of its samples where B "
+    "predicts another",
+    "anova_f, anova_p": "DeltaNN: one-way ANOVA of the two environments' times per sample (each "
+    "batch's time / its size, every repeat)",
+    "mean_change_percent": "DeltaNN: (mean time of B - mean time of A) / mean time of A x 100",
+    "stuck": "one class predicted for every sample (class, share of the most predicted class)",
+    "samples.csv": "per environment and sample: label, top-k classes and scores, seconds",
 }
+# The N x N matrices drawn in deltann.png: (key, title, value of an environment with itself).
+DELTANN_MATRICES = (
+    ("top1_dissimilarity", "top-1 dissimilarity", 0.0),
+    ("topk_jaccard", f"top-{TOP_K} Jaccard", 1.0),
+    ("kendall_tau", "Kendall's tau", 1.0),
+    ("anova_p", "ANOVA p of the times", 1.0),
+)
 
 
 def file_name(name: str) -> str:
@@ -66,6 +87,7 @@ def to_dict(comparison: Comparison, **about: Any) -> dict[str, Any]:
             "prepare_seconds": run.prepare_seconds,
             "intermediates": run.has_intermediates,
             "top1_accuracy": run.accuracy,
+            "stuck": stuck(run.logits),
         }
     pairs = []
     for pair in comparison.pairs:
@@ -88,11 +110,13 @@ def to_dict(comparison: Comparison, **about: Any) -> dict[str, Any]:
     )
 
 
-def agreement_matrix(comparison: Comparison, key: str = "top1_agreement") -> np.ndarray:
-    """N x N matrix of a pair metric; the diagonal is 1 (an environment agrees with itself;
-    run-to-run stability is reported separately)."""
+def agreement_matrix(
+    comparison: Comparison, key: str = "top1_agreement", diagonal: float = 1.0
+) -> np.ndarray:
+    """N x N matrix of a pair metric; the diagonal is `diagonal` (an environment agrees with
+    itself; run-to-run stability is reported separately)."""
     names = list(comparison.runs)
-    matrix = np.eye(len(names))
+    matrix = np.eye(len(names)) * diagonal
     index = {n: i for i, n in enumerate(names)}
     for pair in comparison.pairs:
         i, j = index[pair["a"]], index[pair["b"]]
@@ -116,6 +140,49 @@ def plot_agreement(comparison: Comparison) -> Any:
     figure.colorbar(image, ax=axes, label="top-1 agreement")
     axes.set_title(f"top-1 agreement on {comparison.samples} samples")
     return figure
+
+
+def short_name(name: str, width: int = 24) -> str:
+    """An environment's name for an axis: a long `kind:RESULTS#ID` keeps its kind and its end."""
+    if len(name) <= width or ":" not in name:
+        return name
+    kind, _, rest = name.partition(":")
+    return f"{kind}:…{rest[-(width - len(kind) - 2) :]}"
+
+
+def plot_deltann(comparison: Comparison) -> Any:
+    """DeltaNN's N x N matrices side by side."""
+    plt = pyplot()
+    names = list(comparison.runs)
+    size = 1.5 + 0.6 * len(names)
+    figure, axes = plt.subplots(1, len(DELTANN_MATRICES), figsize=(size * 4, size + 1.5))
+    figure.subplots_adjust(left=0.12, right=0.98, bottom=0.3, top=0.82, wspace=0.25)
+    labels = [short_name(name) for name in names]
+    for axis, (key, title, diagonal) in zip(axes, DELTANN_MATRICES, strict=True):
+        matrix = agreement_matrix(comparison, key, diagonal)
+        axis.imshow(matrix, vmin=min(0.0, float(np.nanmin(matrix))), vmax=1.0, cmap="viridis")
+        axis.set_xticks(range(len(names)), labels, rotation=45, ha="right")
+        axis.set_yticks(range(len(names)), labels if axis is axes[0] else [])
+        for i in range(len(names)):
+            for j in range(len(names)):
+                color = "black" if matrix[i, j] > 0.6 else "white"
+                text = f"{matrix[i, j]:.2g}"
+                axis.text(j, i, text, ha="center", va="center", color=color, fontsize=8)
+        axis.set_title(title)
+    figure.suptitle(f"DeltaNN's metrics on {comparison.samples} samples")
+    return figure
+
+
+def write_samples(comparison: Comparison, path: Path) -> Path:
+    """samples.csv: one row per environment and sample (see `deltann.sample_records`)."""
+    import pandas as pd
+
+    rows = []
+    for name, run in comparison.runs.items():
+        rows += sample_records(name, run.logits, run.sample_seconds, comparison.targets)
+    with atomic_path(path) as temporary:
+        pd.DataFrame(rows).to_csv(temporary, index=False)
+    return path
 
 
 def plot_timing(comparison: Comparison) -> Any:
@@ -169,6 +236,10 @@ def write_comparison(comparison: Comparison, out: Path, **about: Any) -> list[Pa
         if found["operators"]:
             figures[localisation_file(a, b)] = lambda found=found: plot_localisation(found)
     written = [path]
+    if comparison.runs:
+        written.append(write_samples(comparison, out / "samples.csv"))
+    if len(comparison.runs) > 1:
+        figures["deltann.png"] = lambda: plot_deltann(comparison)
     for name, draw in figures.items():
         written.append(save_figure(draw(), out / name, close=True))
     return written

@@ -1,0 +1,114 @@
+"""DeltaNN's view of a comparison (luludak/DeltaNN, ICSME 2023): what each environment predicted
+for each sample, and per pair of environments how often and where the predictions differ and
+whether one is slower.
+
+Per sample and environment (`sample_records`): the k highest classes with their scores and the
+sample's time. Per pair (A, B) over the same samples (`prediction_metrics`):
+
+- `top1_dissimilarity`: share of samples whose top-1 classes differ (1 - top-1 agreement);
+- `topk_jaccard`: mean over samples of |A_k ∩ B_k| / |A_k ∪ B_k| of the k highest classes;
+- `kendall_tau`: mean over samples of Kendall's tau-b between A's and B's scores of the classes
+  in A_k ∪ B_k (how alike the two rankings of the candidates are; 1: the same order);
+- `differing_samples`: the samples whose top-1 differs;
+- `label_dissimilarity`: per class that A predicts, the share of those samples where B predicts
+  another class.
+
+`stuck(logits)` says whether an environment predicts one class for every sample (a "stuck"
+model). Per pair, `timing_statistics` compares the samples' times: one-way ANOVA (F and p,
+scipy.stats.f_oneway) and the change of the mean time from A to B in percent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+TOP_K = 5
+
+
+def top_k(logits: np.ndarray, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, scores) of the k highest scores of each sample, highest first (ties: lower
+    class first)."""
+    k = min(k, logits.shape[1])
+    classes = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    return classes, np.take_along_axis(logits, classes, axis=1)
+
+
+def _kendall_tau(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-b of two score vectors over the same items (1 where both are constant)."""
+    from scipy.stats import kendalltau
+
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return 1.0
+    tau = kendalltau(a, b).statistic
+    return float(tau) if np.isfinite(tau) else 0.0
+
+
+def prediction_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str, Any]:
+    """The pair metrics of two environments' logits (samples x classes), see the module text."""
+    top_a, _ = top_k(a, k)
+    top_b, _ = top_k(b, k)
+    jaccard, tau = [], []
+    for row_a, row_b, scores_a, scores_b in zip(top_a, top_b, a, b, strict=True):
+        union = np.union1d(row_a, row_b)
+        jaccard.append(len(np.intersect1d(row_a, row_b)) / len(union))
+        tau.append(_kendall_tau(scores_a[union], scores_b[union]))
+    first_a, first_b = top_a[:, 0], top_b[:, 0]
+    differing = np.flatnonzero(first_a != first_b)
+    labels = {
+        int(label): float(np.mean(first_b[first_a == label] != label))
+        for label in np.unique(first_a)
+    }
+    return {
+        "top1_dissimilarity": float(np.mean(first_a != first_b)),
+        "topk_jaccard": float(np.mean(jaccard)),
+        "kendall_tau": float(np.mean(tau)),
+        "differing_samples": differing.tolist(),
+        "label_dissimilarity": labels,
+    }
+
+
+def stuck(logits: np.ndarray) -> dict[str, Any]:
+    """Whether one class is predicted for every sample: {'stuck', 'class', 'share'} with the
+    most predicted class and the share of samples it takes."""
+    predicted = logits.argmax(axis=1)
+    classes, counts = np.unique(predicted, return_counts=True)
+    most = int(np.argmax(counts))
+    share = float(counts[most] / len(predicted))
+    only_one = len(predicted) > 1 and len(classes) == 1
+    return {"stuck": only_one, "class": int(classes[most]), "share": share}
+
+
+def timing_statistics(seconds_a: np.ndarray, seconds_b: np.ndarray) -> dict[str, float]:
+    """One-way ANOVA of the two environments' per-sample times (F, p) and the change of the
+    mean from A to B in percent (positive: B is slower)."""
+    from scipy.stats import f_oneway
+
+    mean_a, mean_b = float(np.mean(seconds_a)), float(np.mean(seconds_b))
+    if np.ptp(seconds_a) == 0 and np.ptp(seconds_b) == 0:
+        f_value, p_value = (0.0, 1.0) if mean_a == mean_b else (float("inf"), 0.0)
+    else:
+        result = f_oneway(seconds_a, seconds_b)
+        f_value, p_value = float(result.statistic), float(result.pvalue)
+    change = (mean_b - mean_a) / mean_a * 100 if mean_a > 0 else float("nan")
+    return {"anova_f": f_value, "anova_p": p_value, "mean_change_percent": change}
+
+
+def sample_records(
+    name: str, logits: np.ndarray, seconds: np.ndarray | None, targets: Any = None, k: int = TOP_K
+) -> list[dict[str, Any]]:
+    """One row per sample of one environment: its label (where known), the k highest classes
+    and their scores, its time in seconds."""
+    classes, scores = top_k(logits, k)
+    rows = []
+    for index in range(len(logits)):
+        row: dict[str, Any] = {"environment": name, "sample": index}
+        if targets is not None:
+            row["label"] = int(targets[index])
+        for rank in range(classes.shape[1]):
+            row[f"top{rank + 1}"] = int(classes[index, rank])
+            row[f"score{rank + 1}"] = float(scores[index, rank])
+        row["seconds"] = None if seconds is None else float(seconds[index])
+        rows.append(row)
+    return rows
