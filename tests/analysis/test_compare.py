@@ -303,3 +303,52 @@ def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
     assert found["first"]["name"] == "2/FullyConnected#0"
     text = json.dumps(to_dict(comparison), allow_nan=False)
     assert json.loads(text)["pairs"][0]["max_rel_error"] == "nan"
+
+
+@pytest.mark.parametrize("layer, opcode", [("3", "Conv2D"), ("12", "FullyConnected")])
+def test_a_layer_perturbed_inside_onnxruntime_is_localised_there(layer: str, opcode: str) -> None:
+    """onnxruntime's own intermediates (every module's output marked in the export) name the
+    layer where it diverges, not the eager stand-in."""
+    pytest.importorskip("onnxruntime")
+    from model_explorer.analysis.compare.environments import OnnxRuntimeEnvironment
+    from model_explorer.models import create_model
+
+    class PerturbedExport(OnnxRuntimeEnvironment):
+        def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+            weight = model.get_submodule(layer).weight
+            with torch.no_grad():
+                weight += 0.5 * weight.std()
+            super().prepare(model, example)
+
+    torch.manual_seed(0)
+    model = create_model("digits_cnn").eval()
+    comparison = compare(model, torch.randn(32, 1, 8, 8), ["eager", PerturbedExport("perturbed")])
+    found = comparison.localisations[("eager", "perturbed")]
+    assert found["intermediates_of"] == ["eager", "perturbed"]
+    assert found["first"]["name"] == f"{layer}/{opcode}#0"
+
+
+def test_onnxruntime_intermediates_line_up_with_eager_in_nested_residual_models() -> None:
+    """resnet20: blocks, residual additions, shortcuts; each marked module's output must be
+    the value eager gives the operator it is named after."""
+    pytest.importorskip("onnxruntime")
+    from model_explorer.analysis.compare.environments import (
+        OnnxRuntimeEnvironment,
+        operator_outputs,
+    )
+    from model_explorer.models import create_model
+
+    torch.manual_seed(0)
+    model, x = create_model("resnet20", in_channels=1).eval(), torch.randn(4, 1, 32, 32)
+    env = OnnxRuntimeEnvironment("onnxruntime")
+    env.prepare(model, x[:1])
+    try:
+        found = env.intermediates(x)
+    finally:
+        env.close()
+    expected = operator_outputs(model, x)
+    assert len(found) > 40 and set(found) <= set(expected)
+    assert any(name.startswith("layers.0.") for name in found)  # inside the blocks too
+    for name, value in found.items():
+        scale = float(expected[name].abs().max()) or 1.0
+        assert float((value - expected[name]).abs().max()) <= 1e-5 * scale, name
