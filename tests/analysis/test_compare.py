@@ -328,19 +328,17 @@ def test_a_layer_perturbed_inside_onnxruntime_is_localised_there(layer: str, opc
     assert found["first"]["name"] == f"{layer}/{opcode}#0"
 
 
-def test_onnxruntime_intermediates_line_up_with_eager_in_nested_residual_models() -> None:
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runtime: str) -> None:
     """resnet20: blocks, residual additions, shortcuts; each marked module's output must be
     the value eager gives the operator it is named after."""
-    pytest.importorskip("onnxruntime")
-    from model_explorer.analysis.compare.environments import (
-        OnnxRuntimeEnvironment,
-        operator_outputs,
-    )
+    pytest.importorskip(runtime)
+    from model_explorer.analysis.compare.environments import environment, operator_outputs
     from model_explorer.models import create_model
 
     torch.manual_seed(0)
     model, x = create_model("resnet20", in_channels=1).eval(), torch.randn(4, 1, 32, 32)
-    env = OnnxRuntimeEnvironment("onnxruntime")
+    env = environment(runtime)
     env.prepare(model, x[:1])
     try:
         found = env.intermediates(x)

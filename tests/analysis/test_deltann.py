@@ -15,6 +15,7 @@ from scipy.stats import f as f_distribution
 from model_explorer.analysis.compare import compare, write_comparison
 from model_explorer.analysis.compare.deltann import (
     prediction_metrics,
+    rank_score,
     sample_records,
     stuck,
     timing_statistics,
@@ -76,11 +77,26 @@ def test_an_environment_agrees_with_itself_and_a_reversed_ranking_scores_minus_o
     assert prediction_metrics(a, -a, k=a.shape[1])["kendall_tau"] == pytest.approx(-1)
 
 
-def test_a_model_that_predicts_one_class_for_everything_is_stuck() -> None:
-    logits = random_logits(3)
-    logits[:, 4] += 100
-    assert stuck(logits) == {"stuck": True, "class": 4, "share": 1.0}
-    assert stuck(random_logits(4))["stuck"] is False
+def test_a_model_that_gives_one_top5_for_everything_is_stuck() -> None:
+    """DeltaNN's rule: more than 90 of 100 samples with the same ordered top-5."""
+    constant = np.tile(np.arange(8.0), (100, 1))  # a broken model: the same scores everywhere
+    constant[:9] = random_logits(6, samples=9)  # 91 of 100 alike: stuck
+    found = stuck(constant)
+    assert found["stuck"] is True and found["topk_share"] == 0.91 and found["class"] == 7
+    constant[9] = random_logits(7, samples=1)  # 90 of 100: not more than 90%
+    assert stuck(constant)["stuck"] is False
+    one_class = random_logits(3)
+    one_class[:, 4] += 100  # one top-1 class, but the rest of the top-5 varies
+    assert stuck(one_class) == {**stuck(one_class), "stuck": False, "class": 4, "share": 1.0}
+
+
+def test_the_rank_score_equals_deltanns_definition_by_hand() -> None:
+    # B shares 4 of A's 5 classes; ranks (0-based) of the shared ones: 0->0, 1->2, 2->1, 3->3.
+    a = np.array([541, 98, 12, 7, 300])
+    b = np.array([541, 12, 98, 7, 301])
+    expected = (1 + (1 - 1 / 10) + (1 - 1 / 10) + 1 + 0) / 5 * 100
+    assert rank_score(a, b) == pytest.approx(expected)
+    assert rank_score(a, a) == pytest.approx(100)
 
 
 def test_the_timing_statistics_equal_the_anova_written_out() -> None:

@@ -5,17 +5,22 @@ whether one is slower.
 Per sample and environment (`sample_records`): the k highest classes with their scores and the
 sample's time. Per pair (A, B) over the same samples (`prediction_metrics`):
 
-- `top1_dissimilarity`: share of samples whose top-1 classes differ (1 - top-1 agreement);
+- `top1_dissimilarity`: share of samples whose top-1 classes differ (1 - top-1 agreement;
+  DeltaNN prints it in percent);
 - `topk_jaccard`: mean over samples of |A_k ∩ B_k| / |A_k ∪ B_k| of the k highest classes;
 - `kendall_tau`: mean over samples of Kendall's tau-b between A's and B's scores of the classes
-  in A_k ∪ B_k (how alike the two rankings of the candidates are; 1: the same order);
+  in A_k ∪ B_k (how alike the two rankings of the candidates are; 1: the same order). DeltaNN's
+  code hands scipy the two lists of class IDs paired by rank position, which measures how the
+  IDs sort, not the rankings; this is the rank correlation its name promises;
+- `rank_score`: DeltaNN's rank score, mean over samples: each of B's top-k classes that A has
+  too scores 1 - |rank difference| / (2k), the sum over k, in percent;
 - `differing_samples`: the samples whose top-1 differs;
 - `label_dissimilarity`: per class that A predicts, the share of those samples where B predicts
   another class.
 
-`stuck(logits)` says whether an environment predicts one class for every sample (a "stuck"
-model). Per pair, `timing_statistics` compares the samples' times: one-way ANOVA (F and p,
-scipy.stats.f_oneway) and the change of the mean time from A to B in percent.
+`stuck(logits)` is DeltaNN's check of a broken ("stuck") model: more than 90% of the samples
+give the same top-k. Per pair, `timing_statistics` compares the samples' times: one-way ANOVA
+(F and p, scipy.stats.f_oneway) and the change of the mean time from A to B in percent.
 """
 
 from __future__ import annotations
@@ -49,11 +54,12 @@ def prediction_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str
     """The pair metrics of two environments' logits (samples x classes), see the module text."""
     top_a, _ = top_k(a, k)
     top_b, _ = top_k(b, k)
-    jaccard, tau = [], []
+    jaccard, tau, ranks = [], [], []
     for row_a, row_b, scores_a, scores_b in zip(top_a, top_b, a, b, strict=True):
         union = np.union1d(row_a, row_b)
         jaccard.append(len(np.intersect1d(row_a, row_b)) / len(union))
         tau.append(_kendall_tau(scores_a[union], scores_b[union]))
+        ranks.append(rank_score(row_a, row_b))
     first_a, first_b = top_a[:, 0], top_b[:, 0]
     differing = np.flatnonzero(first_a != first_b)
     labels = {
@@ -64,20 +70,43 @@ def prediction_metrics(a: np.ndarray, b: np.ndarray, k: int = TOP_K) -> dict[str
         "top1_dissimilarity": float(np.mean(first_a != first_b)),
         "topk_jaccard": float(np.mean(jaccard)),
         "kendall_tau": float(np.mean(tau)),
+        "rank_score": float(np.mean(ranks)),
         "differing_samples": differing.tolist(),
         "label_dissimilarity": labels,
     }
 
 
-def stuck(logits: np.ndarray) -> dict[str, Any]:
-    """Whether one class is predicted for every sample: {'stuck', 'class', 'share'} with the
-    most predicted class and the share of samples it takes."""
-    predicted = logits.argmax(axis=1)
-    classes, counts = np.unique(predicted, return_counts=True)
+# DeltaNN's stuck-model rule: more than 90 of 100 images give the first image's top-5.
+STUCK_SHARE = 0.9
+
+
+def stuck(logits: np.ndarray, k: int = TOP_K) -> dict[str, Any]:
+    """DeltaNN's check of a broken model: `stuck` when more than 90% of the samples give the
+    same ordered top-k (as the most common one); with the share of that top-k, and the most
+    predicted class and the share of samples it takes."""
+    classes, _ = top_k(logits, k)
+    _, top_counts = np.unique(classes, axis=0, return_counts=True)
+    topk_share = float(top_counts.max() / len(classes))
+    labels, counts = np.unique(classes[:, 0], return_counts=True)
     most = int(np.argmax(counts))
-    share = float(counts[most] / len(predicted))
-    only_one = len(predicted) > 1 and len(classes) == 1
-    return {"stuck": only_one, "class": int(classes[most]), "share": share}
+    return {
+        "stuck": len(classes) > 1 and topk_share > STUCK_SHARE,
+        "topk_share": topk_share,
+        "class": int(labels[most]),
+        "share": float(counts[most] / len(classes)),
+    }
+
+
+def rank_score(a: np.ndarray, b: np.ndarray) -> float:
+    """DeltaNN's rank score of two samples' top-k lists (classes, highest first), in percent:
+    each class of B that A has too scores 1 - |rank in A - rank in B| / (2k); the sum over k."""
+    positions = {int(label): rank for rank, label in enumerate(a)}
+    total = sum(
+        1 - abs(positions[int(label)] - rank) / (2 * len(a))
+        for rank, label in enumerate(b)
+        if int(label) in positions
+    )
+    return total / len(a) * 100
 
 
 def timing_statistics(seconds_a: np.ndarray, seconds_b: np.ndarray) -> dict[str, float]:

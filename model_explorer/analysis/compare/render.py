@@ -41,7 +41,10 @@ METRICS = {
     "anova_f, anova_p": "DeltaNN: one-way ANOVA of the two environments' times per sample (each "
     "batch's time / its size, every repeat)",
     "mean_change_percent": "DeltaNN: (mean time of B - mean time of A) / mean time of A x 100",
-    "stuck": "one class predicted for every sample (class, share of the most predicted class)",
+    "rank_score": "DeltaNN: mean over samples of its rank score, in percent: each of B's top-k "
+    "classes that A has too scores 1 - |rank difference| / (2k), the sum over k",
+    "stuck": "DeltaNN: more than 90% of the samples give the same ordered top-k (topk_share); "
+    "class, share: the most predicted class and its share of the samples",
     "samples.csv": "per environment and sample: label, top-k classes and scores, seconds",
 }
 # The N x N matrices drawn in deltann.png: (key, title, value of an environment with itself).
