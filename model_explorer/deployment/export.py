@@ -6,9 +6,6 @@ becomes its QDQ form (deployment/encodings.py) and the graph is finished for run
 
 from __future__ import annotations
 
-import contextlib
-import io
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,14 +17,19 @@ from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.graph import QDQGraph
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
-from model_explorer.onnx_export import INPUT_NAME, OUTPUT_NAME
+from model_explorer.onnx_export import (
+    INPUT_NAME,
+    drop_marker_domain,
+    mark,
+    marker_index,
+    trace_marked,
+)
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
 OPSET = 21  # INT4/UINT4 and blocked DequantizeLinear
 # The TorchScript exporter's highest; the operators it writes are the same at 21 (opset 21 only
 # widens types), so the file declares 21.
 _TRACE_OPSET = 20
-DOMAIN = "model_explorer"
 
 
 @dataclass
@@ -43,20 +45,6 @@ class ExportSummary:
     formats: dict[str, int] = field(default_factory=dict)
 
 
-class _Marker(torch.autograd.Function):
-    """Stands for quantizer `index` in the traced graph; the values pass through unchanged."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, index: int) -> Tensor:  # noqa: ANN001
-        return x.clone()
-
-    @staticmethod
-    def symbolic(g, x, index: int):  # noqa: ANN001, ANN205 - the TorchScript exporter's types
-        output = g.op(f"{DOMAIN}::Quantize", x, index_i=index)
-        output.setType(x.type())
-        return output
-
-
 def quantizers_of(model: nn.Module) -> list[tuple[str, TensorQuantizer]]:
     """The enabled quantizers of `model`, by module name."""
     return [
@@ -67,25 +55,12 @@ def quantizers_of(model: nn.Module) -> list[tuple[str, TensorQuantizer]]:
 
 
 def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQuantizer]]):  # noqa: ANN201
-    """The model's ONNX graph with one marker node per call of a quantizer."""
+    """The model's ONNX graph with one marker node per call of a quantizer (its index in
+    `quantizers`)."""
     for index, (_, quantizer) in enumerate(quantizers):
-        quantizer.forward = lambda x, index=index: _Marker.apply(x, index)  # type: ignore[method-assign]
-    buffer, chatter = io.BytesIO(), io.StringIO()
+        quantizer.forward = lambda x, index=index: mark(x, index)  # type: ignore[method-assign]
     try:
-        # The exporter prints the whole TorchScript graph when it fails: the error says enough.
-        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(chatter):
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model.eval(),
-                (example,),
-                buffer,
-                dynamo=False,
-                opset_version=_TRACE_OPSET,
-                custom_opsets={DOMAIN: 1},
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-            )
+        return trace_marked(model, example, _TRACE_OPSET)
     except UserError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever the exporter raises, said in one line
@@ -97,7 +72,6 @@ def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQ
     finally:
         for _, quantizer in quantizers:
             del quantizer.forward
-    return onnx.load_from_string(buffer.getvalue())
 
 
 def export_qdq(
@@ -118,10 +92,11 @@ def export_qdq(
         for quantizer in (layer.input_quantizer, layer.weight_quantizer)
     }
     for node in proto.graph.node:
-        if node.domain != DOMAIN:
+        index = marker_index(node)
+        if index is None:
             nodes.append(node)
             continue
-        name, quantizer = quantizers[node.attribute[0].i]
+        name, quantizer = quantizers[index]
         seen[name] = seen.get(name, 0) + 1
         site_name = name if seen[name] == 1 else f"{name}#{seen[name]}"
         site = _site(graph, node, site_name, quantizer, pack)
@@ -207,8 +182,7 @@ def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:
 
 
 def _declare_opset(proto: onnx.ModelProto) -> None:
-    for entry in list(proto.opset_import):
-        if entry.domain == DOMAIN:
-            proto.opset_import.remove(entry)
-        elif entry.domain in ("", "ai.onnx"):
+    drop_marker_domain(proto)
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
             entry.version = OPSET

@@ -156,9 +156,7 @@ def test_weights_are_stored_as_integers_of_their_levels_and_activations_clipped(
     )
     assert (int(low), int(high)) == (-4, 3)  # 3 bits inside INT8
     assert "model.12.input_quantizer" not in clips  # 8 bits: INT8's own range
-    dequantize = next(
-        n for n in graph.node if n.output[0].endswith("model.0/weight_quantizer/Quantize_output_0")
-    )
+    dequantize = next(n for n in graph.node if n.name == "model.0.weight_quantizer/Dequantize")
     assert {a.name: a.i for a in dequantize.attribute}.get("axis") == 0  # per output channel
 
 

@@ -29,8 +29,7 @@ class OnnxRuntimeEnvironment(Environment):
         super().__init__(name)
         self.session: Any = None
         self.folder: tempfile.TemporaryDirectory[str] | None = None
-        self._source: tuple[nn.Module, Tensor] | None = None
-        self._tapped: tuple[Any, list[tuple[str, str]]] | None = None
+        self.tapped: Any = None
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
         try:
@@ -41,9 +40,10 @@ class OnnxRuntimeEnvironment(Environment):
                 "onnx and onnxruntime are needed and not installed; install the onnx extra: "
                 "pip install 'model_explorer[onnx]'"
             ) from None
+        from model_explorer.analysis.compare.environments.taps import TappedModel
         from model_explorer.onnx_export import INPUT_NAME, export_onnx
 
-        self._source = (model, example)
+        self.tapped = TappedModel(model, example, _all_outputs)
         self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_onnx_")
         path = export_onnx(model, example, Path(self.folder.name) / "model.onnx", True)
         self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -56,31 +56,27 @@ class OnnxRuntimeEnvironment(Environment):
 
     def intermediates(self, inputs: Tensor) -> dict[str, Tensor] | None:
         """Every module's output as onnxruntime computes it, by the tracer's names."""
-        import onnxruntime
-
-        from model_explorer.analysis.compare.environments.taps import tapped_export
-
-        if self._tapped is None:
-            model, example = self._source  # type: ignore[misc]
-            path = Path(self.folder.name) / "tapped.onnx"  # type: ignore[union-attr]
-            names = tapped_export(model, example, path, self.input_name)
-            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            self._tapped = (session, names)
-        session, names = self._tapped
-        array = inputs.detach().to("cpu", torch.float32).numpy()
-        values = session.run([output for output, _ in names], {self.input_name: array})
-        return {
-            name: torch.from_numpy(value).to(torch.float64)
-            for (_, name), value in zip(names, values, strict=True)
-        }
+        return self.tapped.intermediates(inputs)  # type: ignore[union-attr]
 
     def close(self) -> None:
         self.session = None
-        self._tapped = None
-        self._source = None
+        if self.tapped is not None:
+            self.tapped.close()
+            self.tapped = None
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
+
+
+def _all_outputs(path: Path) -> Any:
+    """onnxruntime's run of the file at `path`: a batch to every graph output by name."""
+    import onnxruntime
+
+    from model_explorer.onnx_export import INPUT_NAME
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    return lambda array: dict(zip(names, session.run(names, {INPUT_NAME: array}), strict=True))
 
 
 register_environment("onnxruntime")(lambda name, context: OnnxRuntimeEnvironment(name))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,26 +30,24 @@ class OpenVinoEnvironment(Environment):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.compiled: Any = None
-        self._source: tuple[nn.Module, Tensor] | None = None
-        self._tapped: tuple[Any, list[tuple[str, str]]] | None = None
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self.tapped: Any = None
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
         try:
             import openvino
-            import openvino.properties.hint as hints
         except ImportError:
             raise EnvironmentSkipped(
                 "openvino is not installed; install the openvino extra: "
                 "pip install 'model_explorer[openvino]'"
             ) from None
-        self._source = (model, example)
+        from model_explorer.analysis.compare.environments.taps import TappedModel
+        from model_explorer.deployment.runtimes import openvino_cpu
+
+        self.tapped = TappedModel(model, example, _all_outputs)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             converted = openvino.convert_model(model.eval(), example_input=example[:1])
-        self.compiled = openvino.Core().compile_model(
-            converted, "CPU", {hints.inference_precision: openvino.Type.f32}
-        )
+        self.compiled = openvino_cpu(converted)
 
     def run(self, inputs: Tensor) -> Tensor:
         output = self.compiled(inputs.detach().to("cpu", torch.float32).numpy())[0]
@@ -60,34 +57,23 @@ class OpenVinoEnvironment(Environment):
         """Every module's output as OpenVINO computes it, by the tracer's names: OpenVINO runs
         the export with every module's output marked (environments/taps.py; its ONNX frontend,
         since the marks are ONNX graph outputs)."""
-        import openvino
-        import openvino.properties.hint as hints
-
-        from model_explorer.analysis.compare.environments.taps import tapped_export
-
-        if self._tapped is None:
-            model, example = self._source  # type: ignore[misc]
-            self._folder = tempfile.TemporaryDirectory(prefix="model_explorer_openvino_")
-            path = Path(self._folder.name) / "tapped.onnx"
-            names = tapped_export(model, example, path)
-            compiled = openvino.Core().compile_model(
-                str(path), "CPU", {hints.inference_precision: openvino.Type.f32}
-            )
-            self._tapped = (compiled, names)
-        compiled, names = self._tapped
-        results = compiled(inputs.detach().to("cpu", torch.float32).numpy())
-        return {
-            name: torch.from_numpy(results[compiled.output(output)]).to(torch.float64)
-            for output, name in names
-        }
+        return self.tapped.intermediates(inputs)  # type: ignore[union-attr]
 
     def close(self) -> None:
         self.compiled = None
-        self._tapped = None
-        self._source = None
-        if self._folder is not None:
-            self._folder.cleanup()
-            self._folder = None
+        if self.tapped is not None:
+            self.tapped.close()
+            self.tapped = None
+
+
+def _all_outputs(path: Path) -> Any:
+    """OpenVINO's run of the file at `path`: a batch to every graph output by name."""
+    from model_explorer.deployment.runtimes import openvino_cpu
+
+    compiled = openvino_cpu(str(path))
+    return lambda array: {
+        name: value for port, value in compiled(array).items() for name in port.get_names()
+    }
 
 
 register_environment("openvino")(lambda name, context: OpenVinoEnvironment(name))

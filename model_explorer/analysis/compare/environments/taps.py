@@ -11,29 +11,17 @@ runs: its values are each module's, as eager computes them, in the runtime's ari
 
 from __future__ import annotations
 
-import io
-import warnings
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.compare.environments.base import operator_outputs
-
-DOMAIN = "model_explorer_taps"
-
-
-class _Tap(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor, index: int) -> Tensor:  # noqa: ANN001
-        return x.clone()
-
-    @staticmethod
-    def symbolic(g, x, index: int):  # noqa: ANN001, ANN205 - the TorchScript exporter's types
-        output = g.op(f"{DOMAIN}::Tap", x, index_i=index)
-        output.setType(x.type())
-        return output
+from model_explorer.onnx_export import drop_marker_domain, mark, marker_index, trace_marked
 
 
 def last_operators(model: nn.Module, example: Tensor) -> dict[str, str]:
@@ -48,9 +36,7 @@ def last_operators(model: nn.Module, example: Tensor) -> dict[str, str]:
     return found
 
 
-def tapped_export(
-    model: nn.Module, example: Tensor, path: Path, input_name: str = "input"
-) -> list[tuple[str, str]]:
+def tapped_export(model: nn.Module, example: Tensor, path: Path) -> list[tuple[str, str]]:
     """Write `model` to `path` with every module's output as a graph output; returns (graph
     output, tracer name) in execution order."""
     names = last_operators(model, example)
@@ -58,42 +44,58 @@ def tapped_export(
     hooks = [
         module.register_forward_hook(
             lambda _, __, output, index=index: (
-                _Tap.apply(output, index) if isinstance(output, Tensor) else None
+                mark(output, index) if isinstance(output, Tensor) else None
             )
         )
         for index, (_, module) in enumerate(modules)
     ]
-    buffer = io.BytesIO()
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model,
-                (example,),
-                buffer,
-                dynamo=False,
-                opset_version=17,
-                custom_opsets={DOMAIN: 1},
-                input_names=[input_name],
-                dynamic_axes={input_name: {0: "batch"}},
-            )
+        proto = trace_marked(model, example, 17)
     finally:
         for hook in hooks:
             hook.remove()
-    proto = onnx.load_from_string(buffer.getvalue())
     tapped = []
     outputs = {output.name for output in proto.graph.output}
     for node in proto.graph.node:
-        if node.domain != DOMAIN:
+        index = marker_index(node)
+        if index is None:
             continue
-        module = modules[node.attribute[0].i][0]
         node.op_type, node.domain = "Identity", ""
         del node.attribute[:]
-        tapped.append((node.output[0], names[module]))
+        tapped.append((node.output[0], names[modules[index][0]]))
         if node.output[0] not in outputs:
             proto.graph.output.append(onnx.ValueInfoProto(name=node.output[0]))
-    for entry in list(proto.opset_import):
-        if entry.domain == DOMAIN:
-            proto.opset_import.remove(entry)
+    drop_marker_domain(proto)
     onnx.save(proto, str(path))
     return tapped
+
+
+Runner = Callable[[Path], Callable[[np.ndarray], dict[str, np.ndarray]]]
+
+
+class TappedModel:
+    """A model's marked export, written and opened by a runtime on first use: `runner(path)`
+    returns a function from a float32 batch to every graph output by name."""
+
+    def __init__(self, model: nn.Module, example: Tensor, runner: Runner) -> None:
+        self.source = (model, example)
+        self.runner = runner
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.opened: tuple[Callable[[np.ndarray], dict[str, np.ndarray]], list] | None = None
+
+    def intermediates(self, inputs: Tensor) -> dict[str, Tensor]:
+        """Every module's output as the runtime computes it, by the tracer's names."""
+        if self.opened is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_taps_")
+            path = Path(self.folder.name) / "tapped.onnx"
+            names = tapped_export(*self.source, path)
+            self.opened = (self.runner(path), names)
+        run, names = self.opened
+        values = run(inputs.detach().to("cpu", torch.float32).numpy())
+        return {name: torch.from_numpy(values[output]).to(torch.float64) for output, name in names}
+
+    def close(self) -> None:
+        self.opened = None
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
