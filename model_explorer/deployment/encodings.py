@@ -23,7 +23,8 @@ from torch import Tensor
 
 from model_explorer.errors import UserError
 from model_explorer.formats.elements import ELEMENTS, cast_element_
-from model_explorer.formats.integer import ZERO_AMAX, integer_bounds
+from model_explorer.formats.integer import ZERO_AMAX, channel_view, integer_bounds
+from model_explorer.formats.layout import block_amax, merge_blocks, split_blocks
 
 # Where an activation's amax is zero every value quantizes to level 0: a scale this large does.
 ZERO_SCALE = 1e30
@@ -112,21 +113,13 @@ def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa:
     if weight is not None:
         quantizer.quantize_weight(weight.detach())  # amax follows the weight
     params = quantizer.params()
-    amax = quantizer.amax.detach().float().cpu().reshape(-1)
-    zero = amax <= ZERO_AMAX
-    scale = torch.where(zero, 1.0 if weight is not None else ZERO_SCALE, amax / params.high)
+    scale, axis = _scales(quantizer, quantizer.amax, params.high, weight)
     onnx_type, dtype = _storage(quantizer.num_bits, quantizer.unsigned, weight is not None, pack)
-    axis = quantizer.axis
-    encoding = Encoding(onnx_type, dtype, _plain(scale, axis), low=params.low, high=params.high)
-    if axis is not None:
-        dims = weight.dim() if weight is not None else None
-        encoding.axis = axis % dims if dims else axis
+    encoding = Encoding(
+        onnx_type, dtype, _plain(scale, axis), axis, low=params.low, high=params.high
+    )
     if weight is not None:
-        multiplier = params.multiplier.cpu()
-        if axis is not None:
-            shape = [1] * weight.dim()
-            shape[encoding.axis] = -1  # type: ignore[index]
-            multiplier = multiplier.view(shape)
+        multiplier = channel_view(params.multiplier.cpu(), weight.dim(), encoding.axis)
         levels = (weight.detach().float().cpu() * multiplier).round_()
         encoding.values = _stored(levels.clamp_(params.low, params.high), dtype)
     return encoding
@@ -134,31 +127,27 @@ def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa:
 
 def _grouped(quantizer, weight: Tensor, options, pack: bool) -> Encoding:  # noqa: ANN001
     """Group-wise integers: one FP16-rounded scale per group of `group_size` values along the
-    layer's input channels, the scales held by DequantizeLinear's blocked form."""
+    layer's input channels (the groups as the format forms them, formats/layout.py), the scales
+    held by DequantizeLinear's blocked form."""
     low, high = integer_bounds(options.num_bits, quantizer.unsigned, quantizer.narrow_range)
     axis = quantizer.block_axis % weight.dim()
-    size = options.group_size
-    values = weight.detach().float().cpu().movedim(axis, -1)
-    length = values.shape[-1]
-    groups = -(-length // size)
-    padded = torch.nn.functional.pad(values, (0, groups * size - length))
-    blocks = padded.reshape(*values.shape[:-1], groups, size)
-    amax = blocks.abs().amax(-1)
+    values = weight.detach().float().cpu()
+    blocks, dim = split_blocks(values, options.group_size, axis)
+    amax = block_amax(blocks, dim)
     scale = (amax / high).clamp_(max=torch.finfo(torch.float16).max).half().float()
     zero = (amax <= ZERO_AMAX) | (scale == 0)
     scale = torch.where(zero, 1.0, scale)
-    levels = (blocks / scale.unsqueeze(-1)).round_().clamp_(low, high)
-    levels = levels.masked_fill_(zero.unsqueeze(-1), 0).reshape(padded.shape)[..., :length]
+    levels = (blocks / scale).round_().clamp_(low, high).masked_fill_(zero, 0)
     onnx_type, dtype = _storage(options.num_bits, quantizer.unsigned, True, pack)
     return Encoding(
         onnx_type,
         dtype,
-        scale.movedim(-1, axis).contiguous().numpy(),
+        scale.squeeze(dim).contiguous().numpy(),
         axis=axis,
-        block_size=size,
+        block_size=blocks.shape[dim],
         low=low,
         high=high,
-        values=_stored(levels.movedim(-1, axis), dtype),
+        values=_stored(merge_blocks(levels, values.shape, axis), dtype),
     )
 
 
@@ -168,22 +157,27 @@ def _float8(quantizer, weight: Tensor | None, element_name: str) -> Encoding:  #
     element = ELEMENTS[element_name]
     if weight is not None:
         quantizer.quantize_weight(weight.detach())
-    amax = quantizer.format_amax().detach().float().cpu().reshape(-1)
-    zero = amax <= ZERO_AMAX
-    scale = torch.where(zero, 1.0 if weight is not None else ZERO_SCALE, amax / element.max_normal)
+    scale, axis = _scales(quantizer, quantizer.format_amax(), element.max_normal, weight)
     onnx_type, dtype = _FLOAT8_TYPES[element_name]
-    axis = quantizer.axis
-    encoding = Encoding(onnx_type, dtype, _plain(scale, axis))
-    if axis is not None:
-        encoding.axis = axis % weight.dim() if weight is not None else axis
+    encoding = Encoding(onnx_type, dtype, _plain(scale, axis), axis)
     if weight is not None:
-        shape = [1] * weight.dim()
-        if encoding.axis is not None:
-            shape[encoding.axis] = -1
-        divisor = scale.reshape(shape)
+        divisor = channel_view(scale, weight.dim(), encoding.axis)
         values = cast_element_(weight.detach().float().cpu() / divisor, element)
         encoding.values = values.numpy().astype(dtype)
     return encoding
+
+
+def _scales(quantizer, amax: Tensor, bound: float, weight: Tensor | None):  # noqa: ANN001, ANN202
+    """amax / bound per tensor or channel (where amax is zero: 1 for a weight, whose levels are
+    then all 0, ZERO_SCALE for an activation, so that everything rounds to 0), and the
+    quantizer's axis (a weight's counted from the front)."""
+    amax = amax.detach().float().cpu().reshape(-1)
+    zero = amax <= ZERO_AMAX
+    scale = torch.where(zero, 1.0 if weight is not None else ZERO_SCALE, amax / bound)
+    axis = quantizer.axis
+    if axis is not None and weight is not None:
+        axis %= weight.dim()
+    return scale, axis
 
 
 def _plain(scale: Tensor, axis: int | None) -> np.ndarray:

@@ -23,6 +23,7 @@ from model_explorer.formats.elements import (
     cast_element,
     cast_element_,
 )
+from model_explorer.formats.integer import channel_view
 from model_explorer.formats.layout import (
     ZERO_AMAX,
     block_amax,
@@ -41,14 +42,6 @@ E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127
 NVFP4_TENSOR_RANGE = E2M1.max_normal * E4M3.max_normal
 
 
-def _channel_view(amax: Tensor, dims: int, axis: int | None) -> Tensor:
-    if axis is None:
-        return amax.reshape(())
-    shape = [1] * dims
-    shape[axis] = -1
-    return amax.reshape(shape)
-
-
 def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
     """Scaled FP8 as NVIDIA modelopt does it: x * (element.max_normal / amax) cast to the element,
     scaled back; amax of shape () per tensor or (channels,) along `axis`; amax 0 (or below
@@ -62,7 +55,7 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     ±amax (in the element's rounding); NaN stays NaN.
     """
     values = x.detach().float()
-    amax = _channel_view(amax.detach().float().to(values.device), values.dim(), axis)
+    amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
     zero = amax <= ZERO_AMAX
     scale = element.max_normal / torch.where(zero, 1.0, amax)
     inverse = torch.where(zero, 0.0, 1.0 / scale)

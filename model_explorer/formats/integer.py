@@ -81,10 +81,14 @@ def quant_params(
     )
 
 
-def _channel_view(values: Tensor, axis: int, dims: int) -> Tensor:
+def channel_view(values: Tensor, dims: int, axis: int | None) -> Tensor:
+    """Per-channel `values` shaped to broadcast along `axis` of a `dims`-dimensional tensor (a
+    scalar for axis None: per tensor)."""
+    if axis is None:
+        return values.reshape(())
     shape = [1] * dims
     shape[axis] = -1
-    return values.view(shape)
+    return values.reshape(shape)
 
 
 def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
@@ -103,8 +107,8 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
     if x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad):
         multiplier, divisor = params.multiplier, params.divisor
         if axis is not None:
-            multiplier = _channel_view(multiplier, axis, x.dim())
-            divisor = _channel_view(divisor, axis, x.dim())
+            multiplier = channel_view(multiplier, x.dim(), axis)
+            divisor = channel_view(divisor, x.dim(), axis)
         out = (x * multiplier).round_().clamp_(params.low, params.high).div_(divisor)
     elif axis is None:
         out = torch.fake_quantize_per_tensor_affine(
