@@ -13,11 +13,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_quantized_forward import build, interleaved_medians
+from bench_quantized_forward import build, interleaved_medians, sample_shape
 
 from model_explorer.deployment.export import export_qdq
 from model_explorer.deployment.runtimes import describe_kernels, open_session
-from model_explorer.models import MODELS
 from model_explorer.onnx_export import export_onnx
 from model_explorer.quantization import QuantizedModel
 
@@ -39,12 +38,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
-    shape = (
-        MODELS.get(args.model).info.input_shape
-        if args.model in MODELS
-        else (3, args.size, args.size)
-    )
+    shape = sample_shape(args.model, args.size)
     x = torch.randn(args.batch, *shape)
     folder = Path(tempfile.mkdtemp(prefix="bench_deployment_"))
     files = {"float": export_onnx(build(args.model), x[:1], folder / "float.onnx", True)}

@@ -43,6 +43,11 @@ def interleaved_medians(variants: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def sample_shape(name: str, size: int) -> tuple[int, ...]:
+    """One sample's shape: a built-in model's own, else a 3 x size x size image."""
+    return MODELS.get(name).info.input_shape if name in MODELS else (3, size, size)
+
+
 def build(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if name in MODELS:
@@ -60,11 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     float_model = build(args.model).to(device)
-    shape = (
-        MODELS.get(args.model).info.input_shape
-        if args.model in MODELS
-        else (3, args.size, args.size)
-    )
+    shape = sample_shape(args.model, args.size)
     x = torch.randn(args.batch, *shape, device=device)
     quantized = QuantizedModel(copy.deepcopy(float_model)).to(device)
     quantized.calibrate([x], method="max")
