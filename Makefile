@@ -6,9 +6,15 @@ WORKLOAD ?= workloads/digits_cnn.yaml
 # The torch build tested here; another platform can pass its own constraints file.
 TORCH_CONSTRAINTS ?= constraints.txt
 # The test suite also checks against NVIDIA modelopt, runs ZigZag, a Dask cluster,
-# onnxruntime, a pretrained MiniLM, numba's AGE-MOEA and torchao's MX/NVFP4 reference;
-# `make test TEST_EXTRAS=dev` skips those tests.
-TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,transformers,agemoea,torchao
+# onnxruntime, OpenVINO, Apache TVM, a pretrained MiniLM, numba's AGE-MOEA and torchao's
+# MX/NVFP4 reference; `make test TEST_EXTRAS=dev LITERT=0` skips those tests.
+TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,tvm,transformers,agemoea,torchao
+# LiteRT cannot share an environment with TVM (pyproject.toml, the litert extra): its packages
+# go into a small second environment layered over the test environment (a .pth file adds the
+# first one's packages behind its own), where its tests run. LITERT=0 leaves it out.
+LITERT ?= 1
+LITERT_VENV ?= .venv-litert
+PURELIB := import sysconfig; print(sysconfig.get_path('purelib'))
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
 .PHONY: run test clean-venv
@@ -29,8 +35,19 @@ run: $(VENV)/.installed
 	$(BIN)/model-explorer calibrate --if-missing $(WORKLOAD)
 	$(BIN)/model-explorer explore $(WORKLOAD) --report
 
-test: $(VENV)/.installed-$(TEST_EXTRAS)
+$(LITERT_VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) $(VENV)/.installed-$(TEST_EXTRAS)
+	$(PYTHON) -m venv $(LITERT_VENV)
+	echo "import site; site.addsitedir('$$($(BIN)/python -c "$(PURELIB)")')" \
+		> "$$($(LITERT_VENV)/bin/python -c "$(PURELIB)")/model_explorer_base.pth"
+	$(LITERT_VENV)/bin/python -m pip install --disable-pip-version-check \
+		-c $(TORCH_CONSTRAINTS) -e '.[litert]'
+	touch $@
+
+# In .venv-litert, typeguard (a pytest plugin of the first environment) would not import with
+# the older typing-extensions.
+test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
 	$(BIN)/python -m pytest
+	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest -p no:typeguard tests/analysis/test_litert.py)
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LITERT_VENV)

@@ -21,3 +21,10 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """Return ' (did you mean 'x'?)' for the closest known name, or '' when none is close."""
     matches = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean '{matches[0]}'?)" if matches else ""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of what `error` says (its type's name when it says nothing): how a
+    library's long message (a converter's, a compiler's) is quoted in one sentence."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

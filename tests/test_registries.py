@@ -44,7 +44,7 @@ from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
 DOCUMENTED = {
-    "runtimes": {"onnxruntime", "openvino"},
+    "runtimes": {"onnxruntime", "openvino", "tvm"},
     "models": {
         "digits_cnn",
         "lenet5",
@@ -107,6 +107,8 @@ DOCUMENTED = {
         "compile",
         "onnxruntime",
         "openvino",
+        "tvm",
+        "litert",
         "cuda",
     },
     "analyses": {"template", "activation_ranges", "zero_ratio", "histograms"},
@@ -116,8 +118,11 @@ FORMS = {
     "environments": [
         "deployed:RESULTS#ID",
         "deployed-openvino:RESULTS#ID",
+        "deployed-tvm:RESULTS#ID",
         "threads=N",
+        "deployed-litert:RESULTS#ID",
         "quantized:RESULTS#ID",
+        "tvm:LEVEL[:TARGET]",
         "package.module:factory",
     ],
     "inspectors": ["package.module:Class"],

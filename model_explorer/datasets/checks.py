@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, first_line
 
 
 def _tensors(value: Any) -> list[Tensor]:
@@ -52,7 +52,7 @@ def run_first_batch(model: nn.Module, inputs: Any, where: str, expects: str | No
     try:
         output = model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
     except Exception as error:  # shape, dtype and device errors of any layer
-        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        text = first_line(error)
         wanted = f"; {expects}" if expects else ""
         raise UserError(
             f"{where}: the model cannot take these inputs: one sample has shape "

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.graph import QDQGraph
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, first_line
 from model_explorer.fileio import atomic_path
 from model_explorer.onnx_export import (
     INPUT_NAME,
@@ -64,7 +64,7 @@ def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQ
     except UserError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever the exporter raises, said in one line
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = first_line(error)
         raise UserError(
             f"the model cannot be exported to ONNX ({type(error).__name__}: {first}); "
             "export needs a model the TorchScript exporter can trace"

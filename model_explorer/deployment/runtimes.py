@@ -1,5 +1,5 @@
-"""The runtimes that execute an exported ONNX file on the CPU: onnxruntime and OpenVINO, each
-behind its extra, and what each says it runs in integer arithmetic.
+"""The runtimes that execute an exported ONNX file on the CPU: onnxruntime, OpenVINO and Apache
+TVM (tvm_relax.py), each behind its extra, and what each says it runs in integer arithmetic.
 
 A runtime is a registry entry (RUNTIMES); its builder opens a file and returns a `Session`:
 `run(inputs)` on a float32 array, and `kernels()`, the products (convolutions, matrix
@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from model_explorer.deployment.session import Kernel, Session, missing_package
+from model_explorer.deployment.tvm_relax import TvmSession
 from model_explorer.errors import UserError
 from model_explorer.registry import Registry
 
-RuntimeBuilder = Callable[[Path], "Session"]
+RuntimeBuilder = Callable[[Path], Session]
 RUNTIMES: Registry[RuntimeBuilder] = Registry("runtime")
 
 # onnxruntime's operators that compute a product of integers.
@@ -41,39 +42,6 @@ ORT_INTEGER_KERNELS = {
 ORT_FLOAT_KERNELS = {"Conv", "FusedConv", "NchwcConv", "Gemm", "MatMul", "FusedMatMul", "FusedGemm"}
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One product as a runtime executes it: its node, the operator or layer type, and whether
-    it runs on integers (`precision`: int8, i4, f32...)."""
-
-    node: str
-    operator: str
-    precision: str
-
-    @property
-    def integer(self) -> bool:
-        return self.precision.startswith(("i", "u"))
-
-
-class Session:
-    """An opened file: `run` a float32 batch, list its `kernels`."""
-
-    name = ""
-
-    def run(self, inputs: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def kernels(self) -> list[Kernel]:
-        raise NotImplementedError
-
-
-def _missing(runtime: str, extra: str) -> UserError:
-    return UserError(
-        f"runtime {runtime}: the package is not installed; install it with "
-        f"pip install 'model_explorer[{extra}]'"
-    )
-
-
 class OnnxRuntimeSession(Session):
     name = "onnxruntime"
     description = "ONNX Runtime, CPU execution provider, all graph optimisations (extra: onnx)"
@@ -82,7 +50,7 @@ class OnnxRuntimeSession(Session):
         try:
             import onnxruntime
         except ImportError:
-            raise _missing("onnxruntime", "onnx") from None
+            raise missing_package("runtime onnxruntime", "onnx") from None
         self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_ort_")
         self.optimized = Path(self.folder.name) / "optimized.onnx"
         options = onnxruntime.SessionOptions()
@@ -119,7 +87,7 @@ class OpenVinoSession(Session):
         try:
             import openvino  # noqa: F401 - the extra's presence, said as such
         except ImportError:
-            raise _missing("openvino", "openvino") from None
+            raise missing_package("runtime openvino", "openvino") from None
         self.path = path
         try:
             self.compiled = openvino_cpu(str(path))
@@ -173,6 +141,9 @@ def _output_products(path: Path) -> dict[str, str]:
 
 RUNTIMES.register("onnxruntime")(OnnxRuntimeSession)
 RUNTIMES.register("openvino")(OpenVinoSession)
+
+
+RUNTIMES.register("tvm")(TvmSession)
 
 
 def _holds_float8(path: Path) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, first_line
 from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
 from model_explorer.results.front import non_dominated
 from model_explorer.results.plain import FORMAT, VERSION, check_layout, load_plain, save_plain
@@ -344,7 +344,7 @@ class ExplorationResult:
         try:
             data = load_plain(path)
         except Exception as error:  # refused classes, truncation, garbage: all "not a result"
-            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            text = first_line(error)
             raise UserError(f"{path}: not a model_explorer result file ({text})") from None
         check_layout(data, path)
         return cls(

@@ -230,16 +230,19 @@ def test_environments_that_cannot_run_here_are_skipped_with_a_reason(monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(eager, "compiler", lambda: None)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "tvm", None)
+    monkeypatch.setitem(sys.modules, "litert_torch", None)
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
 
-    comparison = compare(
-        model, torch.randn(8, 1, 2, 2), ["eager", "cuda", "compile", "onnxruntime"], repeats=1
-    )
+    environments = ["eager", "cuda", "compile", "onnxruntime", "tvm", "litert"]
+    comparison = compare(model, torch.randn(8, 1, 2, 2), environments, repeats=1)
 
     assert list(comparison.runs) == ["eager"]
     assert "CUDA" in comparison.skipped["cuda"]
     assert "C++ compiler" in comparison.skipped["compile"]
     assert "pip install 'model_explorer[onnx]'" in comparison.skipped["onnxruntime"]
+    assert "pip install 'model_explorer[tvm]'" in comparison.skipped["tvm"]
+    assert "pip install 'model_explorer[litert]'" in comparison.skipped["litert"]
     assert comparison.pairs == []
 
 
@@ -305,15 +308,24 @@ def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
     assert json.loads(text)["pairs"][0]["max_rel_error"] == "nan"
 
 
-@pytest.mark.parametrize("layer, opcode", [("3", "Conv2D"), ("12", "FullyConnected")])
-def test_a_layer_perturbed_inside_onnxruntime_is_localised_there(layer: str, opcode: str) -> None:
-    """onnxruntime's own intermediates (every module's output marked in the export) name the
+@pytest.mark.parametrize(
+    "runtime, layer, opcode",
+    [
+        ("onnxruntime", "3", "Conv2D"),
+        ("onnxruntime", "12", "FullyConnected"),
+        ("tvm", "7", "Conv2D"),
+    ],
+)
+def test_a_layer_perturbed_inside_a_runtime_is_localised_there(
+    runtime: str, layer: str, opcode: str
+) -> None:
+    """A runtime's own intermediates (every module's output marked in the export) name the
     layer where it diverges, not the eager stand-in."""
-    pytest.importorskip("onnxruntime")
-    from model_explorer.analysis.compare.environments import OnnxRuntimeEnvironment
+    pytest.importorskip(runtime)
+    from model_explorer.analysis.compare.environments import environment
     from model_explorer.models import create_model
 
-    class PerturbedExport(OnnxRuntimeEnvironment):
+    class PerturbedExport(type(environment(runtime))):  # type: ignore[misc]
         def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
             weight = model.get_submodule(layer).weight
             with torch.no_grad():
@@ -328,7 +340,7 @@ def test_a_layer_perturbed_inside_onnxruntime_is_localised_there(layer: str, opc
     assert found["first"]["name"] == f"{layer}/{opcode}#0"
 
 
-@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino", "tvm"])
 def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runtime: str) -> None:
     """resnet20: blocks, residual additions, shortcuts; each marked module's output must be
     the value eager gives the operator it is named after."""
@@ -350,3 +362,33 @@ def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runt
     for name, value in found.items():
         scale = float(expected[name].abs().max()) or 1.0
         assert float((value - expected[name]).abs().max()) <= 1e-5 * scale, name
+
+
+def test_tvm_runs_a_torchvision_model_as_eager_does_at_every_level() -> None:
+    """Relax's optimisation levels: level 0 leaves operators unfused, 1-4 fuse; the README
+    says the logits stay bit-identical, and every level must agree with eager (TVM's kernels
+    are its own)."""
+    pytest.importorskip("tvm")
+    import torchvision
+
+    from model_explorer.analysis.compare.environments import environment
+
+    torch.manual_seed(0)
+    model, x = torchvision.models.resnet18(num_classes=10).eval(), torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x).double()
+    outputs = {}
+    for spec in ("tvm", "tvm:0", 'tvm:4:{"kind": "llvm"}'):
+        env = environment(spec)
+        env.prepare(model, x[:1])
+        outputs[spec] = env.run(x)
+        env.close()
+        assert float((outputs[spec] - expected).abs().max()) <= 1e-4 * float(expected.abs().max())
+    assert torch.equal(outputs["tvm"], outputs["tvm:0"])
+
+
+@pytest.mark.parametrize("spec", ["tvm:5", "tvm:high", "tvm:"])
+def test_a_wrong_tvm_level_is_one_line(spec: str, trained_digits, capsys) -> None:
+    workload, _ = trained_digits
+    assert main(["compare", str(workload), "--env", "eager", "--env", spec]) == 2
+    assert "optimisation level must be 0 to 4" in capsys.readouterr().err

@@ -5,6 +5,7 @@ accuracy the result recorded; and the export command's bad input."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
 
 import pandas as pd
@@ -179,6 +180,24 @@ def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) 
     reference = f"{result}#{_front_id(result)}"
     assert main(["export", reference, "--onnx", str(target), "--workload", str(workload)]) == 0
     layers = ["0", "3", "7", "12", "14"]  # digits_cnn's quantized layers
-    for runtime in ("onnxruntime", "openvino"):
+    for runtime in ("onnxruntime", "openvino", "tvm"):
+        if runtime == "tvm" and importlib.util.find_spec("tvm") is None:
+            continue
         kernels = describe_kernels(open_session(runtime, target).kernels(), layers)
         assert sorted(kernels["integer"] + kernels["float"]) == sorted(layers), runtime
+        if runtime == "tvm":  # its ONNX frontend dequantizes before every product
+            assert kernels["integer"] == []
+
+
+def test_every_front_member_of_the_default_search_holds_in_tvm(searched, tmp_path: Path) -> None:
+    """TVM computes each product in float on the dequantized values, as the fake quantizer
+    does: the file's accuracy is the search's, up to float rounding."""
+    pytest.importorskip("tvm", reason="the tvm extra is not installed")
+    workload, result = searched
+    table_file = tmp_path / "deployment.csv"
+    arguments = [str(workload), str(result), "--front", "--backend", "tvm"]
+    assert main(["evaluate-individual", *arguments, "--output", str(table_file)]) == 0
+    table = pd.read_csv(table_file)
+    assert len(table) >= 2
+    assert (table["tvm_accuracy"] - table["fake_quant_accuracy"]).abs().max() <= 0.005, table
+    assert table["tvm_agreement"].min() >= 0.99, table

@@ -7,9 +7,11 @@ from __future__ import annotations
 # Explicit imports register the shipped environments.
 from model_explorer.analysis.compare.environments import deployed as _deployed  # noqa: F401
 from model_explorer.analysis.compare.environments import eager as _eager  # noqa: F401
+from model_explorer.analysis.compare.environments import litert as _litert  # noqa: F401
 from model_explorer.analysis.compare.environments import onnx as _onnx  # noqa: F401
 from model_explorer.analysis.compare.environments import openvino as _openvino  # noqa: F401
 from model_explorer.analysis.compare.environments import quantized as _quantized  # noqa: F401
+from model_explorer.analysis.compare.environments import tvm as _tvm  # noqa: F401
 from model_explorer.analysis.compare.environments import user as _user  # noqa: F401
 from model_explorer.analysis.compare.environments.base import (
     ENVIRONMENTS,

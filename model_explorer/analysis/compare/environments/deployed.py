@@ -1,7 +1,7 @@
-"""`deployed:RESULTS#ID` and `deployed-openvino:RESULTS#ID`: one individual of a result exported
-as a QDQ ONNX file (as `model-explorer export` writes it) and run by onnxruntime or OpenVINO,
-so that compare sets what a runtime computes beside the fake-quantized individual
-(`quantized:RESULTS#ID`) and the float model."""
+"""`deployed:RESULTS#ID`, `deployed-openvino:RESULTS#ID` and `deployed-tvm:RESULTS#ID`: one
+individual of a result exported as a QDQ ONNX file (as `model-explorer export` writes it) and run
+by onnxruntime, OpenVINO or Apache TVM, so that compare sets what a runtime computes beside the
+fake-quantized individual (`quantized:RESULTS#ID`) and the float model."""
 
 from __future__ import annotations
 
@@ -93,3 +93,8 @@ def deployed_environment(reference: str, name: str, context: Any = None) -> Envi
 @ENVIRONMENTS.register_namespace("deployed-openvino", placeholder="RESULTS#ID")
 def deployed_openvino_environment(reference: str, name: str, context: Any = None) -> Environment:
     return DeployedEnvironment(name, context, reference, "openvino")
+
+
+@ENVIRONMENTS.register_namespace("deployed-tvm", placeholder="RESULTS#ID")
+def deployed_tvm_environment(reference: str, name: str, context: Any = None) -> Environment:
+    return DeployedEnvironment(name, context, reference, "tvm")

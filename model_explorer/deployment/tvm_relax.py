@@ -1,0 +1,161 @@
+"""Apache TVM as a runtime: a Relax module (imported from an ONNX file or from torch.export)
+compiled with the target's default Relax pipeline and run by Relax's virtual machine.
+
+TVM 0.27 has only Relax (Relay is gone). Its default CPU pipeline (`relax.get_default_pipeline`
+for an `llvm` target: legalise the operators to TensorIR, fold constants, fuse operators, lower
+to the VM) uses the PassContext's `opt_level` for operator fusion: level 0 fuses nothing
+(resnet18: 32 kernels, as `tvm.compile`'s own unfused default), levels 1-4 fuse (27 kernels);
+the logits are bit-identical at every level and the time the same, since the untuned
+convolutions dominate (benchmarks/bench_tvm_levels.py, README "Performance").
+
+TVM's ONNX frontend reads QuantizeLinear/DequantizeLinear (per tensor and per channel, not
+blocked) and computes every product in float after dequantizing: a QDQ export runs with the
+quantization's values but no integer kernels, which `kernels()` reports as it finds them in
+the imported module.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_explorer.deployment.session import Kernel, Session, missing_package
+from model_explorer.errors import UserError, first_line
+
+DEFAULT_TARGET = "llvm"
+DEFAULT_OPT_LEVEL = 3
+# Relax operators that compute a product (what `kernels()` reports).
+_PRODUCTS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.matmul")
+
+Executor = Callable[[np.ndarray], list[np.ndarray]]
+
+
+def import_tvm(where: str) -> Any:
+    """The tvm package, or a UserError saying which extra installs it."""
+    try:
+        import tvm
+        from tvm import relax  # noqa: F401 - the Relax frontends and VM live there
+    except ImportError:
+        raise missing_package(where, "tvm") from None
+    return tvm
+
+
+def compile_relax(
+    module: Any, target: str = DEFAULT_TARGET, opt_level: int = DEFAULT_OPT_LEVEL
+) -> Executor:
+    """`module` (a Relax IRModule with one `main`) compiled for `target` (a kind, `llvm`, `cuda`,
+    or TVM's JSON form, `{"kind": "llvm", "mcpu": "skylake-avx512"}`) with the target's default
+    Relax pipeline under `opt_level`; returns a function from float32 arrays to the outputs."""
+    import tvm
+    from tvm import relax
+
+    compiled_for = tvm.target.Target(json.loads(target) if target.startswith("{") else target)
+    with tvm.transform.PassContext(opt_level=opt_level):
+        executable = tvm.compile(
+            module, target=compiled_for, relax_pipeline=relax.get_default_pipeline(compiled_for)
+        )
+    kind = compiled_for.kind.name
+    device = tvm.cpu(0) if kind in ("llvm", "c") else tvm.device(kind, 0)
+    machine = relax.VirtualMachine(executable, device)
+
+    def run(*inputs: np.ndarray) -> list[np.ndarray]:
+        arguments = [tvm.runtime.tensor(np.ascontiguousarray(array), device) for array in inputs]
+        return _arrays(machine["main"](*arguments))
+
+    return run
+
+
+def _arrays(value: Any) -> list[np.ndarray]:
+    """A VM result (one tensor or a nested tuple of them) as a flat list of numpy arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [array for item in value for array in _arrays(item)]
+
+
+def products(module: Any) -> list[tuple[str, str]]:
+    """(operator, input dtype) of every product in `module`'s main, in order."""
+    from tvm import relax
+
+    found: list[tuple[str, str]] = []
+
+    @relax.expr_functor.visitor
+    class _Products(relax.PyExprVisitor):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> None:
+            name = getattr(call.op, "name", "")
+            if name in _PRODUCTS:
+                found.append((name.rpartition(".")[2], _dtype(call.args[0])))
+            super().visit_call_(call)
+
+    _Products().visit_expr(module["main"])
+    return found
+
+
+def _dtype(expression: Any) -> str:
+    """The element type of a Relax tensor expression (`ty` in TVM 0.27, `struct_info` before)."""
+    found = getattr(expression, "ty", None) or getattr(expression, "struct_info", None)
+    return str(getattr(found, "dtype", "unknown"))
+
+
+def onnx_module(path: Path, where: str) -> Any:
+    """The ONNX file at `path` imported by TVM's Relax frontend (weights as constants; INT4
+    and UINT4 tensors, which the frontend cannot read, widened to INT8 and UINT8: the same
+    integers, so the same dequantized values)."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        with warnings.catch_warnings():  # its checker's notes on value_info it does not need
+            warnings.simplefilter("ignore")
+            return from_onnx(_widened(onnx.load(str(path))), keep_params_in_input=False)
+    except Exception as error:  # the frontend raises many kinds for what it cannot read
+        raise UserError(
+            f"{where}: TVM's ONNX frontend cannot read '{path}': {first_line(error)}"
+        ) from None
+
+
+def _widened(model: Any) -> Any:
+    import onnx
+    from onnx import numpy_helper
+
+    wider = {onnx.TensorProto.INT4: np.int8, onnx.TensorProto.UINT4: np.uint8}
+    for tensor in model.graph.initializer:
+        if tensor.data_type in wider:
+            values = numpy_helper.to_array(tensor).astype(wider[tensor.data_type])
+            tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+    return model
+
+
+class TvmSession(Session):
+    name = "tvm"
+    description = "Apache TVM (Relax, ONNX frontend), llvm on the CPU, opt_level 3 (extra: tvm)"
+
+    def __init__(self, path: Path) -> None:
+        import_tvm("runtime tvm")
+        self.module = onnx_module(path, "runtime tvm")
+        self.run_all = compile_relax(self.module)
+        self.nodes = _product_nodes(path)
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        return self.run_all(inputs)[0]
+
+    def kernels(self) -> list[Kernel]:
+        """The products of the imported module with the dtype they read, named after the ONNX
+        nodes they came from (the frontend converts nodes in the file's order)."""
+        found = products(self.module)
+        names = self.nodes if len(self.nodes) == len(found) else [op for op, _ in found]
+        return [
+            Kernel(name, operator, "f32" if dtype.startswith("float") else dtype)
+            for name, (operator, dtype) in zip(names, found, strict=True)
+        ]
+
+
+def _product_nodes(path: Path) -> list[str]:
+    import onnx
+
+    kinds = {"Conv", "MatMul", "Gemm"}
+    return [node.name for node in onnx.load(str(path)).graph.node if node.op_type in kinds]
