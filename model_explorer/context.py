@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
@@ -100,6 +101,13 @@ class WorkloadContext:
             ignore_index=getattr(metric.options, "ignore_index", None),
         )
         self._checked.add(where)
+
+    def check_input_shape(self, shape: Sequence[int], key: str) -> None:
+        """A shape the user gave (`key`) must be one the model takes: the model with random
+        weights runs on it once, else a UserError says what its layers expect."""
+        from model_explorer.input_shapes import run_on_shape
+
+        run_on_shape(self._probe_model, shape, key, self.device)
 
     @cached_property
     def _probe_model(self) -> nn.Module:

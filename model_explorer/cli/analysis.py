@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from model_explorer.cli.common import (
     DATASET_ROLES,
@@ -60,6 +61,19 @@ def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-template", action="store_true", help="print a template and exit")
 
 
+def _file_samples(model: Any, args: argparse.Namespace) -> Any:
+    """The samples of --input-data, the first run through the model before any analysis sees
+    it (messages give the shapes the model receives: 4-D HDF5 records are NHWC, dalgona's
+    layout, read as NCHW)."""
+    from model_explorer.analysis.hooks import file_samples
+    from model_explorer.input_shapes import checked_samples
+
+    hdf5 = str(args.input_data).endswith((".h5", ".hdf5"))
+    note = " (4-D records NHWC, read as NCHW)" if hdf5 else ""
+    key = f"--input-data '{args.input_data}'{note}"
+    return checked_samples(model, file_samples(args.input_data), key)
+
+
 @command(
     "analyze",
     _analyze_arguments,
@@ -70,7 +84,6 @@ def analyze_command(args: argparse.Namespace) -> int:
         DalgonaRunner,
         HookRunner,
         dataset_samples,
-        file_samples,
         load_analysis,
         template_text,
     )
@@ -98,7 +111,7 @@ def analyze_command(args: argparse.Namespace) -> int:
             load_checkpoint(model, args.weights, where="--weights")
         if args.input_data is None:
             raise UserError("--input-data: give the samples to run (.h5, .npz or .npy)")
-        samples = file_samples(args.input_data)
+        samples = _file_samples(model, args)
     else:
         from model_explorer.context import WorkloadContext
 
@@ -113,7 +126,7 @@ def analyze_command(args: argparse.Namespace) -> int:
         else:
             model = context.build_model()
         samples = (
-            file_samples(args.input_data)
+            _file_samples(model, args)
             if args.input_data
             else dataset_samples(context.batches(args.dataset))
         )
@@ -195,7 +208,9 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1e-4, help="relative error of an agreeing pair (1e-4)"
     )
     parser.add_argument("--no-localise", action="store_true", help="skip localisation")
-    parser.add_argument("--out", help="folder (default: results/compare_<workload name>)")
+    parser.add_argument(
+        "--out", "--output", help="folder (default: results/compare_<workload name>)"
+    )
 
 
 @command(

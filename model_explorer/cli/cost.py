@@ -54,6 +54,10 @@ def cost_command(args: argparse.Namespace) -> int:
     from model_explorer.fileio import atomic_path
 
     model, shape, label = _cost_model(args)
+    if args.input_shape:
+        from model_explorer.input_shapes import run_on_shape
+
+        run_on_shape(model, shape, "--input-shape")
     plan = None
     if args.individual:
         from model_explorer.results import load_individual

@@ -27,6 +27,12 @@ def _validate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def validate_command(args: argparse.Namespace) -> int:
     workload = load_workload(args)
+    energy = workload.energy_evaluation
+    if energy is not None and energy.input_shape is not None:
+        from model_explorer.context import WorkloadContext
+
+        key = workload.key("energy_evaluation.input_shape")
+        WorkloadContext(workload).check_input_shape(energy.input_shape, key)
     optional = ("calibration", "energy_evaluation", "exploration", "retraining", "reevaluation")
     sections = [name for name in optional if getattr(workload, name) is not None]
     print(

@@ -53,6 +53,10 @@ def run_first_batch(model: nn.Module, inputs: Any, where: str, expects: str | No
         output = model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
     except Exception as error:  # shape, dtype and device errors of any layer
         text = first_line(error)
+        if expects is None:
+            from model_explorer.input_shapes import first_layer_expects
+
+            expects = first_layer_expects(model)
         wanted = f"; {expects}" if expects else ""
         raise UserError(
             f"{where}: the model cannot take these inputs: one sample has shape "

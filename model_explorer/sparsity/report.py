@@ -9,6 +9,7 @@ import torch
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
+from model_explorer.input_shapes import run_on_shape
 from model_explorer.sparsity.model import SparseModel
 
 
@@ -50,8 +51,7 @@ def total_blocks(
             )
         example = next(iter(context.batches("exploration")))[0][:1]
         input_shape = tuple(example.shape)
-    with torch.no_grad():
-        model(torch.zeros(*input_shape, device=context.device))
+    run_on_shape(model, input_shape, "--input-shape", context.device)
     return _table(model)[["layer", "type", "total_blocks"]]
 
 

@@ -21,6 +21,7 @@ from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.graph import layer_producers
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
+from model_explorer.input_shapes import run_on_shape
 from model_explorer.quantization.attention import open_attention
 from model_explorer.schema import resolve_path
 
@@ -32,9 +33,13 @@ def energy_spec(context: WorkloadContext) -> EnergyEvaluationSpec:
     return context.workload.energy_evaluation or EnergyEvaluationSpec()
 
 
-def example_input(context: WorkloadContext) -> torch.Tensor:
-    """`energy_evaluation.input_shape`, else one sample shaped like the exploration data."""
+def example_input(context: WorkloadContext, model: torch.nn.Module) -> torch.Tensor:
+    """`energy_evaluation.input_shape` (checked by running `model` on it once), else one sample
+    shaped like the exploration data."""
     shape = energy_spec(context).input_shape
+    if shape is not None:
+        key = context.workload.key("energy_evaluation.input_shape")
+        return run_on_shape(model, shape, key, context.device)
     if shape is None:
         if not context.has_dataset("exploration"):
             raise UserError(
@@ -53,7 +58,8 @@ def analyze_energy(context: WorkloadContext, backend: str | None = None) -> list
     name = backend or spec.backend
     entry = ENERGY_BACKENDS.get(name, "--backend")
     options = spec.options if name == spec.backend else entry.options()
-    return entry.builder(float_model(context), example_input(context), options)
+    model = float_model(context)
+    return entry.builder(model, example_input(context, model), options)
 
 
 def write_energy_csv(rows: list[LayerEnergy], path: str | Path) -> Path:
@@ -108,7 +114,7 @@ def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyMod
         source = f"the {spec.backend} energy analysis"
     model = float_model(context)
     chosen = energy_layers(model, layers)  # weight layers: products of activations have none
-    producers = layer_producers(model, example_input(context), chosen)
+    producers = layer_producers(model, example_input(context, model), chosen)
     return EnergyModel(rows, list(chosen), producers, source)
 
 
