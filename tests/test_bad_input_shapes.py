@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torchvision
-from bad_input_support import run_cli, tiny, tiny_calibration, write  # noqa: F401
+from bad_input_support import run_cli, write
 
 from conftest import REPOSITORY
 from model_explorer.errors import UserError
@@ -32,7 +32,7 @@ def test_energy_input_shape_is_checked_by_validate_and_the_energy_analysis(
     words: list[str],
     tiny,
     tmp_path: Path,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     data = copy.deepcopy(tiny)
     data["workload"]["energy_evaluation"] = {"input_shape": shape}
@@ -50,7 +50,7 @@ def test_cost_and_blocks_check_their_input_shape(
     words: list[str],
     tiny,
     tmp_path: Path,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     workload = write(tiny, tmp_path / "w.yaml")
     sizes = [str(n) for n in shape]
@@ -69,7 +69,7 @@ def test_a_sample_file_of_the_wrong_shape_stops_analyze_before_the_analysis(
     samples: tuple[int, ...],
     tiny,
     tmp_path: Path,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     workload = write(tiny, tmp_path / "w.yaml")
     data = tmp_path / "samples.npy"
@@ -88,7 +88,7 @@ def test_dalgona_records_of_the_wrong_shape_are_one_sentence(
     record: tuple[int, ...],
     tiny,
     tmp_path: Path,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     """dalgona's /value/<sample>/<input> records, NHWC: three channels, or no batch axis."""
     workload = write(tiny, tmp_path / "w.yaml")
@@ -124,3 +124,29 @@ def test_a_model_nobody_here_wrote_says_what_its_first_layer_takes(
     assert all(word in message for word in words), message
     assert model.training  # the model's mode is restored
     assert run_on_shape(model.eval(), [2, 3, 32, 32], "--input-shape").shape == (2, 3, 32, 32)
+
+
+@pytest.mark.parametrize("command", [["compare", "--env", "eager", "--out", "c"], ["evaluate"]])
+def test_data_a_model_without_a_registered_shape_cannot_take_names_its_first_layer(
+    command: list[str],
+    tiny,
+    tmp_path: Path,
+    capsys,
+) -> None:
+    """torchvision's resnet18 (3 input channels) on the 1-channel digits: the data check, which
+    compare, export and every other command pass through, says what conv1 takes."""
+    data = copy.deepcopy(tiny)
+    data["workload"]["model"] = {
+        "type": "torchvision:resnet18",
+        "num_classes": 10,
+        "pretrained": False,
+    }
+    workload = write(data, tmp_path / "w.yaml")
+    name, *options = command
+    options = [str(tmp_path / o) if o == "c" else o for o in options]
+    run_cli(capsys, name, workload, *options).one_error(
+        "workload.exploration.datasets",
+        "one sample has shape [1, 8, 8]",
+        "layer 'conv1' (Conv2d) expects 3 input channels",
+    )
+    assert not (tmp_path / "c").exists()
