@@ -12,10 +12,14 @@ from model_explorer.fileio import atomic_path
 
 def pyplot() -> Any:
     """matplotlib.pyplot, imported on first use, with the Agg backend when no display is set up
-    (commands run on servers and in CI)."""
+    (commands run on servers and in CI), unless a backend was chosen by name: Jupyter's inline
+    backend (`module://matplotlib_inline...`, set by the kernel) draws without a display, and
+    a notebook on a remote JupyterLab must keep it to show its figures."""
     import matplotlib
 
-    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf"):
+    backend = matplotlib.get_backend().lower()
+    drawn = backend in ("agg", "pdf") or backend.startswith("module://")
+    if not os.environ.get("DISPLAY") and not drawn:
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

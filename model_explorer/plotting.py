@@ -111,6 +111,7 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
         positions = np.arange(len(layers)) + (offset - (len(kinds) - 1) / 2) * width
         axes.bar(positions, part["mean"].fillna(0), width, label=kind, gid=f"bars-{kind}")
     axes.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
+    axes.set_xlabel("layer")
     title = (
         f"individual {individual.id}" if individual is not None else "mean over the Pareto front"
     )
@@ -128,6 +129,7 @@ def plot_convergence(result: ExplorationResult, reference: dict[str, float] | No
     figure, axes = plt.subplots(figsize=(6, 3.5))
     axes.plot([g for g, _ in history], [h for _, h in history], marker=".", gid="hypervolume")
     axes.set_xlabel("generation")
+    axes.xaxis.get_major_locator().set_params(integer=True)  # no generation 2.5
     axes.set_ylabel("hypervolume")
     axes.grid(alpha=0.3)
     figure.tight_layout()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -92,7 +93,12 @@ def digits_result(trained_digits, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("name", ["visualize_individuals", "dram_accesses"])
-def test_notebooks_run_top_to_bottom(name: str, digits_result: Path, monkeypatch) -> None:
+def test_notebooks_run_top_to_bottom(
+    name: str, digits_result: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """As a user runs them after `make run`: the kernel started in evaluation_scripts/ of a
+    project whose results/ holds the result, no RESULTS_FILE, no display (a remote
+    JupyterLab); the figures must come back inline."""
     path = REPOSITORY / "evaluation_scripts" / f"{name}.ipynb"
     notebook = nbformat.read(path, as_version=4)
     # Stored without outputs.
@@ -101,19 +107,53 @@ def test_notebooks_run_top_to_bottom(name: str, digits_result: Path, monkeypatch
         for cell in notebook.cells
         if cell.cell_type == "code"
     )
-    monkeypatch.setenv("RESULTS_FILE", str(digits_result))
-    monkeypatch.delenv("DRAM_CSV", raising=False)
+    project = tmp_path / "project"
+    (project / "evaluation_scripts").mkdir(parents=True)
+    (project / "results").mkdir()
+    shutil.copy(digits_result, project / "results" / "expl_digits.pkl")
+    for variable in ("RESULTS_FILE", "DRAM_CSV", "DISPLAY", "MPLBACKEND"):
+        monkeypatch.delenv(variable, raising=False)
     client = NotebookClient(
         notebook,
         timeout=300,
         kernel_name="python3",
-        resources={"metadata": {"path": str(digits_result.parent)}},
+        resources={"metadata": {"path": str(project / "evaluation_scripts")}},
     )
     client.execute()
     text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
     assert "Error" not in text and "Traceback" not in text
     expected = "feasible" if name == "visualize_individuals" else "total DRAM energy"
-    assert expected in text
+    assert expected in text and "expl_digits.pkl" in text
+    images = [
+        output
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    assert len(images) >= FIGURES[name], len(images)
+
+
+# The figures each notebook draws (visualize_individuals: front, layers, convergence, hypervolume;
+# dram_accesses: the per-layer energy).
+FIGURES = {"visualize_individuals": 3, "dram_accesses": 1}
+
+
+def test_results_are_found_from_a_folder_below_the_project(tmp_path: Path, monkeypatch) -> None:
+    from model_explorer.results import latest_result
+
+    monkeypatch.delenv("RESULTS_FILE", raising=False)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "evaluation_scripts").mkdir()
+    older, newer = tmp_path / "results" / "expl_a.pkl", tmp_path / "results" / "expl_b.pkl"
+    older.write_bytes(b"")
+    newer.write_bytes(b"")
+    os.utime(older, (1, 1))
+    assert latest_result(start=tmp_path / "evaluation_scripts") == newer
+    monkeypatch.setenv("RESULTS_FILE", str(older))
+    assert latest_result(start=tmp_path / "evaluation_scripts") == older
+    monkeypatch.delenv("RESULTS_FILE")
+    with pytest.raises(FileNotFoundError, match="run `make run`"):
+        latest_result(start=tmp_path / "evaluation_scripts", pattern="none_*.pkl")
 
 
 def test_report_writes_every_file_it_lists(digits_result: Path, capsys) -> None:
@@ -133,3 +173,12 @@ def test_report_writes_every_file_it_lists(digits_result: Path, capsys) -> None:
     assert f"evaluations: {len(result)}, feasible: {len(result.feasible())}" in report
     assert "## Pareto front" in report and f"report: {out / 'report.md'}" in printed
     assert os.path.getsize(out / "front.png") > 1000
+
+
+def test_generations_are_whole_numbers_and_layers_are_labelled(synthetic) -> None:
+    """A short search's convergence plot must not put ticks at generation 2.5."""
+    convergence = plotting.plot_convergence(synthetic)
+    convergence.canvas.draw()
+    ticks = convergence.axes[0].get_xticks()
+    assert all(float(t).is_integer() for t in ticks), ticks
+    assert plotting.plot_layers(synthetic).axes[0].get_xlabel() == "layer"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from model_explorer.results.front import non_dominated
+from model_explorer.results.locate import latest_result
 from model_explorer.results.result import (
     FORMAT,
     VERSION,
@@ -21,6 +22,7 @@ __all__ = [
     "ExplorationResult",
     "Individual",
     "compare_results",
+    "latest_result",
     "load_individual",
     "load_plain",
     "merge_results",
