@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
 from model_explorer.schema import NonNegativeInt, Spec, validation_problems
 from model_explorer.sparsity.spec import SparsitySpec
 from model_explorer.training import RetrainingSpec
-from model_explorer.yamlfile import read_yaml
+from model_explorer.yamlfile import apply_overrides, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ class ReevaluationDatasets(Spec):
 
 class ReevaluationSpec(Spec):
     datasets: ReevaluationDatasets
+
+
+def _set_here(key: str, overrides: Sequence[str]) -> str:
+    """` (set by --set)` for a problem at or under a key an override set."""
+    rest = key.partition(".")[2]
+    for override in overrides:
+        name = override.partition("=")[0].strip()
+        if rest == name or rest.startswith(name + "."):
+            return " (set by --set)"
+    return ""
 
 
 class Workload(Spec):
@@ -154,6 +165,7 @@ class Workload(Spec):
         source: str | os.PathLike[str] | None = None,
         check_paths: bool = True,
         file_problems: list[str] | None = None,
+        overrides: Sequence[str] = (),
     ) -> Workload:
         """Validate a parsed workload file; every problem of it is one line of the raised
         WorkloadError, all at once.
@@ -166,6 +178,9 @@ class Workload(Spec):
             check_paths: whether data paths must exist (false for a file read elsewhere).
             file_problems: lines already found in the file (keys written twice), reported
                 with the others.
+            overrides: `KEY=VALUE` settings put over the file's before it is validated
+                (`exploration.nsga.pop_size=4`: the key in this project's layout under
+                `workload:`, the value read as YAML), validated with the rest.
         """
         where = str(source) if source is not None else "workload"
         early = list(file_problems or [])
@@ -174,6 +189,7 @@ class Workload(Spec):
             body = {**body, "name": Path(source).stem}
         translation = translate(body)
         problems = list(translation.problems)
+        early += apply_overrides(translation.body, overrides)
         try:
             workload = cls.model_validate(translation.body, context={"check_paths": check_paths})
         except ValidationError as error:
@@ -181,7 +197,8 @@ class Workload(Spec):
         if problems or early:
             prefix = "" if source is None else f"{where}: "
             lines = early + [
-                f"{prefix}{translation.written(key)}: {text}" for key, text in problems
+                f"{prefix}{translation.written(key)}: {text}{_set_here(key, overrides)}"
+                for key, text in problems
             ]
             raise WorkloadError("\n".join(lines))
         _log_ignored(where, translation, workload.problem.problem_function)
@@ -194,12 +211,15 @@ class Workload(Spec):
         return workload
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], check_paths: bool = True) -> Workload:
+    def load(
+        cls, path: str | os.PathLike[str], check_paths: bool = True, overrides: Sequence[str] = ()
+    ) -> Workload:
         """Read and validate a workload YAML file.
 
         Args:
             path: the YAML file.
             check_paths: whether data paths (datasets, checkpoints) must exist now.
+            overrides: `KEY=VALUE` settings put over the file's (see `from_dict`).
         """
         path = Path(path)
         if not path.is_file():
@@ -209,7 +229,7 @@ class Workload(Spec):
             )
         duplicates: list[str] = []
         data = read_yaml(path, duplicates)
-        return cls.from_dict(data, path, check_paths, file_problems=duplicates)
+        return cls.from_dict(data, path, check_paths, duplicates, overrides)
 
 
 load_workload = Workload.load

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from model_explorer.errors import WorkloadError
+from model_explorer.errors import WorkloadError, first_line
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -72,3 +73,37 @@ def read_yaml(path: str | os.PathLike[str], duplicates: list[str] | None = None)
     elif found:
         raise WorkloadError("\n".join(found))
     return data
+
+
+def apply_overrides(body: Any, overrides: Sequence[str]) -> list[str]:
+    """Put `KEY=VALUE` settings (`exploration.nsga.pop_size=4`, the value read as YAML) into
+    `body`, a workload's mapping under `workload:`, creating the mappings on the way; returns
+    one problem line per setting that cannot be applied (the schema then checks the values)."""
+    problems = []
+    for override in overrides:
+        key, sign, text = override.partition("=")
+        parts = key.strip().split(".")
+        if not sign or not all(parts):
+            problems.append(
+                f"--set {override}: write KEY=VALUE with the key as under workload:, e.g. "
+                "exploration.nsga.pop_size=4"
+            )
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            problems.append(f"--set {override}: the value is not YAML ({first_line(error)})")
+            continue
+        node = body if isinstance(body, dict) else {}
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                problems.append(f"--set {override}: '{where}' holds a value, not settings")
+                break
+            node = child
+        else:
+            node[parts[-1]] = value
+    return problems

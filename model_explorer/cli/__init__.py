@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
             entry.name, parents=[common], help=entry.help, description=entry.description
         )
         entry.arguments(sub)
+        if any(action.dest == "workload" for action in sub._actions):
+            sub.add_argument(
+                "--set",
+                action="append",
+                metavar="KEY=VALUE",
+                help="override a workload setting for this run, validated like the file "
+                "(repeatable; the key as under workload:, e.g. exploration.nsga.pop_size=4)",
+            )
     return parser
 
 

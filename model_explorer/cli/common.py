@@ -63,7 +63,7 @@ def positive_int(text: str) -> int:
 def load_workload(args: argparse.Namespace) -> Any:
     from model_explorer.workload import Workload
 
-    return Workload.load(args.workload)
+    return Workload.load(args.workload, overrides=getattr(args, "set", None) or ())
 
 
 def progress(args: argparse.Namespace) -> bool:
