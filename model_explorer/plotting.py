@@ -84,6 +84,8 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
                     label=f"{bound} {label}",
                     gid="constraint",
                 )
+    if result.individuals and not result.feasible():
+        axes.set_title("no feasible individual", color="tab:red", gid="no-feasible")
     axes.set_xlabel(x)
     axes.set_ylabel(label)
     axes.legend(fontsize=8)
@@ -113,7 +115,11 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
     axes.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
     axes.set_xlabel("layer")
     title = (
-        f"individual {individual.id}" if individual is not None else "mean over the Pareto front"
+        f"individual {individual.id}"
+        if individual is not None
+        else "mean over the Pareto front"
+        if result.feasible()
+        else "mean over the infeasible front (no feasible individual)"
     )
     axes.set_title(title)
     axes.set_ylabel("bits" if "threshold" not in kinds else "value")

@@ -104,6 +104,16 @@ def _markdown_table(result: ExplorationResult) -> str:
     return "\n".join([header, rule, *body])
 
 
+def front_heading(result: ExplorationResult) -> str:
+    """ "Pareto front", or what the shown front is when no individual is feasible (the front of
+    the infeasible ones, which tells how far the search got)."""
+    if result.individuals and not result.feasible():
+        return (
+            "No feasible individual: none meets the constraints; the front of the infeasible ones"
+        )
+    return "Pareto front"
+
+
 def write_report(
     result: ExplorationResult, out: str | Path, source: str | Path | None = None
 ) -> list[Path]:
@@ -112,7 +122,8 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = _write_figures(result, out)
-    lines = [*_summary(result, source), "", "## Pareto front", "", _markdown_table(result), ""]
+    lines = [*_summary(result, source), "", f"## {front_heading(result)}", ""]
+    lines += [_markdown_table(result), ""]
     formats = formats_table(result)
     if formats is not None:
         lines += ["## Formats on the front (input/weight per layer)", "", formats, ""]

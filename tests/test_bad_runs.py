@@ -317,3 +317,28 @@ def test_a_layer_bounds_pattern_matching_no_quantizer_is_refused_before_the_sear
         in (outcome.errors[0])
     )
     assert not output.exists()  # the claimed result file, empty, is released
+
+
+def test_a_minimum_the_baseline_misses_is_said_at_the_start_and_wherever_a_front_is_shown(
+    tiny, tmp_path, capsys, caplog
+) -> None:
+    """digits_cnn with random weights (about 10% top-1) against a 0.65 minimum: nothing can be
+    feasible; the run says so first, and the console, report.md and front.png do not call the
+    infeasible individuals a Pareto front."""
+    from model_explorer.plotting import plot_front, plot_layers
+    from model_explorer.results import ExplorationResult
+
+    tiny["workload"]["exploration"]["minimum_accuracy"] = 0.65
+    workload = write(tiny, tmp_path / "w.yaml")
+    result = tmp_path / "r.pkl"
+    outcome = run_cli(capsys, "explore", workload, "--output", result, "--report")
+    assert outcome.status == 0
+    warning = "the search will most likely find no feasible individual"
+    assert "below the minimum 0.6500" in caplog.text and warning in caplog.text
+    assert "No feasible individual" in outcome.out and "Pareto front:" not in outcome.out
+    report = (tmp_path / "r_report" / "report.md").read_text()
+    assert "## No feasible individual" in report and "## Pareto front" not in report
+    loaded = ExplorationResult.load(result)
+    assert not loaded.feasible()
+    assert plot_front(loaded).axes[0].get_title() == "no feasible individual"
+    assert "no feasible individual" in plot_layers(loaded).axes[0].get_title()

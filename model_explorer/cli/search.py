@@ -39,7 +39,7 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
-    from model_explorer.reporting import cost_summary, pareto_table
+    from model_explorer.reporting import cost_summary, front_heading, pareto_table
 
     workload = load_workload(args)
     options = ExploreOptions(
@@ -64,7 +64,7 @@ def explore_command(args: argparse.Namespace) -> int:
     if result.baseline is not None:
         baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
-    print("Pareto front:")
+    print(f"{front_heading(result)}:")
     print(pareto_table(result))
     print(f"result: {path}")
     if args.report:

@@ -122,6 +122,27 @@ def minimum_accuracy(
     return [options.minimum_accuracy]
 
 
+def _warn_unreachable(
+    workload: Workload, baseline: list[float] | None, minimum: list[float] | None
+) -> None:
+    """Say at the start when the float model itself misses the minimum: compressing it will
+    hardly do better, so the search will most likely find nothing feasible."""
+    if baseline is None or minimum is None or not higher_is_better(workload.metric):
+        return
+    short = [(b, m) for b, m in zip(baseline, minimum, strict=False) if b < m]
+    if short:
+        b, m = short[0]
+        log.warning(
+            "the float baseline's %s is %.4f, below the minimum %.4f that an individual must "
+            "keep: the search will most likely find no feasible individual; lower %s or check "
+            "the model's weights (workload.model.weights)",
+            workload.metric.type,
+            b,
+            m,
+            workload.problem.options.key("minimum_accuracy"),
+        )
+
+
 def divergence_limit(options: ProblemOptions) -> list[float] | None:
     for key in ("minimum_accuracy", "allowable_accuracy_drop"):
         if getattr(options, key) is not None:
@@ -249,6 +270,7 @@ def _search(
     minimum = minimum_accuracy(
         workload.problem.options, baseline, higher_is_better(workload.metric)
     )
+    _warn_unreachable(workload, baseline, minimum)
     built = build_problem(context, minimum)
     runner.attach(ProblemRecipe(search_definition(workload), minimum, model_files(workload)))
     explorer = Explorer(
