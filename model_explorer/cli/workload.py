@@ -90,13 +90,21 @@ def evaluate_command(args: argparse.Namespace) -> int:
                 {**info, "model": label, "metric": workload.metric.type, "accuracy": accuracy}
             )
             print(
-                f"{workload.model.type} ({label}) on {info['where']} ({info['samples']} samples, "
-                f"{context.device}): {workload.metric.type} = {format_accuracy(accuracy)}"
+                f"{workload.model.type} ({label}) on {_data_named(info)} "
+                f"({info['samples']} samples, {context.device}): "
+                f"{workload.metric.type} = {format_accuracy(accuracy)}"
                 + _nonfinite_note(model, context.batches(role), label, info)
             )
     if args.json:
         print(json.dumps(results, indent=2))
     return 0
+
+
+def _data_named(info: dict) -> str:
+    """The data set evaluated, named by its role where it stands in for it (the baseline
+    role takes the exploration data when the workload gives it none)."""
+    role, where = info["role"], info["where"]
+    return where if where.endswith(f".{role}") else f"{role} data from {where}"
 
 
 def _nonfinite_note(model, batches, label: str, info: dict) -> str:  # noqa: ANN001

@@ -108,6 +108,9 @@ def register_dataset(name: str, options: Any = None) -> Callable[[DatasetBuilder
     return DATASETS.register(name, options=options)
 
 
+_WARNED: set[tuple[str, int | None, int]] = set()
+
+
 def select_indices(length: int, sample_limit: int | None, randomize: bool, seed: int) -> np.ndarray:
     """The fixed subset a spec stands for: `sample_limit` indices drawn by `seed` (kept in
     dataset order), shuffled once by `seed` when `randomize` is set. The same arguments always
@@ -135,7 +138,9 @@ def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Datas
     if streamed and spec.sample_limit is None:
         return dataset  # the whole stream: its order is the stored one, shuffled for training
     length = len(dataset)  # type: ignore[arg-type]
-    if spec.sample_limit is not None and spec.sample_limit > length:
+    said = (where, spec.sample_limit, length)
+    if spec.sample_limit is not None and spec.sample_limit > length and said not in _WARNED:
+        _WARNED.add(said)  # the data set is built by several steps of one command: say it once
         log.warning(
             "%s.sample_limit is %d but the data holds %d samples; using all of them",
             where,

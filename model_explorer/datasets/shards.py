@@ -76,8 +76,11 @@ class ShardStream(SampleStream):
         slots = {int(position): slot for slot, position in enumerate(indices)}
         last = max(slots, default=-1)
 
+        seen = [0]  # samples the shards held, up to the last one needed
+
         def numbered(samples: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             for position, sample in enumerate(samples):
+                seen[0] = position + 1
                 if position in slots:
                     yield {**sample, "__position__": position}
                 if position >= last:
@@ -92,7 +95,7 @@ class ShardStream(SampleStream):
         if any(item is None for item in found):
             raise UserError(
                 f"{self.where}.total_samples: {self.length} samples declared, but the shards of "
-                f"'{self.where}.path' hold fewer ({last + 1} needed); set total_samples to the "
+                f"'{self.where}.path' hold {seen[0]} ({last + 1} needed); set total_samples to the "
                 "number of samples in all shards"
             )
         return found

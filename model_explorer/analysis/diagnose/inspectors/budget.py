@@ -99,9 +99,9 @@ class Sensitivity(BaseInspector):
             findings.append(
                 self.finding(
                     "warning",
-                    f"alone at {low} bits it costs {row.drop:.1%} accuracy "
+                    f"alone at {low} bits it costs {row.drop * 100:.1f} points of accuracy "
                     f"(rank {rank} of {len(table.rows)}); {bits} bits keep the drop within "
-                    f"{self.target_drop:.0%}",
+                    f"{self.target_drop * 100:g} point{'' if self.target_drop == 0.01 else 's'}",
                     layer=row.name,
                     evidence={"drop": round(row.drop, 4), "rank": rank, "bits": bits},
                     recommendation={"problem": {"layer_bounds": {row.name: [bits, high]}}},
