@@ -1,8 +1,10 @@
-"""The lowest versions pyproject.toml declares for the pure-Python dependencies actually work:
-each is installed from the package index into a throwaway folder that shadows the installed
-version, and a subprocess validates, dumps and reports a workload with it. (The compiled
-dependencies, torch, numpy, pandas and their kind, are tested at the versions the Makefile
-installs; their lower bounds are what their wheels for Python 3.10+ need.)"""
+"""The lowest versions pyproject.toml declares actually work. The pure-Python dependencies: each
+is installed from the package index into a throwaway folder that shadows the installed version,
+and a subprocess validates, dumps and reports a workload with it. The compiled ones (numpy,
+pandas, scipy, scikit-learn, matplotlib, h5py, pillow, pymoo, webdataset) only work together
+(pandas built for numpy 2 does not load numpy 1), so they are installed at their lowest all at
+once into a throwaway environment layered over the test environment (torch stays the one the
+Makefile installs), and a subprocess runs the whole pipeline on the default workload."""
 
 from __future__ import annotations
 
@@ -78,3 +80,74 @@ def _core_pin(folder: Path) -> str:
     found = re.search(r"Requires-Dist: pydantic-core==([0-9.]+)", metadata.read_text())
     assert found, "pydantic names no pydantic-core pin"
     return found.group(1)
+
+
+COMPILED = (
+    "numpy", "pandas", "scipy", "scikit-learn", "matplotlib", "h5py", "pillow", "pymoo",
+    "webdataset",
+)  # fmt: skip
+
+PIPELINE = """
+import sys
+from model_explorer.cli import main
+import numpy, pandas, scipy, sklearn, matplotlib, h5py, PIL, pymoo
+print(numpy.__version__, pandas.__version__, scipy.__version__, sklearn.__version__)
+workload = sys.argv[1]
+for command in (
+    ["retrain", "--baseline", workload, "--no-progress"],
+    ["calibrate", workload],
+    ["explore", workload, "--report", "--output", sys.argv[2]],
+    ["cost", workload],
+    ["compare", workload, "--env", "eager", "--env", "eager-fp64", "--out", sys.argv[3]],
+):
+    assert main(command) == 0, command
+"""
+
+
+def test_the_lowest_declared_compiled_dependencies_work_together(tmp_path: Path) -> None:
+    import sysconfig
+
+    import yaml
+
+    environment = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(environment)], check=True)
+    python = environment / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    base = sysconfig.get_path("purelib")
+    (Path(site) / "base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
+    wanted = [f"{name}=={lowest(name)}" for name in COMPILED]
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        + ["--only-binary=:all:", "-c", str(REPOSITORY / "constraints.txt"), *wanted],
+        capture_output=True,
+        text=True,
+    )
+    if install.returncode != 0 and "No matching distribution" not in install.stderr:
+        pytest.skip(f"the package index cannot be reached: {install.stderr.strip()[-200:]}")
+    assert install.returncode == 0, install.stderr
+    data = yaml.safe_load((REPOSITORY / "workloads" / "digits_cnn.yaml").read_text())
+    body = data["workload"]
+    body["model"]["weights"] = str(tmp_path / "baseline.pt")
+    body["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    body["retraining"]["epochs"] = 2
+    body["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    arguments = [str(workload), str(tmp_path / "r.pkl"), str(tmp_path / "compare")]
+    done = subprocess.run(
+        [str(python), "-c", PIPELINE, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+        env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    from packaging.version import Version
+
+    versions = [Version(v) for v in done.stdout.split()[:4]]
+    names = ("numpy", "pandas", "scipy", "scikit-learn")
+    assert versions == [Version(lowest(name)) for name in names]
+    assert (tmp_path / "r_report" / "report.md").exists()
