@@ -81,7 +81,7 @@ def cost_command(args: argparse.Namespace) -> int:
         write_json(report, args.json)
         print(f"wrote {args.json}")
     if args.plot:
-        print(f"wrote {plot_layers(report, args.plot, args.depth)}")
+        print(f"wrote {plot_layers(report, args.plot, args.depth, args.top, args.sort)}")
     return 0
 
 

@@ -21,6 +21,7 @@ def cost_frame(
     frame = report.to_dataframe(depth)
     if frame.empty:
         return frame
+    frame["name"] = frame["name"].where(frame["name"] != "", "(model)")  # the model's own code
     for column in _BYTES:
         frame[column.replace("_bytes", "_mib")] = frame.pop(column) / MIB
     frame = frame.drop(columns=["seconds"])
@@ -49,7 +50,22 @@ def totals_text(report: CostReport) -> str:
 
 
 def conventions_text() -> str:
-    return "\n".join(f"  {name}: {text}" for name, text in CONVENTIONS.items())
+    """The legend of the printed table, by the names its headers carry (bytes shown in MiB,
+    the measured seconds as each operation's share of the run)."""
+    lines = []
+    for name, text in CONVENTIONS.items():
+        if name in _BYTES:
+            name, text = name.replace("_bytes", "_mib"), text.replace("bytes", "MiB", 1)
+        elif name == "seconds":
+            name, text = "duration_share", DURATION_SHARE
+        lines.append(f"  {name}: {text}")
+    return "\n".join(lines)
+
+
+DURATION_SHARE = (
+    "the operation's share of the forward's measured time (median of the timed runs; "
+    "indicative only on small models, where timer noise is of the same order)"
+)
 
 
 def write_json(report: CostReport, path: str | Path) -> None:
@@ -64,19 +80,45 @@ def write_json(report: CostReport, path: str | Path) -> None:
         temporary.write_text(json.dumps(data, indent=2))
 
 
-def plot_layers(report: CostReport, path: str | Path, depth: int | None = None) -> Path:
-    """Bars of MACs and of memory read + written per module (grouped at `depth`)."""
+def plot_layers(
+    report: CostReport,
+    path: str | Path,
+    depth: int | None = None,
+    top: int | None = None,
+    sort: str | None = None,
+) -> Path:
+    """`layer_figure` written to `path`."""
+    return save_figure(layer_figure(report, depth, top, sort), path, dpi=120, close=True)
+
+
+def layer_figure(
+    report: CostReport, depth: int | None = None, top: int | None = None, sort: str | None = None
+) -> Any:
+    """Bars of MACs and of memory read + written per module (grouped at `depth`), in execution
+    order: the `top` (default 40) largest by `sort` (default MACs, then memory) and one bar for
+    all the others, so that every label stays readable."""
+    import pandas as pd
+
     plt = pyplot()
     frame = report.to_dataframe(depth)
     frame = frame[(frame["macs"] > 0) | (frame["read_bytes"] + frame["write_bytes"] > 0)]
+    frame = frame.assign(memory=frame["read_bytes"] + frame["write_bytes"])
+    limit = top or 40
+    if len(frame) > limit:
+        column = sort if sort in frame.columns else "macs"
+        ranked = frame.sort_values([column, "memory"], ascending=False, kind="stable")
+        kept = frame.loc[sorted(ranked.index[:limit], key=frame.index.get_loc)]
+        rest = frame.drop(kept.index)
+        others = {"name": f"others ({len(rest)})", "macs": rest["macs"].sum()}
+        others_row = pd.DataFrame([{**others, "memory": rest["memory"].sum()}])
+        frame = pd.concat([kept, others_row], ignore_index=True)
     labels = frame["name"].where(frame["name"] != "", "(model)")
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, 0.25 * len(frame)), 6), sharex=True)
-    top.bar(range(len(frame)), frame["macs"] / 1e6)
-    top.set_ylabel("MMACs")
-    bottom.bar(
-        range(len(frame)), (frame["read_bytes"] + frame["write_bytes"]) / MIB, color="tab:orange"
-    )
-    bottom.set_ylabel("read + write (MiB)")
-    bottom.set_xticks(range(len(frame)), labels, rotation=90, fontsize=7)
+    width = min(16, max(6, 0.3 * len(frame)))
+    figure, (upper, lower) = plt.subplots(2, 1, figsize=(width, 6), sharex=True)
+    upper.bar(range(len(frame)), frame["macs"] / 1e6)
+    upper.set_ylabel("MMACs")
+    lower.bar(range(len(frame)), frame["memory"] / MIB, color="tab:orange")
+    lower.set_ylabel("read + write (MiB)")
+    lower.set_xticks(range(len(frame)), labels, rotation=90, fontsize=7)
     figure.tight_layout()
-    return save_figure(figure, path, dpi=120, close=True)
+    return figure
