@@ -206,7 +206,9 @@ def test_a_quantized_individual_at_low_bits_agrees_less_than_at_16_bits(
     assert status == 0
     data = json.loads((out / "comparison.json").read_text())
     pairs = {(p["a"], p["b"]): p for p in data["pairs"]}
-    at_low, at_high = pairs[("eager", low)], pairs[("eager", high)]
+    # A result's individuals go by kind#ID, their references in the descriptions.
+    at_low, at_high = pairs[("eager", "quantized#0")], pairs[("eager", "quantized#1")]
+    assert data["environments"]["quantized#0"]["description"].startswith(f"{low}: ")
     assert at_low["top1_agreement"] < at_high["top1_agreement"]
     assert at_low["cosine_similarity_mean"] < at_high["cosine_similarity_mean"]
     assert at_high["top1_agreement"] >= 0.95

@@ -168,7 +168,9 @@ def test_compare_sets_the_runtime_beside_the_individual_it_was_exported_from(
     (pair,) = json.loads((tmp_path / "comparison.json").read_text())["pairs"]
     assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] < 1e-4
     # The exported file's stand-in is the individual itself, not the float model.
-    assert pair["localisation"]["intermediates_of"] == [f"quantized:{reference}"] * 2
+    # Individuals of a result go by kind#ID; the exported file's stand-in is the individual.
+    identifier = reference.rpartition("#")[2]
+    assert pair["localisation"]["intermediates_of"] == [f"quantized#{identifier}"] * 2
     assert "the difference is the backend's" in pair["localisation"]["note"]
 
 

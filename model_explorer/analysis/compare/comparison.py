@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -299,7 +300,29 @@ def _environments(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise UserError(f"--env: {', '.join(duplicates)} given twice; name each environment once")
+    _shorten_result_names(envs)
     return envs
+
+
+# `quantized:results/expl_..._20261123-194041.pkl#64`: a result file's individual.
+_RESULT_REFERENCE = re.compile(r"^(?P<kind>[\w-]+):(?P<path>.+)#(?P<id>\d+)$")
+
+
+def _shorten_result_names(envs: list[Environment]) -> None:
+    """Environments that name a result file's individual go by `kind#ID` (`quantized#64`) in
+    tables, figures and the JSON, the full reference moved into their description; two that
+    would share a short name keep their full ones."""
+    short = {}
+    for env in envs:
+        found = _RESULT_REFERENCE.match(env.name)
+        if found:
+            short[id(env)] = f"{found['kind']}#{found['id']}"
+    taken = [e.name for e in envs if id(e) not in short] + list(short.values())
+    for env in envs:
+        name = short.get(id(env))
+        if name is not None and taken.count(name) == 1:
+            env.description = f"{env.name}: {env.description}"
+            env.name = name
 
 
 def compare(

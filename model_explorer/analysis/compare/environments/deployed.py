@@ -5,6 +5,7 @@ fake-quantized individual (`quantized:RESULTS#ID`) and the float model."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class DeployedEnvironment(Environment):
         from model_explorer.analysis.compare.environments.quantized import QuantizedEnvironment
 
         if self._stand_in is None and self._prepared is not None:
-            name = f"quantized:{self.reference}"
+            name = re.sub(r"^[\w-]+", "quantized", self.name)  # deployed#5 -> quantized#5
             environment = QuantizedEnvironment(
                 name, self.context, self.result, self.individual, self.where
             )
