@@ -130,7 +130,7 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
     description="Re-evaluates the N feasible individuals with the lowest primary cost "
     "objective (the first minimised objective, e.g. weighted_bits; ascending, ties broken by "
     "higher accuracy) on reevaluation.datasets.reevaluate, and writes a CSV of their rows with "
-    "a full_accuracy column.",
+    "a reevaluation_accuracy column.",
 )
 def evaluate_individual_command(args: argparse.Namespace) -> int:
     from model_explorer.exploration.reevaluate import (
@@ -161,7 +161,7 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
         f"re-evaluated the {len(table)} feasible individuals with the lowest "
         f"{primary_cost(result)} on the reevaluation data:"
     )
-    columns = ["id", primary_cost(result), "accuracy", "full_accuracy"]
+    columns = ["id", primary_cost(result), "accuracy", "reevaluation_accuracy"]
     print(table[[c for c in columns if c in table.columns]].to_string(index=False))
     print(f"wrote {output}")
     return 0

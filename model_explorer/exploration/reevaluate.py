@@ -43,7 +43,7 @@ def reevaluate(
     count: int,
     context: WorkloadContext | None = None,
 ) -> pd.DataFrame:
-    """Each chosen individual's row of `result.to_dataframe()` plus `full_accuracy` on
+    """Each chosen individual's row of `result.to_dataframe()` plus `reevaluation_accuracy` on
     `reevaluation.datasets.reevaluate` (one column per output for multi-output models)."""
     check_same_model(workload, result)
     chosen = best_feasible(result, count)
@@ -60,13 +60,13 @@ def reevaluate(
         row = frame.loc[individual.id].to_dict()
         row["id"] = individual.id
         if isinstance(accuracy, list):
-            row.update({f"full_accuracy_{i}": a for i, a in enumerate(accuracy)})
-            row["full_accuracy"] = sum(accuracy) / len(accuracy)
+            row.update({f"reevaluation_accuracy_{i}": a for i, a in enumerate(accuracy)})
+            row["reevaluation_accuracy"] = sum(accuracy) / len(accuracy)
         else:
-            row["full_accuracy"] = accuracy
+            row["reevaluation_accuracy"] = accuracy
         rows.append(row)
         log.info("individual %d: full accuracy %s", individual.id, accuracy)
-    columns = ["id", "full_accuracy"]
+    columns = ["id", "reevaluation_accuracy"]
     table = pd.DataFrame(rows)
     return table[columns + [c for c in table.columns if c not in columns]]
 

@@ -66,7 +66,7 @@ def test_explore_writes_a_result_and_prints_the_front(small_workload: Path, caps
         == 0
     )
     table = pd.read_csv(csv)
-    assert len(table) == 3 and table["full_accuracy"].between(0, 1).all()
+    assert len(table) == 3 and table["reevaluation_accuracy"].between(0, 1).all()
     assert table["weighted_bits"].is_monotonic_increasing
     assert set(table["id"]) <= {i.id for i in result.feasible()}
 
