@@ -71,6 +71,7 @@ def retrain_command(args: argparse.Namespace) -> int:
 def retrain_individuals_command(args: argparse.Namespace) -> int:
     from model_explorer.results import ExplorationResult
     from model_explorer.retraining import retrain_individuals
+    from model_explorer.workload import dataset_spec
 
     if args.results is None or args.output_dir is None:
         raise UserError(
@@ -91,5 +92,10 @@ def retrain_individuals_command(args: argparse.Namespace) -> int:
         "best_epoch",
     ]
     print(table[[c for c in columns if c in table.columns]].to_string(index=False))
+    print(
+        "accuracy: as the search recorded it, on the exploration data; before/after training: "
+        f"on the reevaluation data ({dataset_spec(workload, 'reevaluate')[1]}); "
+        "best_epoch chosen on the retraining validation data"
+    )
     print(f"wrote {path} and {len(table)} checkpoints to {args.output_dir}")
     return 0
