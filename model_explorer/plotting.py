@@ -99,6 +99,17 @@ def _layer_table(result: ExplorationResult, individual: Individual | None):  # n
     return result.layer_statistics(individuals)
 
 
+def layer_labels(result: ExplorationResult, layers: list[str]) -> list[str]:
+    """Tick labels of layers: a name that is only a position (`0`, `features.3`, as in an
+    nn.Sequential) gets its layer type (`0:Conv2d`); results written before types were
+    stored keep the names."""
+    types = result.problem.get("layer_types", {})
+    return [
+        f"{name}:{types[name]}" if name in types and name.rpartition(".")[2].isdigit() else name
+        for name in layers
+    ]
+
+
 def plot_layers(result: ExplorationResult, individual: Individual | None = None) -> Any:
     """Per-layer settings: bit widths (input and weight side by side) or thresholds, for one
     individual or as the mean over the Pareto front."""
@@ -112,7 +123,7 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
         part = table[table["kind"] == kind].set_index("layer").reindex(layers)
         positions = np.arange(len(layers)) + (offset - (len(kinds) - 1) / 2) * width
         axes.bar(positions, part["mean"].fillna(0), width, label=kind, gid=f"bars-{kind}")
-    axes.set_xticks(range(len(layers)), layers, rotation=90, fontsize=7)
+    axes.set_xticks(range(len(layers)), layer_labels(result, layers), rotation=90, fontsize=7)
     axes.set_xlabel("layer")
     title = (
         f"individual {individual.id}"

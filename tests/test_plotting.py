@@ -182,3 +182,11 @@ def test_generations_are_whole_numbers_and_layers_are_labelled(synthetic) -> Non
     ticks = convergence.axes[0].get_xticks()
     assert all(float(t).is_integer() for t in ticks), ticks
     assert plotting.plot_layers(synthetic).axes[0].get_xlabel() == "layer"
+
+
+def test_layers_named_by_position_are_labelled_with_their_type(digits_result: Path) -> None:
+    """digits_cnn is an nn.Sequential: its layers are 0, 3, 7, 12, 14; the search records
+    their types, so the figure says 0:Conv2d ... 14:Linear."""
+    result = ExplorationResult.load(digits_result)
+    labels = [t.get_text() for t in plotting.plot_layers(result).axes[0].get_xticklabels()]
+    assert labels == ["0:Conv2d", "3:Conv2d", "7:Conv2d", "12:Linear", "14:Linear"]

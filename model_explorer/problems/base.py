@@ -217,7 +217,12 @@ class ModelProblem(Problem):
     def describe(self) -> dict[str, Any]:
         """Plain data describing the problem; `metric` names what 'accuracy' measures."""
         metric = self.metric if isinstance(self.metric, str) else self.metric.type
-        return {**super().describe(), "metric": metric}
+        layers = getattr(self.model, "layers", None) or {}
+        types = {
+            name: getattr(layer, "float_type", type(layer)).__name__
+            for name, layer in layers.items()
+        }
+        return {**super().describe(), "metric": metric, "layer_types": types}
 
     def score(self, known: dict[str, float] | None = None) -> Any:
         """The metric's Outcome for the configuration currently applied. `known`: the values
