@@ -63,7 +63,8 @@ def main() -> None:
         medians = interleaved_medians(variants, args.repeats)
         eager = model(x).numpy()
     print(f"{args.model}, batch {args.batch}, {x.shape[1:]}; eager {medians['eager'] * 1e3:.1f} ms")
-    print(f"{'':32} {'compile s':>9} {'kernels':>7} {'x eager':>8} {'= level 3':>9} {'vs eager':>9}")
+    header = ("compile s", "kernels", "x eager", "= level 3", "vs eager")
+    print(f"{'':32} " + " ".join(f"{h:>9}" for h in header))
     for name, run in runs.items():
         output = run(array)[0]
         same = np.array_equal(output, reference)
