@@ -52,7 +52,7 @@ def export_command(args: argparse.Namespace) -> int:
 
     _known_runtimes(args.check or [], "--check")
     result, individual = load_individual(args.individual, "RESULTS#ID")
-    context = WorkloadContext(_workload(args.workload, result))
+    context = WorkloadContext(_workload(args.workload, result, args.set or ()))
     pack = not args.int8_weights
     if args.check:
         check = check_individual(context, result, individual, args.check, args.onnx, pack)
@@ -78,13 +78,14 @@ def _known_runtimes(names: list[str], where: str) -> None:
         RUNTIMES.get(name, where)
 
 
-def _workload(path: str | None, result: Any) -> Any:
+def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
     from model_explorer.exploration.reevaluate import check_same_model
     from model_explorer.workload import Workload
 
     if path is None:
-        return Workload.from_dict(result.workload, source="the result's stored workload")
-    workload = Workload.load(path)
+        where = "the result's stored workload"
+        return Workload.from_dict(result.workload, source=where, overrides=overrides)
+    workload = Workload.load(path, overrides=overrides)
     check_same_model(workload, result)
     return workload
 
