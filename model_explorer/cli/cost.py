@@ -195,6 +195,8 @@ def _cost_model(args: argparse.Namespace):  # noqa: ANN202
     if (args.workload is None) == (args.model is None):
         raise UserError("cost: give either a WORKLOAD file or --model NAME")
     if args.model is not None:
+        if getattr(args, "set", None):
+            raise UserError("--set: changes a WORKLOAD file's settings; --model reads none")
         model = create_model(args.model, args.num_classes, where="--model")
         shape = args.input_shape
         if shape is None:
