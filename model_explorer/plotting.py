@@ -139,15 +139,24 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
     return figure
 
 
+def reference_text(reference: dict[str, float]) -> str:
+    """The reference point as figures and the report state it."""
+    point = ", ".join(f"{name} {value:.6g}" for name, value in reference.items())
+    return f"reference point: {point}; ideal: 1 and 0"
+
+
 def plot_convergence(result: ExplorationResult, reference: dict[str, float] | None = None) -> Any:
-    """Hypervolume of everything evaluated up to each generation."""
+    """Normalised hypervolume (`ExplorationResult.normalised_hypervolume`) of everything
+    evaluated up to each generation, its reference point in the title."""
     plt = pyplot()
-    history = result.hypervolume_by_generation(reference)
+    reference = reference or result.default_reference()
+    history = result.hypervolume_by_generation(reference, normalised=True)
     figure, axes = plt.subplots(figsize=(6, 3.5))
     axes.plot([g for g, _ in history], [h for _, h in history], marker=".", gid="hypervolume")
     axes.set_xlabel("generation")
     axes.xaxis.get_major_locator().set_params(integer=True)  # no generation 2.5
-    axes.set_ylabel("hypervolume")
+    axes.set_ylabel("hypervolume (normalised)")
+    axes.set_title(reference_text(reference), fontsize=8)
     axes.grid(alpha=0.3)
     figure.tight_layout()
     return figure
@@ -155,15 +164,17 @@ def plot_convergence(result: ExplorationResult, reference: dict[str, float] | No
 
 def plot_efficiency(result: ExplorationResult, reference: dict[str, float] | None = None) -> Any:
     """Hypervolume of the feasible front against the samples forwarded to find it: what the
-    search bought for its cost (see `ExplorationResult.hypervolume_by_samples`)."""
+    search bought for its cost (see `ExplorationResult.hypervolume_by_samples`), normalised."""
     plt = pyplot()
-    history = result.hypervolume_by_samples(reference)
+    reference = reference or result.default_reference()
+    history = result.hypervolume_by_samples(reference, normalised=True)
     figure, axes = plt.subplots(figsize=(6, 3.5))
     axes.step(
         [s for s, _ in history], [h for _, h in history], where="post", gid="hypervolume-samples"
     )
     axes.set_xlabel("sample-forwards")
-    axes.set_ylabel("hypervolume")
+    axes.set_ylabel("hypervolume (normalised)")
+    axes.set_title(reference_text(reference), fontsize=8)
     axes.grid(alpha=0.3)
     figure.tight_layout()
     return figure

@@ -81,6 +81,13 @@ def cost_summary(result: ExplorationResult) -> str:
     return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
 
 
+def hypervolume_summary(result: ExplorationResult) -> str:
+    """The normalised hypervolume with its reference point, as explore prints it."""
+    reference = result.default_reference()
+    point = ", ".join(f"{k} {v:.6g}" for k, v in reference.items())
+    return f"{result.normalised_hypervolume(reference):.4f} (reference point {point})"
+
+
 def _entry_name(setting: Any) -> str | None:
     """The entry a typed setting names, as a result stores it (a name or `{type: ...}`)."""
     return setting.get("type") if isinstance(setting, dict) else setting
@@ -176,7 +183,7 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
     """The report's title and its list of facts about the run."""
     workload = result.workload.get("workload", {})
     reference = result.default_reference()
-    hypervolume = result.hypervolume(reference, list(reference))
+    hypervolume = result.normalised_hypervolume(reference)
     stats = result.stats
     evaluations = len(result)
     feasible = len(result.feasible())
@@ -187,6 +194,7 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
     baseline = ", ".join(f"{a:.4f}" for a in result.baseline) if result.baseline else "not measured"
     share = f" ({feasible / evaluations:.0%})" if evaluations else ""
     point = ", ".join(f"{k}={v:.6g}" for k, v in reference.items())
+    ideal = ", ".join(f"{n}={1 if m else 0}" for n, m in result._senses(list(reference)))
     state = "complete" if result.complete else "unfinished (resume with --resume)"
     return [
         f"# Exploration report: {workload.get('name', 'workload')}",
@@ -202,5 +210,5 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
         f"rejected early: {stats.get('early_rejected', 0)}; "
         f"stopped at the front: {stats.get('rejected_dominated', 0)}",
         f"- cost: {cost_summary(result)}",
-        f"- hypervolume: {hypervolume:.6g} (reference point {point})",
+        f"- hypervolume (normalised): {hypervolume:.4f} (reference point {point}; ideal {ideal})",
     ]

@@ -57,7 +57,9 @@ def test_layer_convergence_and_energy_plots(synthetic) -> None:
     assert len(line.get_xdata()) == 4
     efficiency = plotting.plot_efficiency(synthetic)
     (step,) = artists(efficiency, "hypervolume-samples")
-    assert [tuple(p) for p in step.get_xydata()] == synthetic.hypervolume_by_samples()
+    assert [tuple(p) for p in step.get_xydata()] == synthetic.hypervolume_by_samples(
+        normalised=True
+    )
     rows = analytic_energy(create_model("digits_cnn").eval(), __import__("torch").zeros(1, 1, 8, 8))
     energy = plotting.plot_dram_energy(rows)
     stacks = [artists(energy, f"energy-{kind}") for kind in ("weights", "inputs", "outputs")]
@@ -190,3 +192,31 @@ def test_layers_named_by_position_are_labelled_with_their_type(digits_result: Pa
     result = ExplorationResult.load(digits_result)
     labels = [t.get_text() for t in plotting.plot_layers(result).axes[0].get_xticklabels()]
     assert labels == ["0:Conv2d", "3:Conv2d", "7:Conv2d", "12:Linear", "14:Linear"]
+
+
+def test_one_hypervolume_from_the_problem_alone_in_the_api_report_and_plots(
+    digits_result: Path, tmp_path: Path
+) -> None:
+    """The reference point is the problem's (the minimum accuracy; 10 quantizers at 8 bits =
+    80 weighted bits), the front's area above it is computed here by a sweep, and the box to
+    (accuracy 1, cost 0) normalises it; report.md and convergence.png give the same number."""
+    from model_explorer.reporting import write_report
+
+    result = ExplorationResult.load(digits_result)
+    minimum = next(c["minimum"] for c in result.problem["constraints"] if c["name"] == "accuracy")
+    reference = result.default_reference()
+    assert reference == {"accuracy": minimum, "weighted_bits": 80.0}
+    points = sorted((i.values["weighted_bits"], i.values["accuracy"]) for i in result.feasible())
+    area, best = 0.0, minimum
+    for (cost, accuracy), following in zip(points, [*points[1:], (80.0, None)], strict=True):
+        best = max(best, accuracy)
+        area += (min(following[0], 80.0) - min(cost, 80.0)) * (best - minimum)
+    expected = area / ((1.0 - minimum) * 80.0)
+    assert abs(result.normalised_hypervolume() - expected) < 1e-9
+    history = result.hypervolume_by_generation(normalised=True)
+    assert abs(history[-1][1] - expected) < 1e-9
+    write_report(result, tmp_path / "report")
+    assert (
+        f"hypervolume (normalised): {expected:.4f}"
+        in (tmp_path / "report" / "report.md").read_text()
+    )

@@ -39,7 +39,12 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
-    from model_explorer.reporting import cost_summary, front_heading, pareto_table
+    from model_explorer.reporting import (
+        cost_summary,
+        front_heading,
+        hypervolume_summary,
+        pareto_table,
+    )
 
     workload = load_workload(args)
     options = ExploreOptions(
@@ -61,6 +66,8 @@ def explore_command(args: argparse.Namespace) -> int:
         f"{len(result.feasible())} feasible"
     )
     print(f"cost: {cost_summary(result)}")
+    if result.feasible():
+        print(f"hypervolume: {hypervolume_summary(result)}")
     if result.baseline is not None:
         baseline = result.baseline[0] if len(result.baseline) == 1 else result.baseline
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")

@@ -222,7 +222,33 @@ class ModelProblem(Problem):
             name: getattr(layer, "float_type", type(layer)).__name__
             for name, layer in layers.items()
         }
-        return {**super().describe(), "metric": metric, "layer_types": types}
+        description = {**super().describe(), "metric": metric, "layer_types": types}
+        reference = self.hypervolume_reference()
+        if reference is not None:
+            description["hypervolume_reference"] = reference
+        return description
+
+    def hypervolume_reference(self) -> dict[str, float] | None:
+        """The reference point of this problem's hypervolumes, from the problem alone: the
+        minimum accuracy a feasible individual keeps, and each cost at every gene's upper bound
+        (the most expensive configuration); None where either is not known in advance (no
+        accuracy constraint, a cost measured by running the model)."""
+        if not self.minimum_accuracy:
+            return None
+        try:
+            upper = self.decode([variable.upper for variable in self.variables])
+            known = self.known_values(upper)
+        except Exception:  # noqa: BLE001 - a problem whose genes do not decode so: no reference
+            return None
+        reference: dict[str, float] = {}
+        for objective in self.objectives:
+            if objective.maximize:
+                reference[objective.name] = float(min(self.minimum_accuracy))
+            elif objective.name in known:
+                reference[objective.name] = float(known[objective.name])
+            else:
+                return None
+        return reference
 
     def score(self, known: dict[str, float] | None = None) -> Any:
         """The metric's Outcome for the configuration currently applied. `known`: the values

@@ -1,6 +1,8 @@
-"""Pareto fronts over objective matrices."""
+"""Pareto fronts over objective matrices, and a result's hypervolume as its search went on."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -16,3 +18,41 @@ def non_dominated(matrix: np.ndarray) -> np.ndarray:
         if np.any(no_worse & better):
             keep[i] = False
     return keep
+
+
+def by_generation(result: Any, reference: dict[str, float], normalised: bool) -> list:
+    """(generation, hypervolume of every feasible individual evaluated up to it)."""
+    from pymoo.indicators.hv import HV
+
+    senses = result._senses(list(reference))
+    names = [name for name, _ in senses]
+    indicator = HV(ref_point=np.array([-reference[n] if m else reference[n] for n, m in senses]))
+    scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
+    history = []
+    for generation in sorted({i.generation for i in result.individuals}):
+        chosen = [i for i in result.individuals if i.generation <= generation and i.feasible]
+        value = float(indicator(result.objective_matrix(chosen, names))) if chosen else 0.0
+        history.append((generation, value / scale))
+    return history
+
+
+def by_samples(
+    result: Any, reference: dict[str, float], normalised: bool, individual: Any, samples_of: Any
+) -> list:
+    """(sample-forwards spent, hypervolume of the feasible front found with them) after every
+    evaluation, in the order they were recorded (`individual` builds one from a record,
+    `samples_of` counts a record's sample-forwards)."""
+    from pymoo.indicators.hv import HV
+
+    senses = result._senses(list(reference))
+    indicator = HV(ref_point=np.array([-reference[n] if m else reference[n] for n, m in senses]))
+    scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
+    history, spent, front = [], 0, np.empty((0, len(senses)))
+    for record in result.records:
+        spent += samples_of(record)
+        if record["feasible"]:
+            row = result.objective_matrix([individual(**record)], [n for n, _ in senses])
+            front = np.vstack([front, row])
+            front = front[non_dominated(front)]
+        history.append((spent, float(indicator(front)) / scale if len(front) else 0.0))
+    return history

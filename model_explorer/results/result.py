@@ -17,7 +17,7 @@ import numpy as np
 
 from model_explorer.errors import UserError, first_line
 from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
-from model_explorer.results.front import non_dominated
+from model_explorer.results.front import by_generation, by_samples, non_dominated
 from model_explorer.results.plain import FORMAT, VERSION, check_layout, load_plain, save_plain
 
 
@@ -199,9 +199,14 @@ class ExplorationResult:
         return float(HV(ref_point=point)(self.objective_matrix(front, names)))
 
     def default_reference(self, objectives: list[str] | None = None) -> dict[str, float]:
-        """A reference point for hypervolumes: per objective the worst feasible value (for
-        accuracy the constraint's minimum when there is one), 10% beyond it for costs."""
+        """The reference point of hypervolumes: the problem's own (`hypervolume_reference` in
+        its description: the minimum accuracy, each cost at every gene's upper bound) where the
+        search recorded one for these objectives; else per objective the worst feasible value
+        (for accuracy the constraint's minimum when there is one), 10% beyond it for costs."""
         senses = self._senses(objectives)
+        recorded = self.problem.get("hypervolume_reference") or {}
+        if all(name in recorded for name, _ in senses):
+            return {name: float(recorded[name]) for name, _ in senses}
         pool = self.feasible() or self.individuals
         minimum = {c["name"]: c["minimum"] for c in self.problem.get("constraints", [])}
         reference = {}
@@ -216,23 +221,35 @@ class ExplorationResult:
                 reference[name] = worst * 1.1 if worst > 0 else worst + 1.0
         return reference
 
-    def hypervolume_by_generation(
+    def hypervolume_box(self, reference: dict[str, float]) -> float:
+        """The volume between `reference` and the ideal point (1 for what is maximised, an
+        accuracy; 0 for what is minimised, a cost): what normalised hypervolumes divide by."""
+        senses = dict(self._senses(list(reference)))
+        box = 1.0
+        for name, value in reference.items():
+            box *= abs((1.0 if senses[name] else 0.0) - value)
+        return box
+
+    def normalised_hypervolume(
         self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
+    ) -> float:
+        """The project's one hypervolume figure: the feasible front's hypervolume against
+        `reference` (default: `default_reference`) divided by the box between the reference
+        and the ideal point, so 1 is a front at accuracy 1 for no cost. The report, the plots,
+        `explore`'s summary and the benchmarks give this one."""
+        reference = reference or self.default_reference(objectives)
+        box = self.hypervolume_box(reference)
+        return self.hypervolume(reference) / box if box else 0.0
+
+    def hypervolume_by_generation(
+        self,
+        reference: dict[str, float] | None = None,
+        objectives: list[str] | None = None,
+        normalised: bool = False,
     ) -> list[tuple[int, float]]:
         """(generation, hypervolume of every feasible individual evaluated up to it): how the
-        search converged."""
-        reference = reference or self.default_reference(objectives)
-        names = list(reference)
-        history = []
-        generations = sorted({r["generation"] for r in self.records})
-        for generation in generations:
-            upto = ExplorationResult(
-                self.workload,
-                self.problem,
-                individuals=[r for r in self.records if r["generation"] <= generation],
-            )
-            history.append((generation, upto.hypervolume(reference, names)))
-        return history
+        search converged (`normalised`: divided by `hypervolume_box`)."""
+        return by_generation(self, reference or self.default_reference(objectives), normalised)
 
     def sample_forwards(self) -> int:
         """Samples forwarded through the model by every recorded evaluation: what the search
@@ -240,25 +257,16 @@ class ExplorationResult:
         return sum(samples_of(record) for record in self.records)
 
     def hypervolume_by_samples(
-        self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
+        self,
+        reference: dict[str, float] | None = None,
+        objectives: list[str] | None = None,
+        normalised: bool = False,
     ) -> list[tuple[int, float]]:
         """(sample-forwards spent, hypervolume of the feasible front found with them) after
-        every evaluation, in the order they were recorded: what the search bought for its cost."""
-        from pymoo.indicators.hv import HV
-
+        every evaluation, in the order they were recorded: what the search bought for its cost
+        (`normalised`: divided by `hypervolume_box`)."""
         reference = reference or self.default_reference(objectives)
-        senses = self._senses(list(reference))
-        point = np.array([-reference[n] if m else reference[n] for n, m in senses])
-        indicator = HV(ref_point=point)
-        history, spent, front = [], 0, np.empty((0, len(senses)))
-        for record in self.records:
-            spent += samples_of(record)
-            if record["feasible"]:
-                row = self.objective_matrix([Individual(**record)], [n for n, _ in senses])
-                front = np.vstack([front, row])
-                front = front[non_dominated(front)]
-            history.append((spent, float(indicator(front)) if len(front) else 0.0))
-        return history
+        return by_samples(self, reference, normalised, Individual, samples_of)
 
     def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
         """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
