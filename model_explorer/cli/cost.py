@@ -65,7 +65,7 @@ def cost_command(args: argparse.Namespace) -> int:
         result, individual = load_individual(args.individual, "--individual")
         plan = result.plan_of(individual)
         label += f", bit widths of individual {individual.id}"
-    report = analyze_cost(model, shape, plan=plan, leaf_modules_only=args.leaf_modules)
+    report = analyze_cost(model, shape, plan, args.leaf_modules, repeats=5)
     frame = cost_frame(report, args.depth, args.sort, args.top)
     print(f"{label}: cost per {'leaf module' if args.leaf_modules else 'operation'}")
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))

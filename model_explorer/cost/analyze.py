@@ -220,10 +220,11 @@ def analyze_cost(
     example: Tensor | Sequence[int],
     plan: Plan | None = None,
     leaf_modules_only: bool = False,
-    repeats: int = 5,
+    repeats: int = 1,
 ) -> CostReport:
-    """Run `model` on `example` (once untimed, then `repeats` times timed) and return its cost
-    table, each operation's time the median over the timed runs.
+    """Run `model` on `example` and return its cost table: one run by default (its times
+    include the first call's set-up); with `repeats` > 1 one untimed warm-up and then
+    `repeats` timed runs, each operation's time their median (`cost` uses 5).
 
     Args:
         model: the model (float; a QuantizedModel's operators are named as in the model it
@@ -234,15 +235,15 @@ def analyze_cost(
             at 32 bits.
         leaf_modules_only: one row per leaf module call (the seed's convention, missing
             functional operations) instead of one per operator.
-        repeats: timed runs (one warm-up before them: the first call of a kernel pays for
-            its set-up, 0.67 of a digits_cnn forward in its first convolution).
+        repeats: timed runs; above 1 a warm-up runs first (the first call of a kernel pays for
+            its set-up: 0.67 of a digits_cnn forward in its first convolution).
     """
     x = _example(model, example)
     plan = plan or {}
     unique_params = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
     runs = []
-    for _ in range(max(1, repeats) + 1):
+    for _ in range(repeats + 1 if repeats > 1 else 1):
         if leaf_modules_only:
             rows = _leaf_rows(model, x, plan, sync)
             storage = sum(r.storage_bytes for r in _first_calls(rows))
@@ -254,7 +255,7 @@ def analyze_cost(
             rows = collector.rows
             storage = sum(collector.storage.values())
         runs.append(rows)
-    rows = _median_seconds(runs[1:])
+    rows = _median_seconds(runs[1:] if len(runs) > 1 else runs)
     level = "leaf modules" if leaf_modules_only else "operations"
     return CostReport(
         rows, level, tuple(x.shape), unique_params=unique_params, unique_storage_bytes=storage
