@@ -111,6 +111,18 @@ def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
         )
 
 
+def calibrated_individual(
+    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
+) -> nn.Module:
+    """The individual's QuantizedModel with its plan in effect, once its calibration file is
+    known to be the one the search used: what every runtime's form of it starts from."""
+    from model_explorer.problems.rebuild import individual_problem
+
+    model = individual_problem(context, result, individual, where).model
+    require_calibration(context, model.model)
+    return model
+
+
 def export_individual(
     context: WorkloadContext,
     result: ExplorationResult,
@@ -120,11 +132,7 @@ def export_individual(
     where: str = "RESULTS",
 ) -> tuple[nn.Module, ExportSummary]:
     """The individual's model (its plan in effect) and its QDQ export at `path`."""
-    from model_explorer.problems.rebuild import individual_problem
-
-    problem = individual_problem(context, result, individual, where)
-    model = problem.model
-    require_calibration(context, model.model)
+    model = calibrated_individual(context, result, individual, where)
     inputs = next(iter(context.batches(ROLE)))[0]
     example = (inputs[:1] if isinstance(inputs, Tensor) else inputs).to(context.device)
     return model, export_qdq(model, example, path, pack)

@@ -140,10 +140,9 @@ class _Tapped(nn.Module):
 def _tapped(model: nn.Module, example: Tensor, path: Path) -> tuple[Any, list[str]]:
     """The file with every module's output beside the logits (modules that return a tensor,
     found by one eager run), and the tracer's names of those outputs."""
-    from model_explorer.analysis.compare.environments.taps import last_operators
+    from model_explorer.analysis.compare.environments.taps import tap_points
 
-    names = last_operators(model, example)
-    candidates = [(names[name], module) for name, module in model.named_modules() if name in names]
+    candidates = tap_points(model, example)
     returned: set[int] = set()
     hooks = [
         module.register_forward_hook(
@@ -178,15 +177,13 @@ class DeployedLiteRtEnvironment(DeployedEnvironment):
         )
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
-        from model_explorer.deployment.check import require_calibration
+        from model_explorer.deployment.check import calibrated_individual
         from model_explorer.deployment.litert import litert_quantizers
-        from model_explorer.problems.rebuild import individual_problem
 
         _require_litert()
         self._prepared = (model, example)
-        individual = individual_problem(self.context, self.result, self.individual, self.where)
-        quantized = individual.model.eval()
-        require_calibration(self.context, quantized.model)
+        quantized = calibrated_individual(self.context, self.result, self.individual, self.where)
+        quantized.eval()
         with litert_quantizers(quantized, example[:1]):
             self.litert.prepare(quantized, example[:1])
 

@@ -36,11 +36,17 @@ def last_operators(model: nn.Module, example: Tensor) -> dict[str, str]:
     return found
 
 
+def tap_points(model: nn.Module, example: Tensor) -> list[tuple[str, nn.Module]]:
+    """(tracer name of its output, module) of every module that runs operators, in definition
+    order: where a runtime's intermediates are taken."""
+    names = last_operators(model, example)
+    return [(names[path], module) for path, module in model.named_modules() if path in names]
+
+
 def tapped_export(model: nn.Module, example: Tensor, path: Path) -> list[tuple[str, str]]:
     """Write `model` to `path` with every module's output as a graph output; returns (graph
     output, tracer name) in execution order."""
-    names = last_operators(model, example)
-    modules = [(path_, module) for path_, module in model.named_modules() if path_ in names]
+    modules = tap_points(model, example)
     hooks = [
         module.register_forward_hook(
             lambda _, __, output, index=index: (
@@ -62,7 +68,7 @@ def tapped_export(model: nn.Module, example: Tensor, path: Path) -> list[tuple[s
             continue
         node.op_type, node.domain = "Identity", ""
         del node.attribute[:]
-        tapped.append((node.output[0], names[modules[index][0]]))
+        tapped.append((node.output[0], modules[index][0]))
         if node.output[0] not in outputs:
             proto.graph.output.append(onnx.ValueInfoProto(name=node.output[0]))
     drop_marker_domain(proto)
