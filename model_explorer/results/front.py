@@ -20,18 +20,26 @@ def non_dominated(matrix: np.ndarray) -> np.ndarray:
     return keep
 
 
-def by_generation(result: Any, reference: dict[str, float], normalised: bool) -> list:
-    """(generation, hypervolume of every feasible individual evaluated up to it)."""
+def indicator(senses: list[tuple[str, bool]], point: Any) -> Any:
+    """pymoo's HV indicator for a reference point in natural units (a mapping by objective or
+    values in the order of `senses`), turned to all-minimised as the objective matrices are."""
     from pymoo.indicators.hv import HV
 
+    values = [point[name] for name, _ in senses] if isinstance(point, dict) else list(point)
+    signed = [-v if maximize else v for v, (_, maximize) in zip(values, senses, strict=True)]
+    return HV(ref_point=np.array(signed))
+
+
+def by_generation(result: Any, reference: dict[str, float], normalised: bool) -> list:
+    """(generation, hypervolume of every feasible individual evaluated up to it)."""
     senses = result._senses(list(reference))
     names = [name for name, _ in senses]
-    indicator = HV(ref_point=np.array([-reference[n] if m else reference[n] for n, m in senses]))
+    measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
     history = []
     for generation in sorted({i.generation for i in result.individuals}):
         chosen = [i for i in result.individuals if i.generation <= generation and i.feasible]
-        value = float(indicator(result.objective_matrix(chosen, names))) if chosen else 0.0
+        value = float(measure(result.objective_matrix(chosen, names))) if chosen else 0.0
         history.append((generation, value / scale))
     return history
 
@@ -42,10 +50,8 @@ def by_samples(
     """(sample-forwards spent, hypervolume of the feasible front found with them) after every
     evaluation, in the order they were recorded (`individual` builds one from a record,
     `samples_of` counts a record's sample-forwards)."""
-    from pymoo.indicators.hv import HV
-
     senses = result._senses(list(reference))
-    indicator = HV(ref_point=np.array([-reference[n] if m else reference[n] for n, m in senses]))
+    measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
     history, spent, front = [], 0, np.empty((0, len(senses)))
     for record in result.records:
@@ -54,5 +60,5 @@ def by_samples(
             row = result.objective_matrix([individual(**record)], [n for n, _ in senses])
             front = np.vstack([front, row])
             front = front[non_dominated(front)]
-        history.append((spent, float(indicator(front)) / scale if len(front) else 0.0))
+        history.append((spent, float(measure(front)) / scale if len(front) else 0.0))
     return history

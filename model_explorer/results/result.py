@@ -17,7 +17,7 @@ import numpy as np
 
 from model_explorer.errors import UserError, first_line
 from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
-from model_explorer.results.front import by_generation, by_samples, non_dominated
+from model_explorer.results.front import by_generation, by_samples, indicator, non_dominated
 from model_explorer.results.plain import FORMAT, VERSION, check_layout, load_plain, save_plain
 
 
@@ -183,20 +183,14 @@ class ExplorationResult:
     ) -> float:
         """Hypervolume of the feasible front against a reference point in natural units
         (e.g. {'accuracy': 0.9, 'weighted_bits': 100}); uses pymoo's HV indicator."""
-        from pymoo.indicators.hv import HV
-
         senses = self._senses(
             objectives or (list(reference) if isinstance(reference, dict) else None)
         )
         names = [n for n, _ in senses]
-        point = [reference[n] for n in names] if isinstance(reference, dict) else list(reference)
-        point = np.array(
-            [-p if maximize else p for p, (_, maximize) in zip(point, senses, strict=True)]
-        )
         front = self.pareto_front(names)
         if not front or not any(i.feasible for i in front):
             return 0.0
-        return float(HV(ref_point=point)(self.objective_matrix(front, names)))
+        return float(indicator(senses, reference)(self.objective_matrix(front, names)))
 
     def default_reference(self, objectives: list[str] | None = None) -> dict[str, float]:
         """The reference point of hypervolumes: the problem's own (`hypervolume_reference` in
