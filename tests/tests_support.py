@@ -141,3 +141,23 @@ def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[
     context = WorkloadContext(Workload.from_dict(data), device="cpu")
     model, _, _ = calibrate_workload(context)
     return context, model
+
+
+def localise_perturbed(environment: type, layer: str, samples: int) -> dict:
+    """compare's localisation of eager against `environment` (a class) run on digits_cnn with
+    `layer`'s weight shifted by half its standard deviation inside that environment only: the
+    planted fault whose layer a runtime's own intermediates must name."""
+    from model_explorer.analysis.compare import compare
+    from model_explorer.models import create_model
+
+    class Perturbed(environment):  # type: ignore[misc, valid-type]
+        def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+            weight = model.get_submodule(layer).weight
+            with torch.no_grad():
+                weight += 0.5 * weight.std()
+            super().prepare(model, example)
+
+    torch.manual_seed(0)
+    model = create_model("digits_cnn").eval()
+    comparison = compare(model, torch.randn(samples, 1, 8, 8), ["eager", Perturbed("perturbed")])
+    return comparison.localisations[("eager", "perturbed")]

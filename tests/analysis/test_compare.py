@@ -19,6 +19,7 @@ from conftest import write_workload
 from model_explorer.analysis.compare import compare, pair_metrics
 from model_explorer.analysis.compare.environments import Environment, TorchEnvironment, eager
 from model_explorer.cli import main
+from tests_support import localise_perturbed
 
 TOLERANCE = 1e-4  # the command's default relative error of an agreeing pair
 
@@ -325,19 +326,8 @@ def test_a_layer_perturbed_inside_a_runtime_is_localised_there(
     layer where it diverges, not the eager stand-in."""
     pytest.importorskip(runtime)
     from model_explorer.analysis.compare.environments import environment
-    from model_explorer.models import create_model
 
-    class PerturbedExport(type(environment(runtime))):  # type: ignore[misc]
-        def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
-            weight = model.get_submodule(layer).weight
-            with torch.no_grad():
-                weight += 0.5 * weight.std()
-            super().prepare(model, example)
-
-    torch.manual_seed(0)
-    model = create_model("digits_cnn").eval()
-    comparison = compare(model, torch.randn(32, 1, 8, 8), ["eager", PerturbedExport("perturbed")])
-    found = comparison.localisations[("eager", "perturbed")]
+    found = localise_perturbed(type(environment(runtime)), layer, samples=32)
     assert found["intermediates_of"] == ["eager", "perturbed"]
     assert found["first"]["name"] == f"{layer}/{opcode}#0"
 

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from torch import nn
 
 from conftest import write_workload
-from model_explorer.analysis.compare import compare
 from model_explorer.analysis.compare.environments import environment, operator_outputs
 from model_explorer.cli import main
 from model_explorer.models import create_model
+from tests_support import localise_perturbed
 
 pytest.importorskip("litert_torch", reason="the litert extra is not installed")
 pytest.importorskip("ai_edge_litert", reason="the litert extra is not installed")
@@ -60,17 +59,7 @@ def test_litert_intermediates_line_up_with_eager_in_a_residual_model() -> None:
 def test_a_layer_perturbed_inside_litert_is_localised_there() -> None:
     from model_explorer.analysis.compare.environments.litert import LiteRtEnvironment
 
-    class Perturbed(LiteRtEnvironment):
-        def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
-            weight = model.get_submodule("7").weight
-            with torch.no_grad():
-                weight += 0.5 * weight.std()
-            super().prepare(model, example)
-
-    torch.manual_seed(0)
-    model = create_model("digits_cnn").eval()
-    comparison = compare(model, torch.randn(16, 1, 8, 8), ["eager", Perturbed("perturbed")])
-    found = comparison.localisations[("eager", "perturbed")]
+    found = localise_perturbed(LiteRtEnvironment, "7", samples=16)
     assert found["intermediates_of"] == ["eager", "perturbed"]
     assert found["first"]["name"] == "7/Conv2D#0"
 
