@@ -53,11 +53,13 @@ class WorkloadContext:
     def has_dataset(self, role: str) -> bool:
         return dataset_spec(self.workload, role) is not None
 
-    def build_model(self, load_weights: bool = True) -> nn.Module:
-        """A fresh copy of the workload's model on the device, in eval mode. Random
-        initialisation (for training from scratch) is seeded by the workload's seed."""
+    def build_model(self, load_weights: bool = True, fold: bool | None = None) -> nn.Module:
+        """A fresh copy of the workload's model on the device, in eval mode, its batch norms
+        folded where the workload says (`fold=False`: as trained). Random initialisation (for
+        training from scratch) is seeded by the workload's seed."""
         torch.manual_seed(self.workload.seed)
-        return build_model(self.workload.model, load_weights=load_weights).to(self.device)
+        model = build_model(self.workload.model, load_weights=load_weights, fold=fold)
+        return model.to(self.device)
 
     def batches(self, role: str) -> TensorCache:
         """The role's evaluation subset as tensors on the device, decoded on first use. With a
@@ -113,7 +115,8 @@ class WorkloadContext:
     def _probe_model(self) -> nn.Module:
         """The workload's model with random weights, built once for every data check."""
         with torch.random.fork_rng(devices=[]):
-            return build_model(self.workload.model, load_weights=False).to(self.device)
+            model = build_model(self.workload.model, load_weights=False, fold=False)
+            return model.to(self.device)
 
     def evaluate(self, model: nn.Module, role: str) -> float | list[float]:
         """The workload's accuracy metric of `model` on a dataset role."""

@@ -202,7 +202,7 @@ def train_baseline(
     path = resolve_path(workload.model.weights)
     resume = path.is_file() and not from_scratch
     log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
-    model = context.build_model(load_weights=resume)
+    model = context.build_model(load_weights=resume, fold=False)  # trains its batch norms
     result = train_in_context(context, model, epochs, progress)
     save_checkpoint(
         model,

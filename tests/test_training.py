@@ -85,3 +85,19 @@ def test_training_continues_from_existing_weights(
     expected = reference.state_dict()
     assert all(torch.equal(starts[0][k], expected[k]) for k in expected)
     assert not all(torch.equal(starts[1][k], expected[k]) for k in expected)
+
+
+def test_a_folding_workload_trains_and_saves_its_batch_norms(
+    tmp_path: Path, trained_digits, default_workload_data: dict
+) -> None:
+    """`model.fold_batchnorm` folds the model the search explores, never the one trained: a
+    baseline continued from its checkpoint is saved with its batch norms, and loads again."""
+    _, checkpoint = trained_digits
+    default_workload_data["workload"]["model"]["fold_batchnorm"] = True
+    context = _context(tmp_path, default_workload_data, epochs=1)
+    (tmp_path / "weights.pt").write_bytes(checkpoint.read_bytes())
+    retraining.train_baseline(context, progress=False)
+    saved = torch.load(tmp_path / "weights.pt", weights_only=True)["state_dict"]
+    assert any(key.endswith("running_var") for key in saved)
+    folded = context.build_model()
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())

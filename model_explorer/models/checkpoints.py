@@ -16,7 +16,10 @@ from model_explorer.schema import resolve_path
 
 
 def build_model(
-    spec: ModelSpec, where: str = "workload.model", load_weights: bool = True
+    spec: ModelSpec,
+    where: str = "workload.model",
+    load_weights: bool = True,
+    fold: bool | None = None,
 ) -> nn.Module:
     """The workload's model in eval mode, with the checkpoint named by `weights` loaded
     (random weights only when `weights` is null and `pretrained` is explicitly false).
@@ -25,18 +28,18 @@ def build_model(
         spec: the workload's `model:` section (type, num_classes, kwargs, weights, ...).
         where: the key path named in errors.
         load_weights: false for the freshly initialised model (training from scratch, shapes).
+        fold: fold the batch norms (default: as `fold_batchnorm` says, with or without the
+            weights: costs and energy count the layers that run); false for training.
     """
     model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
-    if not load_weights:
-        return model.eval()
-    if spec.weights is not None:
+    if load_weights and spec.weights is not None:
         load_checkpoint(model, spec.weights, where=f"{where}.weights")
-    elif spec.pretrained is not False and not ships_weights(spec.type):
+    elif load_weights and spec.pretrained is not False and not ships_weights(spec.type):
         raise UserError(
             f"{where}.weights: no checkpoint is named; set it to a file made by "
             "`model-explorer retrain --baseline WORKLOAD`"
         )
-    if spec.fold_batchnorm:
+    if spec.fold_batchnorm if fold is None else fold:
         return fold_batchnorm(model.eval(), where=f"{where}.fold_batchnorm")
     return model.eval()
 

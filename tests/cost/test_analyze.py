@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from conftest import write_workload
 from model_explorer.cli import main
 from model_explorer.cost import analyze_cost
 from model_explorer.models import create_model
@@ -139,3 +140,23 @@ def test_cost_command_prints_and_writes(tmp_path: Path, capsys) -> None:
     assert png.stat().st_size > 1000
     assert main(["cost", "--model", "torchvision:resnet18"]) == 2
     assert "--input-shape: give the input shape" in capsys.readouterr().err
+
+
+def test_cost_of_a_folding_workload_has_no_batch_norm_rows(
+    tmp_path: Path, default_workload_data: dict
+) -> None:
+    """With `model.fold_batchnorm: true` the cost table lists what runs: the digits model's
+    batch norm is folded into its convolution (no row), which keeps its MACs and gains a bias."""
+    tables = {}
+    for fold in (False, True):
+        default_workload_data["workload"]["model"]["fold_batchnorm"] = fold
+        path = write_workload(default_workload_data, tmp_path / f"fold_{fold}.yaml")
+        csv = tmp_path / f"fold_{fold}.csv"
+        assert main(["cost", str(path), "--csv", str(csv)]) == 0
+        tables[fold] = pd.read_csv(csv, dtype={"name": str}).set_index("name")
+    assert "BatchNorm2d" in set(tables[False]["module_type"])
+    assert "BatchNorm2d" not in set(tables[True]["module_type"])
+    conv = tables[False].loc["0"]
+    batch_norm = tables[False].loc["1"]
+    assert tables[True].loc["0", "macs"] == conv["macs"]
+    assert tables[True].loc["0", "params"] == conv["params"] + batch_norm["params"] // 2
