@@ -28,7 +28,6 @@ from model_explorer.plan import plan_of
 from model_explorer.problems import Problem
 from model_explorer.problems.rebuild import individual_problem, rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
-from model_explorer.schema import resolve_path
 from model_explorer.training import TrainingResult, train
 from model_explorer.workload import Workload
 
@@ -199,7 +198,7 @@ def train_baseline(
         raise UserError(
             "workload.model.weights: name the checkpoint file that baseline training should write"
         )
-    path = resolve_path(workload.model.weights)
+    path = workload.model.resolve(workload.model.weights)
     resume = path.is_file() and not from_scratch
     log.info("training %s %s", workload.model.type, f"from {path}" if resume else "from scratch")
     model = context.build_model(load_weights=resume, fold=False)  # trains its batch norms

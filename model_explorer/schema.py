@@ -69,9 +69,26 @@ Fraction = Annotated[float, AfterValidator(_fraction)]
 Percentage = Annotated[float, AfterValidator(_percentile)]
 
 
-def resolve_path(path: str | os.PathLike[str]) -> Path:
-    """Expand `~` and `$VARS`; relative paths stay relative to the working directory."""
-    return Path(os.path.expandvars(os.path.expanduser(str(path))))
+def resolve_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
+    """Expand `~` and `$VARS`; a relative path is taken from `root` (a workload's root, see
+    `workload_root`), or from the working directory without one."""
+    expanded = Path(os.path.expandvars(os.path.expanduser(str(path))))
+    if root is None or expanded.is_absolute():
+        return expanded
+    return Path(os.path.normpath(Path(root) / expanded))
+
+
+def workload_root(source: str | os.PathLike[str], written: str | None = None) -> Path:
+    """The folder a workload file's relative paths start from: its `root:` (itself relative
+    to the file) where it has one; else the file's folder, or that folder's parent when it is
+    named `workloads` (a project's workloads/ beside its results/ and data, the layout of the
+    original tool and of this project)."""
+    folder = Path(source).parent
+    if written is not None:
+        return resolve_path(written, folder)
+    if folder.name == "workloads":
+        return Path(os.path.normpath(folder.parent))
+    return Path(os.path.normpath(folder))
 
 
 def missing_path_text(value: str, context: dict[str, Any] | None, what: str) -> str | None:
@@ -79,7 +96,7 @@ def missing_path_text(value: str, context: dict[str, Any] | None, what: str) -> 
     runs with `check_paths=False`)."""
     if not (context or {}).get("check_paths", True):
         return None
-    resolved = resolve_path(value)
+    resolved = resolve_path(value, (context or {}).get("root"))
     if resolved.exists():
         return None
     unset = [var for var in _env_vars(value) if var not in os.environ]
@@ -119,6 +136,18 @@ class Spec(BaseModel):
     @classmethod
     def _refuse_rejected_values(cls, value: Any) -> Any:
         return _refuse_rejected(value)
+
+    @model_validator(mode="after")
+    def _take_the_root(self, info: ValidationInfo) -> Any:
+        self._root = (info.context or {}).get("root")
+        return self
+
+    _root: Path | None = PrivateAttr(default=None)
+
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """A path this section names, taken from the workload's root (the working directory
+        for a section built outside a workload file)."""
+        return resolve_path(path, self._root)
 
 
 class Rejected:

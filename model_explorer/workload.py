@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from model_explorer.cost.energy.base import EnergyEvaluationSpec
@@ -33,7 +40,7 @@ from model_explorer.original_layout import Translation, translate
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
-from model_explorer.schema import NonNegativeInt, Spec, validation_problems
+from model_explorer.schema import NonNegativeInt, Spec, validation_problems, workload_root
 from model_explorer.sparsity.spec import SparsitySpec
 from model_explorer.training import RetrainingSpec
 from model_explorer.yamlfile import apply_overrides, read_yaml
@@ -63,6 +70,7 @@ class Workload(Spec):
     """A validated workload. `Workload.load(path)` reads and validates a YAML file."""
 
     name: str | None = None
+    root: str | None = None
     seed: NonNegativeInt = 0
     device: str = "auto"
     metric: MetricSpec = Field(default_factory=lambda: MetricSpec(type="top1"))
@@ -120,10 +128,29 @@ class Workload(Spec):
             )
         return self
 
+    @field_validator("root")
+    @classmethod
+    def _root_is_a_folder(cls, value: str | None, info: ValidationInfo) -> str | None:
+        root = (info.context or {}).get("root")
+        if value is not None and root is not None and (info.context or {}).get("check_paths"):
+            if not Path(root).is_dir():
+                raise PydanticCustomError(
+                    "root_missing",
+                    "folder '{root}' does not exist; give the folder that relative paths "
+                    "start from, relative to the workload file",
+                    {"root": str(root)},
+                )
+        return value
+
     @property
     def source(self) -> Path | None:
         """The file this workload was read from, if any."""
         return self._source
+
+    @property
+    def results_folder(self) -> Path:
+        """Where outputs go that the workload does not name: `results/` under its root."""
+        return self.resolve("results")
 
     def key(self, path: str) -> str:
         """`workload.<path>` as the file spells it: settings the original layout wrote elsewhere
@@ -166,6 +193,7 @@ class Workload(Spec):
         check_paths: bool = True,
         file_problems: list[str] | None = None,
         overrides: Sequence[str] = (),
+        root: str | os.PathLike[str] | None = None,
     ) -> Workload:
         """Validate a parsed workload file; every problem of it is one line of the raised
         WorkloadError, all at once.
@@ -181,6 +209,8 @@ class Workload(Spec):
             overrides: `KEY=VALUE` settings put over the file's before it is validated
                 (`exploration.nsga.pop_size=4`: the key in this project's layout under
                 `workload:`, the value read as YAML), validated with the rest.
+            root: the folder relative paths start from, where no `source` gives it (a
+                worker's copy of a workload read elsewhere); else the working directory.
         """
         where = str(source) if source is not None else "workload"
         early = list(file_problems or [])
@@ -190,8 +220,12 @@ class Workload(Spec):
         translation = translate(body)
         problems = list(translation.problems)
         early += apply_overrides(translation.body, overrides)
+        if source is not None:
+            written = translation.body.get("root") if isinstance(translation.body, dict) else None
+            root = workload_root(source, written if isinstance(written, str) else None)
+        context = {"check_paths": check_paths, "root": None if root is None else Path(root)}
         try:
-            workload = cls.model_validate(translation.body, context={"check_paths": check_paths})
+            workload = cls.model_validate(translation.body, context=context)
         except ValidationError as error:
             problems += validation_problems(error, translation.body)
         if problems or early:

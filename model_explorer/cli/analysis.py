@@ -244,7 +244,7 @@ def compare_command(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         localise_disagreements=not args.no_localise,
     )
-    out = Path(args.out) if args.out else Path("results") / f"compare_{workload.name}"
+    out = Path(args.out) if args.out else workload.results_folder / f"compare_{workload.name}"
     about = {"workload": str(args.workload), "model": workload.model.type}
     about["dataset"] = context.describe(args.dataset)
     written = write_comparison(comparison, out, **about)

@@ -43,7 +43,6 @@ def _retrain_arguments(parser: argparse.ArgumentParser) -> None:
 def retrain_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
     from model_explorer.retraining import train_baseline
-    from model_explorer.schema import resolve_path
 
     if not args.baseline:
         return retrain_individuals_command(args)
@@ -51,7 +50,7 @@ def retrain_command(args: argparse.Namespace) -> int:
     if (
         args.if_missing
         and workload.model.weights
-        and resolve_path(workload.model.weights).is_file()
+        and workload.model.resolve(workload.model.weights).is_file()
     ):
         print(f"{workload.model.weights} exists; not training (drop --if-missing to train anyway)")
         return 0

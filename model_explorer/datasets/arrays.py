@@ -12,7 +12,7 @@ from torch.utils.data import Dataset, TensorDataset
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.files import ArrayFile
 from model_explorer.errors import UserError
-from model_explorer.schema import Spec, resolve_path
+from model_explorer.schema import Spec
 
 
 class ArraysOptions(Spec):
@@ -43,7 +43,7 @@ def _labels_file(inputs: Path, options: ArraysOptions, where: str) -> np.ndarray
         raise UserError(
             f"{where}.labels_path: '{inputs}' is a single .npy array; name the .npy file of labels"
         )
-    labels_file = resolve_path(options.labels_path)
+    labels_file = options.resolve(options.labels_path)
     with ArrayFile(labels_file, f"{where}.labels_path") as file:
         return file.read(file.names[0])
 
@@ -51,7 +51,7 @@ def _labels_file(inputs: Path, options: ArraysOptions, where: str) -> np.ndarray
 @register_dataset("arrays", options=ArraysOptions)
 def arrays(spec: DatasetSpec, where: str) -> Dataset:
     """Inputs as float32 in the stored layout (e.g. N, C, H, W); integer labels as int64."""
-    inputs, labels = read_arrays(spec.path or "", spec.options, where)
+    inputs, labels = read_arrays(str(spec.resolve(spec.path or "")), spec.options, where)
     _check_kinds(inputs, labels, spec.path or "", where)
     if len(inputs) != len(labels):
         raise UserError(

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.shards import ShardStream, expand_shards
 from model_explorer.datasets.vision import IMAGENET_MEAN, IMAGENET_STD, open_image_folder
-from model_explorer.schema import PositiveInt, Spec, resolve_path
+from model_explorer.schema import PositiveInt, Spec
 
 
 class ImageNetOptions(Spec):
@@ -67,10 +67,10 @@ def imagenet(spec: DatasetSpec, where: str) -> Dataset:
     options: ImageNetOptions = spec.options
     transform = imagenet_transform(options.resize, options.crop)
     if options.kind == "webdataset":
-        shards = [str(resolve_path(shard)) for shard in expand_shards(spec.path or "")]
+        shards = [str(spec.resolve(shard)) for shard in expand_shards(spec.path or "")]
         length = options.total_samples or 0
         return ShardStream(shards, length, transform, options.shuffle_buffer, where)
-    return open_image_folder(resolve_path(spec.path or ""), transform, where)
+    return open_image_folder(spec.resolve(spec.path or ""), transform, where)
 
 
 class ImageNetCOptions(Spec):
@@ -95,5 +95,5 @@ def imagenet_c(spec: DatasetSpec, where: str) -> Dataset:
     """ImageNet-C (Hendrycks and Dietterich, 2019) as it is distributed:
     `path/<condition>/<severity>/<class>/<image>`, with ImageNet's preprocessing."""
     options: ImageNetCOptions = spec.options
-    root = resolve_path(spec.path or "") / options.condition / str(options.severity)
+    root = spec.resolve(spec.path or "") / options.condition / str(options.severity)
     return open_image_folder(root, imagenet_transform(options.resize, options.crop), where)

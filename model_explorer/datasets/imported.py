@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from model_explorer.datasets.base import DATASETS, DatasetSpec
 from model_explorer.errors import UserError
 from model_explorer.registry import call_user_code
-from model_explorer.schema import Spec, resolve_path
+from model_explorer.schema import Spec
 
 
 class ImportedDatasetOptions(Spec):
@@ -39,7 +39,7 @@ def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str]
     def build(spec: DatasetSpec, where: str) -> Dataset:
         kwargs = dict(spec.options.model_extra or {})
         if spec.path is not None:
-            kwargs["path"] = str(resolve_path(spec.path))
+            kwargs["path"] = str(spec.resolve(spec.path))
         dataset = call_user_code(
             function,
             kwargs,

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
-from model_explorer.schema import PositiveInt, Spec, resolve_path
+from model_explorer.schema import PositiveInt, Spec
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -33,7 +33,7 @@ def cifar10(spec: DatasetSpec, where: str) -> Dataset:
     from torchvision import datasets, transforms
 
     options: Cifar10Options = spec.options
-    root = resolve_path(spec.path or "")
+    root = spec.resolve(spec.path or "")
     if root.name == "cifar-10-batches-py":
         root = root.parent
     steps = []
@@ -86,7 +86,7 @@ def imagefolder(spec: DatasetSpec, where: str) -> Dataset:
     if options.grayscale:
         steps.append(transforms.Grayscale())
     steps += [transforms.ToTensor(), transforms.Normalize(options.mean, options.std)]
-    return open_image_folder(resolve_path(spec.path or ""), transforms.Compose(steps), where)
+    return open_image_folder(spec.resolve(spec.path or ""), transforms.Compose(steps), where)
 
 
 def open_image_folder(root: Path, transform: Any, where: str) -> Dataset:

@@ -36,8 +36,6 @@ from model_explorer.workload import Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 
-RESULTS_DIRECTORY = Path("results")
-
 
 @dataclass
 class ExploreOptions:
@@ -63,9 +61,9 @@ def result_path(workload: Workload, output: str | None) -> Path:
     if output is not None:
         return resolve_path(output)
     if workload.problem.results_file is not None:
-        return resolve_path(workload.problem.results_file)
+        return workload.problem.resolve(workload.problem.results_file)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return RESULTS_DIRECTORY / f"{default_result_stem(workload)}_{stamp}.pkl"
+    return workload.results_folder / f"{default_result_stem(workload)}_{stamp}.pkl"
 
 
 def search_definition(workload: Workload) -> dict:
@@ -85,11 +83,12 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
             raise UserError(f"--resume: '{path}' does not exist; there is nothing to resume")
         return path
     stem = default_result_stem(workload)
-    candidates = sorted(RESULTS_DIRECTORY.glob(f"{stem}_*.pkl"), key=lambda p: p.stat().st_mtime)
+    folder = workload.results_folder
+    candidates = sorted(folder.glob(f"{stem}_*.pkl"), key=lambda p: p.stat().st_mtime)
     for path, _ in unfinished_results(reversed(candidates), search_definition(workload)):
         return path
     raise UserError(
-        f"--resume: no unfinished result of this workload in {RESULTS_DIRECTORY}/ ({stem}_*.pkl); "
+        f"--resume: no unfinished result of this workload in {folder}/ ({stem}_*.pkl); "
         "name one with --output"
     )
 
@@ -235,10 +234,10 @@ def _claim_result_file(workload: Workload, output: str | None) -> Path:
     elif workload.problem.results_file is not None:
         where = "workload.problem.results_file"
     else:
-        where = f"the default result file in {RESULTS_DIRECTORY}/"
+        where = f"the default result file in {workload.results_folder}/"
         stem = default_result_stem(workload)
         warn_stopped_runs(
-            sorted(RESULTS_DIRECTORY.glob(f"{stem}_*.pkl")), search_definition(workload)
+            sorted(workload.results_folder.glob(f"{stem}_*.pkl")), search_definition(workload)
         )
     numbered = output is None and workload.problem.results_file is None
     return claim(result_path(workload, output), search_definition(workload), where, numbered)
@@ -272,7 +271,10 @@ def _search(
     )
     _warn_unreachable(workload, baseline, minimum)
     built = build_problem(context, minimum)
-    runner.attach(ProblemRecipe(search_definition(workload), minimum, model_files(workload)))
+    recipe = ProblemRecipe(
+        search_definition(workload), minimum, model_files(workload), str(workload.resolve("."))
+    )
+    runner.attach(recipe)
     explorer = Explorer(
         built,
         spec.nsga,

@@ -33,7 +33,7 @@ def build_model(
     """
     model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
     if load_weights and spec.weights is not None:
-        load_checkpoint(model, spec.weights, where=f"{where}.weights")
+        load_checkpoint(model, spec.resolve(spec.weights), where=f"{where}.weights")
     elif load_weights and spec.pretrained is not False and not ships_weights(spec.type):
         raise UserError(
             f"{where}.weights: no checkpoint is named; set it to a file made by "

@@ -15,7 +15,6 @@ from model_explorer.fileio import read_torch_file
 from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.spec import CalibrationSpec
-from model_explorer.schema import resolve_path
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -39,7 +38,7 @@ def calibration_file(context: WorkloadContext) -> Path:
             "workload.calibration.file: name the file that holds the calibration "
             "(e.g. results/<workload>_calibration.pt)"
         )
-    return resolve_path(spec.file)
+    return spec.resolve(spec.file)
 
 
 def quantized_model(context: WorkloadContext) -> QuantizedModel:

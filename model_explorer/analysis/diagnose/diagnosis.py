@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,12 +20,13 @@ from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
 from model_explorer.problems.options import explored_bits
+from model_explorer.schema import workload_root
 from model_explorer.workload import Workload
 from model_explorer.yamlfile import read_yaml
 
 
 def default_out_dir(workload: Workload) -> Path:
-    return Path("results") / f"{workload.name}_diagnosis"
+    return workload.results_folder / f"{workload.name}_diagnosis"
 
 
 def diagnose(
@@ -92,6 +94,16 @@ def _write_log(path: Path, lines: list[str], findings: list[Finding]) -> None:
         )
 
 
+def keep_the_root(data: dict[str, Any], workload: Workload, path: Path) -> dict[str, Any]:
+    """The workload's data as a file at `path` writes it: with a `root:` that keeps its relative
+    paths naming the same files, where the new place would start them elsewhere."""
+    root = workload.resolve(".").absolute()
+    if workload_root(path.absolute()) == root:
+        return data
+    body = {**data["workload"], "root": os.path.relpath(root, path.absolute().parent)}
+    return {**data, "workload": body}
+
+
 def write_recommended_workload(workload: Workload, findings: Sequence[Finding], path: Path) -> int:
     """Write the workload file with the findings' recommendations merged in; validated before
     it is written. Returns how many findings contributed."""
@@ -99,7 +111,7 @@ def write_recommended_workload(workload: Workload, findings: Sequence[Finding], 
     data: Any = read_yaml(source)  # the project's one YAML reader (already validated)
     override = merged_recommendations(findings)
     bit_range = explored_bits(workload.problem.options) if workload.exploration else None
-    updated = apply_recommendations(data, override, bit_range)
+    updated = keep_the_root(apply_recommendations(data, override, bit_range), workload, path)
     try:
         Workload.from_dict(updated, source=path, check_paths=False)
     except WorkloadError as error:  # a recommendation the schema rejects is our bug

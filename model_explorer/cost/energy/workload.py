@@ -107,7 +107,7 @@ def build_energy_model(context: WorkloadContext, layers: list[str]) -> EnergyMod
     spec = energy_spec(context)
     if spec.dram_analysis_file is not None:
         where = context.workload.key("energy_evaluation.dram_analysis_file")
-        rows = read_energy_csv(spec.dram_analysis_file, where)
+        rows = read_energy_csv(spec.resolve(spec.dram_analysis_file), where)
         source = spec.dram_analysis_file
     else:
         rows = analyze_energy(context)
@@ -129,5 +129,5 @@ def float_model(context: WorkloadContext) -> torch.nn.Module:
 def default_csv_path(context: WorkloadContext) -> Path:
     spec = energy_spec(context)
     if spec.dram_analysis_file is not None:
-        return resolve_path(spec.dram_analysis_file)
-    return Path("results") / f"{context.workload.name}_dram_accesses.csv"
+        return spec.resolve(spec.dram_analysis_file)
+    return context.workload.results_folder / f"{context.workload.name}_dram_accesses.csv"

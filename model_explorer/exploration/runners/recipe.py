@@ -8,17 +8,17 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model_explorer.schema import resolve_path
-
 
 @dataclass(frozen=True)
 class ProblemRecipe:
     """What defines a problem: the workload (as plain data), the minimum accuracy the exploring
-    process derived from its baseline, and the hashes of the files the model is built from."""
+    process derived from its baseline, the hashes of the files the model is built from, and
+    the folder the workload's relative paths start from (its root, where it was read)."""
 
     workload: dict[str, Any]
     minimum_accuracy: list[float] | None = None
     files: dict[str, str] = field(default_factory=dict)
+    root: str | None = None
 
     @property
     def key(self) -> str:
@@ -40,8 +40,5 @@ def model_files(workload: Any) -> dict[str, str]:
     paths = [workload.model.weights]
     if workload.calibration is not None:
         paths.append(workload.calibration.file)
-    return {
-        str(path): file_digest(resolve_path(path))
-        for path in paths
-        if path is not None and resolve_path(path).is_file()
-    }
+    resolved = [workload.resolve(path) for path in paths if path is not None]
+    return {str(path): file_digest(path) for path in resolved if path.is_file()}

@@ -64,7 +64,7 @@ def problem_of(recipe: ProblemRecipe) -> Problem:
                 f"worker process {os.getpid()}: '{resolved}' is missing or differs from the file "
                 "the exploration started with; give every worker the same files at the same path"
             )
-    workload = Workload.from_dict(recipe.workload)
+    workload = Workload.from_dict(recipe.workload, root=recipe.root)
     log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
     return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)
 
