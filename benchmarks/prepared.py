@@ -6,7 +6,6 @@ from __future__ import annotations
 from model_explorer.context import WorkloadContext
 from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.retraining import train_baseline
-from model_explorer.schema import resolve_path
 from model_explorer.workload import Workload
 
 
@@ -15,7 +14,7 @@ def prepared_context(path: str) -> tuple[Workload, WorkloadContext]:
     workload = Workload.load(path)
     context = WorkloadContext(workload)
     weights = workload.model.weights
-    if weights is not None and not resolve_path(weights).is_file():
+    if weights is not None and not workload.model.resolve(weights).is_file():
         train_baseline(context, progress=False)
     calibrate_workload(context, if_missing=True)
     return workload, context

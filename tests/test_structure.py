@@ -134,6 +134,7 @@ BOTTOM = {
     "errors",
     "registry",
     "schema",
+    "paths",
     "fileio",
     "figures",
     "modules",

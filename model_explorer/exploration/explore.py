@@ -28,10 +28,10 @@ from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
 from model_explorer.metrics import higher_is_better
+from model_explorer.paths import resolve_path
 from model_explorer.problems import Problem, build_problem
 from model_explorer.problems.options import ProblemOptions
 from model_explorer.results import ExplorationResult
-from model_explorer.schema import resolve_path
 from model_explorer.workload import Workload, dataset_spec
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from model_explorer.analysis.diagnose.recommendations import (
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
+from model_explorer.paths import workload_root
 from model_explorer.problems.options import explored_bits
-from model_explorer.schema import workload_root
 from model_explorer.workload import Workload
 from model_explorer.yamlfile import read_yaml
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from model_explorer.errors import UserError
 from model_explorer.exploration.runners.recipe import ProblemRecipe, file_digest
+from model_explorer.paths import resolve_path
 from model_explorer.problems.base import Evaluation, Problem
-from model_explorer.schema import resolve_path
 
 log = logging.getLogger(__name__)
 
