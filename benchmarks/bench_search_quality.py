@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from prepared import prepared_context
-from pymoo.indicators.hv import HV
 
 from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
 from model_explorer.problems import build_problem
 from model_explorer.quantization.sensitivity import layer_sensitivity
+from model_explorer.results.front import ideal_box, indicator
 
 
 @dataclass
@@ -57,9 +57,9 @@ def hypervolume(points, reference: tuple[float, float]) -> float:  # noqa: ANN00
     feasible = np.array([(-a, c) for _, a, c, ok in points if ok], dtype=float).reshape(-1, 2)
     if not len(feasible):
         return 0.0
-    ref = np.array([-reference[0], reference[1]])
-    box = (1.0 - reference[0]) * reference[1]
-    return float(HV(ref_point=ref)(feasible)) / box
+    senses = [("accuracy", True), ("cost", False)]
+    point = {"accuracy": reference[0], "cost": reference[1]}
+    return float(indicator(senses, point)(feasible)) / ideal_box(senses, point)
 
 
 def within(run: Run, forwards: float, reference: tuple[float, float]) -> float:

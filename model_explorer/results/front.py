@@ -30,6 +30,15 @@ def indicator(senses: list[tuple[str, bool]], point: Any) -> Any:
     return HV(ref_point=np.array(signed))
 
 
+def ideal_box(senses: list[tuple[str, bool]], reference: dict[str, float]) -> float:
+    """The volume between `reference` and the ideal point (1 for what is maximised, an
+    accuracy; 0 for what is minimised, a cost): what normalised hypervolumes divide by."""
+    box = 1.0
+    for name, maximize in senses:
+        box *= abs((1.0 if maximize else 0.0) - reference[name])
+    return box
+
+
 def by_generation(result: Any, reference: dict[str, float], normalised: bool) -> list:
     """(generation, hypervolume of every feasible individual evaluated up to it)."""
     senses = result._senses(list(reference))

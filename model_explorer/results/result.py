@@ -17,7 +17,13 @@ import numpy as np
 
 from model_explorer.errors import UserError, first_line
 from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
-from model_explorer.results.front import by_generation, by_samples, indicator, non_dominated
+from model_explorer.results.front import (
+    by_generation,
+    by_samples,
+    ideal_box,
+    indicator,
+    non_dominated,
+)
 from model_explorer.results.plain import FORMAT, VERSION, check_layout, load_plain, save_plain
 
 
@@ -218,11 +224,7 @@ class ExplorationResult:
     def hypervolume_box(self, reference: dict[str, float]) -> float:
         """The volume between `reference` and the ideal point (1 for what is maximised, an
         accuracy; 0 for what is minimised, a cost): what normalised hypervolumes divide by."""
-        senses = dict(self._senses(list(reference)))
-        box = 1.0
-        for name, value in reference.items():
-            box *= abs((1.0 if senses[name] else 0.0) - value)
-        return box
+        return ideal_box(self._senses(list(reference)), reference)
 
     def normalised_hypervolume(
         self, reference: dict[str, float] | None = None, objectives: list[str] | None = None
