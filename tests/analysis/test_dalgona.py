@@ -298,15 +298,28 @@ def test_quantparam_of_a_quantized_layer_with_its_batch_norm_folded() -> None:
     model = small_net()
     quantized = QuantizedModel(model)
     quantized.calibrate([torch.randn(4, 3, 6, 6)], method="max")
-    log = run_log(quantized, [(torch.randn(1, 3, 6, 6),)])
-    conv = log.ops[0]
+    x = torch.randn(1, 3, 6, 6)
+    log = run_log(quantized, [(x,)])
+    quantize, dequantize, conv = log.ops[:3]
     image, filters, bias = conv["inputs"]
     layer = quantized.layers["0"]
     bn = model[1]
     factor = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().abs().numpy()
     weight_scale = np.asarray(quantparam(layer.weight_quantizer)["scale"])
     input_scale = float(layer.input_quantizer.amax) / 127
-    assert image["name"] == "input" and image["quantparam"]["scale"] == pytest.approx([input_scale])
+    # ONE's fake-quantized model: Quantize and Dequantize after the quantized tensor, named
+    # after it; the integers carry the scale, the convolution reads the dequantized floats.
+    assert (quantize["opcode"], dequantize["opcode"]) == ("Quantize", "Dequantize")
+    assert quantize["inputs"][0]["name"] == "input"
+    integers = quantize["outputs"][0]
+    assert integers["name"] == "input_FQ_Quantize"
+    assert integers["quantparam"]["scale"] == pytest.approx([input_scale])
+    assert integers["data"].dtype == np.int16
+    expected = np.clip(np.round(nhwc(x) / input_scale), -127, 127)
+    np.testing.assert_array_equal(integers["data"], expected)
+    assert image["name"] == "input_FQ_Quantize_FQ_Dequantize" == dequantize["outputs"][0]["name"]
+    assert image["quantparam"]["scale"] == []
+    np.testing.assert_allclose(image["data"], expected * input_scale, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(filters["quantparam"]["scale"], weight_scale * factor, rtol=1e-6)
     assert filters["quantparam"]["quantized_dimension"] == 0
     np.testing.assert_allclose(
@@ -317,9 +330,11 @@ def test_quantparam_of_a_quantized_layer_with_its_batch_norm_folded() -> None:
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
     fc = log.ops[-1]
     assert fc["opcode"] == "FullyConnected"
+    assert [op["opcode"] for op in log.ops[-3:-1]] == ["Quantize", "Dequantize"]
     fc_scale = float(quantized.layers["5"].input_quantizer.amax) / 127
-    assert fc["inputs"][0]["quantparam"]["scale"] == pytest.approx([fc_scale])
-    between = [t for op in log.ops[1:-1] for t in op["inputs"]]  # Mean, Reshape: float
+    assert log.ops[-3]["outputs"][0]["quantparam"]["scale"] == pytest.approx([fc_scale])
+    assert log.ops[-3]["inputs"][0]["name"] == log.ops[-4]["outputs"][0]["name"]
+    between = [t for op in log.ops[3:-3] for t in op["inputs"]]  # Mean, Reshape: float
     assert between and all(t["quantparam"]["scale"] == [] for t in between)
 
 

@@ -26,7 +26,7 @@ from model_explorer.analysis.hooks.circle import (
     simple,
 )
 from model_explorer.analysis.hooks.circle_layout import LAYOUT_CONVERTERS
-from model_explorer.analysis.hooks.operators import quantparam
+from model_explorer.analysis.hooks.operators import integer_type, quantparam
 from model_explorer.analysis.hooks.recording import Call, Recording, Value
 
 Converter = Callable[[Builder, Call], None]
@@ -91,6 +91,11 @@ def _convolution(builder: Builder, call: Call) -> None:
     mode, pads = padding_mode(x.data.shape[2:], kernel, stride, dilation, pair(padding))
     source = builder.pad(x, pads, 0.0, call.module) if pads else x
     depthwise = groups > 1 and groups == x.data.shape[1]
+    if groups > 1 and not depthwise:
+        quantparams = _layer_quantparams(call.layer, factor, 0)
+        options = {"padding": mode, "stride": stride, "dilation": dilation, "fused_act": fused}
+        grouped = (source, weight, bias_value, w.label, groups)
+        return _grouped_convolution(builder, call.module, grouped, out, options, quantparams)
     filter_data = weight.transpose(1, 2, 3, 0) if depthwise else weight.transpose(0, 2, 3, 1)
     options: dict[str, Any] = {
         "padding": mode,
@@ -104,6 +109,50 @@ def _convolution(builder: Builder, call: Call) -> None:
     op = builder.emit("DepthwiseConv2D" if depthwise else "Conv2D", call.module, inputs, [out])
     op.options.update(options)
     op.quantparams = _layer_quantparams(call.layer, factor, 3 if depthwise else 0)
+
+
+def _grouped_convolution(
+    builder: Builder,
+    module: str,
+    grouped: tuple[Value, np.ndarray, Value, str | None, int],
+    out: Value,
+    options: dict[str, Any],
+    quantparams: dict[int, dict],
+) -> None:
+    """A convolution with 1 < groups < in_channels as converters write it (Circle's Conv2D
+    filter must span the input's channels): a Split of the input into the groups along the
+    channel axis, one Conv2D per group (its slice of the filter, bias and per-channel
+    quantparams), and a Concatenation of their outputs."""
+    source, weight, bias, label, groups = grouped
+    size = weight.shape[0] // groups
+    parts = [Value(part) for part in np.split(source.data, groups, axis=1)]
+    split_dim = const(np.array(3, np.int32))  # the NHWC channel axis
+    builder.emit("Split", module, [split_dim, source], parts, num_split=groups)
+    results = []
+    for group, part in enumerate(parts):
+        channels = slice(group * size, (group + 1) * size)
+        filters = np.ascontiguousarray(weight[channels].transpose(0, 2, 3, 1))
+        name = None if label is None else f"{label}/group_{group}"
+        piece = const(bias.data[channels], f"{bias.label}/group_{group}")
+        result = Value(np.ascontiguousarray(out.data[:, channels]))
+        op = builder.emit("Conv2D", module, [part, const(filters, name), piece], [result])
+        op.options.update(
+            padding=options["padding"],
+            stride={"w": options["stride"][1], "h": options["stride"][0]},
+            dilation={"w": options["dilation"][1], "h": options["dilation"][0]},
+            fused_act=options["fused_act"],
+        )
+        # The group's input is a part of the Split's (floats after a Dequantize, if quantized).
+        op.quantparams = {i: _channels(p, channels) for i, p in quantparams.items() if i}
+        results.append(result)
+    builder.emit("Concatenation", module, results, [out], axis=3, fused_act="none")
+
+
+def _channels(param: dict[str, Any], channels: slice) -> dict[str, Any]:
+    """A quantparam restricted to some output channels (a per-tensor one as it is)."""
+    if len(param["scale"]) <= 1:
+        return param
+    return {**param, "scale": param["scale"][channels], "zero_point": param["zero_point"][channels]}
 
 
 def _transpose_conv(
@@ -236,4 +285,55 @@ def circle_ops(recording: Recording) -> list[CircleOp]:
         )
         convert(builder, call)
     name_ops(builder.ops)
-    return builder.ops
+    return fake_quantization(builder.ops)
+
+
+FQ_QUANTIZE, FQ_DEQUANTIZE = "_FQ_Quantize", "_FQ_Dequantize"
+
+
+def fake_quantization(ops: list[CircleOp]) -> list[CircleOp]:
+    """`ops` with a Quantize and a Dequantize operator before every activation an integer
+    input quantizer quantizes, as in ONE's fake-quantized Circle model (circle-quantizer's
+    fake quantization, what visq and the GenGolden analyses run on): `<T>_FQ_Quantize` (the
+    integers, with their quantparam) and `<T>_FQ_Quantize_FQ_Dequantize` (the float values the
+    consumer reads) after the tensor T that was quantized, one pair per quantized tensor."""
+    pairs: dict[int, Value] = {}
+    presented: list[CircleOp] = []
+    names: set[str] = set()
+    for op in ops:
+        for index, value in enumerate(op.inputs):
+            if value is None or value.source is None or value.is_const:
+                continue
+            if quantparam(value.quantizer) is None:
+                continue  # a format without integers: the consumer reads the values as they are
+            if id(value) not in pairs:
+                pairs[id(value)] = _quantize_dequantize(value, op.module, presented, names)
+            op.inputs[index] = pairs[id(value)]
+            op.quantparams.pop(index, None)  # the consumer reads floats, as Dequantize gives
+        presented.append(op)
+    return presented
+
+
+def _quantize_dequantize(
+    value: Value, module: str, presented: list[CircleOp], names: set[str]
+) -> Value:
+    """The pair for one quantized tensor; a tensor that several layers quantize each with a
+    quantizer of its own gets a pair per quantizer, the later ones named `<T>@<layer>`."""
+    param = quantparam(value.quantizer) or {}
+    scale = np.asarray(param["scale"], np.float64)
+    axis = param["quantized_dimension"]
+    if scale.size > 1:  # per channel, along the axis of PyTorch's layout
+        scale = scale.reshape([-1 if i == axis else 1 for i in range(value.data.ndim)])
+        if value.nchw and value.data.ndim == 4:
+            param["quantized_dimension"] = NHWC.index(axis)
+    steps = np.rint(value.data / scale).astype(integer_type(value.quantizer))
+    tensor = value.source.label
+    tensor = tensor if tensor not in names else f"{tensor}@{module}"
+    names.add(tensor)
+    name = f"{tensor}{FQ_QUANTIZE}"
+    integers = Value(steps, name=name, nchw=value.nchw)
+    integers.quantparam = param
+    floats = Value(value.data, name=name + FQ_DEQUANTIZE, nchw=value.nchw)
+    presented.append(CircleOp("Quantize", module, [value.source], [integers], name=name))
+    presented.append(CircleOp("Dequantize", module, [integers], [floats], name=floats.name))
+    return floats

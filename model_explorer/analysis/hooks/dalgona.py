@@ -18,12 +18,16 @@ hooks are called as dalgona calls them: positionally, with dalgona's argument li
 
 and the Post hooks with `output` before `fused_act` (TransposeConvPost: last; SplitPost: the
 list `outputs`; DefaultOpPost(name, opcode, inputs, outputs): a list, which also answers
-`output['data']` for the single-output operators written against older dalgona).
+`outputs['data']` for a single output; a DefaultOpPost written to the earlier contract,
+`(name, opcode, inputs, output)`, gets that one output's dict and, as dalgona then did, is not
+called for operators with several outputs).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -42,6 +46,8 @@ def tensor(value: Value | None, quantparam: dict[str, Any] | None = None) -> dic
     (empty lists for a float tensor); an empty tensor's data is None, a missing one None."""
     if value is None:
         return None
+    if quantparam is None and value.source is None:
+        quantparam = value.quantparam  # a Quantize operator's integers
     data = circle_data(value).copy()  # an analysis may change it; later hooks must not see that
     return {
         "name": value.label,
@@ -63,6 +69,23 @@ class OutputList(list):
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[0].get(key, default) if len(self) == 1 else default
+
+
+@functools.cache
+def _parameter_names(function: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        return tuple(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # a builtin or a callable without a signature
+        return ()
+
+
+def takes_one_output(hook: Callable[..., Any]) -> bool:
+    """Whether a DefaultOpPost is written to dalgona's earlier contract, `(name, opcode,
+    inputs, output)`: one output dict, multi-output operators never passed (told by the name
+    of its fourth parameter, `output` rather than `outputs`, as dalgona's template named it)."""
+    names = _parameter_names(getattr(hook, "__func__", hook))
+    names = names[1:] if names and names[0] == "self" else names
+    return len(names) >= 4 and names[3] == "output"
 
 
 # The operators dalgona calls hooks of their own for (`Conv2DPre`, ...); the others get the
@@ -152,9 +175,12 @@ class DalgonaRunner(HookRunner):
             output = outputs if op.opcode == "Split" else outputs[0]
             self._positional(f"{op.opcode}Post", op.name, post, *head, output, *tail)
         elif (default := self.hook("DefaultOpPost")) is not None:
+            if takes_one_output(default) and len(op.outputs) > 1:
+                return  # the single-output contract: dalgona skipped these operators
             given = [x for x in self._inputs(op) if x is not None]
             outputs = OutputList(tensor(v) for v in op.outputs)
-            self._positional("DefaultOpPost", op.name, default, op.opcode, given, outputs)
+            output = outputs[0] if takes_one_output(default) else outputs
+            self._positional("DefaultOpPost", op.name, default, op.opcode, given, output)
 
     @staticmethod
     def _inputs(op: CircleOp) -> list[dict | None]:

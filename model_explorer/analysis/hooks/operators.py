@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from model_explorer.quantization.quantizer import TensorQuantizer, integer_bounds
 
 
@@ -23,3 +25,13 @@ def quantparam(quantizer: Any) -> dict[str, Any] | None:
         "zero_point": [0] * len(scale),
         "quantized_dimension": quantizer.axis if quantizer.axis is not None else 0,
     }
+
+
+def integer_type(quantizer: Any) -> type:
+    """The numpy type a Circle model stores a quantizer's integers in, among those dalgona
+    reads (uint8, int16, int32): uint8 for unsigned ones of up to 8 bits, as ONE's
+    asymmetric uint8; int16 for the others up to 16 bits, as its symmetric int16."""
+    bits, unsigned = quantizer.num_bits, quantizer.unsigned
+    if unsigned and bits <= 8:
+        return np.uint8
+    return np.int16 if bits <= 16 - int(unsigned) else np.int32

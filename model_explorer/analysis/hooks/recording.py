@@ -39,6 +39,8 @@ class Value:
     name: str | None = None
     nchw: bool = True
     source: Value | None = None  # the same tensor before an input quantizer
+    quantizer: nn.Module | None = None  # that input quantizer
+    quantparam: dict[str, Any] | None = None  # a Quantize operator's integers' parameters
     view: str | None = None  # a constant's view ('t': transposed) whose data is the constant's
 
     @property
@@ -129,7 +131,9 @@ class Recorder(Consumer):
             self._keep(output, Value(snapshot(output), is_const=True, name=weight))
         elif source is not None:
             known = self.value(source)
-            self._keep(output, Value(snapshot(output), known.is_const, source=known))
+            found = Value(snapshot(output), known.is_const, source=known)
+            found.quantizer = module  # its parameters are read after the forward, untraced
+            self._keep(output, found)
 
     def _argument(self, value: Any) -> Any:
         if isinstance(value, Tensor):
