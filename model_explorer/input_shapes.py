@@ -50,6 +50,18 @@ def first_layer_expects(model: nn.Module) -> str | None:
     return _described(first) if first is not None else None
 
 
+def first_layer_channels(model: nn.Module) -> int | None:
+    """The channels the model's first shape-fixing layer takes on dimension 1 (a 2-D
+    convolution's `in_channels`, a BatchNorm2d's `num_features`); None for other layers."""
+    first = first_layer(model)
+    module = first[1] if first is not None else None
+    if isinstance(module, nn.modules.conv._ConvNd) and len(module.kernel_size) == 2:
+        return module.in_channels
+    if isinstance(module, nn.BatchNorm2d):
+        return module.num_features
+    return None
+
+
 def checked_samples(
     model: nn.Module, samples: Iterable[Sequence[Tensor]], key: str
 ) -> Iterator[Sequence[Tensor]]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,11 @@ from model_explorer.cli.common import (
     command,
     load_workload,
     positive_int,
+    registered_input_shape,
 )
 from model_explorer.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # Model files of other frameworks that dalgona's users may pass as --input_model.
 MODEL_FILES = {".circle", ".tflite", ".onnx", ".pb", ".h5"}
@@ -34,8 +39,25 @@ def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
         "--input-data",
         "--input_data",
         dest="input_data",
-        help="samples: .h5 (also dalgona's /value/<i>/<j>), .npz or .npy (first axis = samples)",
+        help="samples: .h5 (also dalgona's /value/<i>/<j>, rawData too), .npz or .npy (first "
+        "axis = samples); none with --model: one random sample, uniform in [-5, 5), as dalgona",
     )
+    parser.add_argument(
+        "--input-shape",
+        type=positive_int,
+        nargs="+",
+        metavar="N",
+        help="the model input's full shape as PyTorch takes it, e.g. 1 3 224 224: of the random "
+        "sample and of rawData records (default: a registered model's, batch 1)",
+    )
+    parser.add_argument(
+        "--input-layout",
+        choices=("auto", "nhwc", "nchw"),
+        default="auto",
+        help="how 4-D inputs of dalgona's /value records lie: nhwc (a Circle model's), nchw "
+        "(converted with NCHW inputs kept), auto (told by the first layer's channels, else NHWC)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random sample (0)")
     parser.add_argument("--dataset", default="exploration", help="with --workload and no file")
     parser.add_argument(
         "--analysis",
@@ -61,17 +83,136 @@ def _analyze_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-template", action="store_true", help="print a template and exit")
 
 
-def _file_samples(model: Any, args: argparse.Namespace) -> Any:
+def _unused_shape(samples: str) -> UserError:
+    return UserError(
+        f"--input-shape: shapes the random sample (--model without --input-data) and rawData "
+        f"records; {samples} carry their own shapes"
+    )
+
+
+def _layout(model: Any, args: argparse.Namespace, record_shape: Any) -> str:
+    """The layout of dalgona's 4-D records by --input-layout (auto: by the first layer)."""
+    from model_explorer.analysis.hooks import choose_layout
+    from model_explorer.input_shapes import first_layer_channels
+
+    channels = first_layer_channels(model)
+    layout, why = choose_layout(record_shape, channels, args.input_layout)
+    log.info("--input-data '%s': 4-D inputs read as %s (%s)", args.input_data, layout.upper(), why)
+    return layout
+
+
+def _raw_shape(
+    model: Any, args: argparse.Namespace, default_shape: Callable[[], Any]
+) -> tuple[int, ...]:
+    """The shape rawData records are read in: --input-shape, else the model's default, run
+    once through the model."""
+    from model_explorer.input_shapes import run_on_shape
+
+    shape = args.input_shape or default_shape()
+    if shape is None:
+        raise UserError(
+            f"--input-shape: '{args.input_data}' holds raw bytes (rawData), which carry no shape, "
+            "and none is known for the model (a registered model's, a workload's data); give "
+            "it, e.g. --input-shape 1 3 224 224"
+        )
+    given = "--input-shape" if args.input_shape else "--input-shape (not given: the model's)"
+    run_on_shape(model, shape, f"{given} of the rawData records")
+    return tuple(shape)
+
+
+def _file_samples(model: Any, args: argparse.Namespace, default_shape: Callable[[], Any]) -> Any:
     """The samples of --input-data, the first run through the model before any analysis sees
-    it (messages give the shapes the model receives: 4-D HDF5 records are NHWC, dalgona's
-    layout, read as NCHW)."""
-    from model_explorer.analysis.hooks import file_samples
+    it (messages give the shapes the model receives and, for dalgona's layout, how its 4-D
+    records were read: NHWC or NCHW, as --input-layout chose). `default_shape()`: the input
+    shape rawData records are read in without --input-shape (None: unknown)."""
+    from model_explorer.analysis.hooks import dalgona_file, file_samples
     from model_explorer.input_shapes import checked_samples
 
-    hdf5 = str(args.input_data).endswith((".h5", ".hdf5"))
-    note = " (4-D records NHWC, read as NCHW)" if hdf5 else ""
-    key = f"--input-data '{args.input_data}'{note}"
-    return checked_samples(model, file_samples(args.input_data), key)
+    found = dalgona_file(args.input_data)
+    key, shape, layout = f"--input-data '{args.input_data}'", None, "nhwc"
+    if found is not None:
+        layout = _layout(model, args, found.record_shape)
+        if found.raw:
+            shape = _raw_shape(model, args, default_shape)
+            key += f" (rawData: float32 bytes, {layout.upper()}, of shape {list(shape)})"
+        else:
+            key += f" (4-D records {layout.upper()}, read as NCHW)"
+    if args.input_shape and shape is None:
+        raise _unused_shape("the samples of --input-data")
+    return checked_samples(model, file_samples(args.input_data, shape, layout), key)
+
+
+def _random_samples(model: Any, args: argparse.Namespace) -> Any:
+    """dalgona's run without input data: one random sample, its shape checked first."""
+    from model_explorer.analysis.hooks import random_samples
+    from model_explorer.analysis.hooks.inputs import RANDOM_RANGE
+    from model_explorer.input_shapes import run_on_shape
+
+    shape = args.input_shape or registered_input_shape(args.model)
+    if shape is None:
+        raise UserError(
+            f"--input-shape: '{args.model}' has no registered input shape for the random sample "
+            "run without --input-data; give one, e.g. --input-shape 1 3 224 224 (or the samples "
+            "with --input-data)"
+        )
+    default = f"--input-shape (not given: the registered shape of '{args.model}')"
+    given = "--input-shape" if args.input_shape else default
+    run_on_shape(model, shape, given)
+    low, high = RANDOM_RANGE
+    print(
+        f"no --input-data: one random sample, uniform in [{low:g}, {high:g}), shape "
+        f"{list(shape)}, seed {args.seed}"
+    )
+    return random_samples(shape, args.seed)
+
+
+def _model_samples(args: argparse.Namespace) -> tuple[Any, Any]:
+    """--model: the model and its samples (--input-data, else one random sample)."""
+    from model_explorer.models import create_model, load_checkpoint
+
+    if Path(args.model).suffix.lower() in MODEL_FILES:
+        raise UserError(
+            f"--model: '{args.model}' is a model file; analyze runs PyTorch models: name "
+            "one with --model NAME or --workload WORKLOAD (--dalgona presents it as the "
+            "Circle model converted from it would be)"
+        )
+    if args.quantized:
+        raise UserError("--quantized: needs --workload, whose calibration file it uses")
+    model = create_model(args.model, args.num_classes, where="--model").eval()
+    if args.weights:
+        load_checkpoint(model, args.weights, where="--weights")
+    if args.input_data is None:
+        return model, _random_samples(model, args)
+    return model, _file_samples(model, args, lambda: registered_input_shape(args.model))
+
+
+def _workload_samples(args: argparse.Namespace) -> tuple[Any, Any]:
+    """--workload: its model (--quantized: calibrated) and the samples of --input-data, else
+    those of its --dataset."""
+    from model_explorer.analysis.hooks import dataset_samples
+    from model_explorer.context import WorkloadContext
+
+    workload = load_workload(args)
+    context = WorkloadContext(workload)
+    if args.quantized:
+        from model_explorer.quantization.pipeline import build_quantized_model
+
+        model = build_quantized_model(context)
+        if args.bits:
+            model.bit_widths = [args.bits] * len(model.bit_widths)
+    else:
+        model = context.build_model()
+
+    def data_shape() -> tuple[int, ...] | None:
+        if context.has_dataset(args.dataset):
+            return (1, *next(iter(context.batches(args.dataset)))[0].shape[1:])
+        return registered_input_shape(workload.model.type)
+
+    if args.input_data:
+        return model, _file_samples(model, args, data_shape)
+    if args.input_shape:
+        raise _unused_shape(f"the workload's --dataset {args.dataset} samples")
+    return model, dataset_samples(context.batches(args.dataset))
 
 
 @command(
@@ -83,7 +224,6 @@ def analyze_command(args: argparse.Namespace) -> int:
     from model_explorer.analysis.hooks import (
         DalgonaRunner,
         HookRunner,
-        dataset_samples,
         load_analysis,
         template_text,
     )
@@ -95,41 +235,7 @@ def analyze_command(args: argparse.Namespace) -> int:
         raise UserError("analyze: name the analysis with --analysis FILE.py (or a shipped one)")
     if (args.model is None) == (args.workload is None):
         raise UserError("analyze: give either --model SPEC or --workload WORKLOAD")
-    if args.model is not None:
-        from model_explorer.models import create_model, load_checkpoint
-
-        if Path(args.model).suffix.lower() in MODEL_FILES:
-            raise UserError(
-                f"--model: '{args.model}' is a model file; analyze runs PyTorch models: name "
-                "one with --model NAME or --workload WORKLOAD (--dalgona presents it as the "
-                "Circle model converted from it would be)"
-            )
-        if args.quantized:
-            raise UserError("--quantized: needs --workload, whose calibration file it uses")
-        model = create_model(args.model, args.num_classes, where="--model").eval()
-        if args.weights:
-            load_checkpoint(model, args.weights, where="--weights")
-        if args.input_data is None:
-            raise UserError("--input-data: give the samples to run (.h5, .npz or .npy)")
-        samples = _file_samples(model, args)
-    else:
-        from model_explorer.context import WorkloadContext
-
-        workload = load_workload(args)
-        context = WorkloadContext(workload)
-        if args.quantized:
-            from model_explorer.quantization.pipeline import build_quantized_model
-
-            model = build_quantized_model(context)
-            if args.bits:
-                model.bit_widths = [args.bits] * len(model.bit_widths)
-        else:
-            model = context.build_model()
-        samples = (
-            _file_samples(model, args)
-            if args.input_data
-            else dataset_samples(context.batches(args.dataset))
-        )
+    model, samples = _model_samples(args) if args.model is not None else _workload_samples(args)
     analysis, source = load_analysis(args.analysis, args.analysis_args, dalgona=args.dalgona)
     if args.dalgona:
         runner = DalgonaRunner(model, analysis, source, args.analysis_args or "")

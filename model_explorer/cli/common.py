@@ -60,6 +60,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def registered_input_shape(name: str) -> tuple[int, ...] | None:
+    """The input shape, batch 1, of a model registered as `name`; None for other models."""
+    from model_explorer.models import MODELS
+
+    return (1, *MODELS.get(name).info.input_shape) if name in MODELS else None
+
+
 def load_workload(args: argparse.Namespace) -> Any:
     from model_explorer.workload import Workload
 

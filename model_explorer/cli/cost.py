@@ -9,6 +9,7 @@ from model_explorer.cli.common import (
     command,
     load_workload,
     positive_int,
+    registered_input_shape,
 )
 from model_explorer.errors import UserError
 
@@ -190,7 +191,7 @@ def blocks_command(args: argparse.Namespace) -> int:
 
 def _cost_model(args: argparse.Namespace):  # noqa: ANN202
     """(model, input shape, description) from a workload or from --model."""
-    from model_explorer.models import MODELS, create_model
+    from model_explorer.models import create_model
 
     if (args.workload is None) == (args.model is None):
         raise UserError("cost: give either a WORKLOAD file or --model NAME")
@@ -198,13 +199,11 @@ def _cost_model(args: argparse.Namespace):  # noqa: ANN202
         if getattr(args, "set", None):
             raise UserError("--set: changes a WORKLOAD file's settings; --model reads none")
         model = create_model(args.model, args.num_classes, where="--model")
-        shape = args.input_shape
+        shape = args.input_shape or registered_input_shape(args.model)
         if shape is None:
-            if args.model not in MODELS:
-                raise UserError(
-                    f"--input-shape: give the input shape of '{args.model}', e.g. 1 3 224 224"
-                )
-            shape = (1, *MODELS.get(args.model).info.input_shape)
+            raise UserError(
+                f"--input-shape: give the input shape of '{args.model}', e.g. 1 3 224 224"
+            )
         return model.eval(), tuple(shape), args.model
     from model_explorer.context import WorkloadContext
 

@@ -284,8 +284,13 @@ def test_hdf5_files_that_fit_no_layout_are_one_clear_error(tmp_path: Path) -> No
     with h5py.File(tmp_path / "mixed.h5", "w") as file:
         file["x"] = np.zeros((2, 3))
         file.create_group("y")["z"] = np.zeros(3)
-    with pytest.raises(UserError, match="raw bytes"):
+    # Raw bytes (rawData) are read in a shape given (tests/analysis/test_dalgona_inputs.py).
+    with pytest.raises(
+        UserError, match=r"raw bytes \(rawData\), which carry no shape; .*--input-shape"
+    ):
         list(file_samples(tmp_path / "raw.h5"))
+    ((raw,),) = list(file_samples(tmp_path / "raw.h5", shape=(1, 3)))  # 12 bytes: 3 floats
+    assert raw.tolist() == [[0.0, 0.0, 0.0]]
     for name in ("nested.h5", "mixed.h5"):
         with pytest.raises(UserError, match="fits none of the layouts read: dalgona's"):
             list(file_samples(tmp_path / name))

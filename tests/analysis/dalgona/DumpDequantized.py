@@ -11,7 +11,7 @@ import numpy as np
 SUFFIX = "_FQ_Quantize_FQ_Dequantize"
 
 
-class DumpDequantized(object):
+class DumpDequantized:
     def StartAnalysis(self, args):
         self.folder = Path(args)
         self.record = 0
