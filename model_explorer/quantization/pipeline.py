@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 from pathlib import Path
@@ -65,6 +66,7 @@ def build_quantized_model(
                 path,
                 context.workload.model.weights,
             )
+        fix_amax(model, context.workload.require("calibration"))
     return model.to(context.device)
 
 
@@ -90,12 +92,12 @@ def calibrate_workload(
         difference = settings_difference(stored.get("settings"), quantizer_settings(model))
         if stored.get("weights") == fingerprint and difference is None:
             model.load_calibration(path, where="workload.calibration.file")
-            return model.to(context.device), path, False
+            return fix_amax(model, spec).to(context.device), path, False
         reason = "other weights" if stored.get("weights") != fingerprint else difference
         log.warning("%s was made for %s; recalibrating", path, reason)
-    calibrate_in_memory(model.to(context.device), context)
+    _calibrate(model.to(context.device), spec, context)
     model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
-    return model, path, True
+    return fix_amax(model, spec), path, True
 
 
 def check_weight_axis(model: QuantizedModel) -> None:
@@ -116,6 +118,30 @@ def check_weight_axis(model: QuantizedModel) -> None:
 def calibrate_in_memory(model: QuantizedModel, context: WorkloadContext) -> QuantizedModel:
     """Calibrate `model` as `calibration:` says, without writing a file."""
     spec: CalibrationSpec = context.workload.require("calibration")
+    return fix_amax(_calibrate(model, spec, context), spec)
+
+
+def _calibrate(
+    model: QuantizedModel, spec: CalibrationSpec, context: WorkloadContext
+) -> QuantizedModel:
     options = spec.options.model_dump() if spec.options is not None else {}
     model.calibrate(context.loader("calibrate"), spec.method, **options)
+    return model
+
+
+def fix_amax(model: QuantizedModel, spec: CalibrationSpec) -> QuantizedModel:
+    """The input quantizers `calibration.amax` names (by pattern, later patterns winning)
+    with the amax it gives, at every bit width; a pattern naming none is refused. Applied
+    after calibration and after loading a calibration file, never stored in the file, so that
+    changing the setting needs no recalibration."""
+    inputs = [name for name in model.quantizers if name.endswith(".input_quantizer")]
+    for pattern, amax in (spec.amax or {}).items():
+        chosen = [name for name in inputs if fnmatch.fnmatchcase(name, pattern)]
+        if not chosen:
+            raise UserError(
+                f"workload.calibration.amax: '{pattern}' names no input quantizer of the model; "
+                f"they are named like '{inputs[0] if inputs else 'layer.input_quantizer'}'"
+            )
+        for name in chosen:
+            model.quantizers[name].fix_amax(amax)
     return model

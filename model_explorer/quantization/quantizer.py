@@ -129,6 +129,13 @@ class TensorQuantizer(Opaque, nn.Module):
         if not keep_params:
             self._params = {}
 
+    def fix_amax(self, value: float) -> None:
+        """An amax set by hand (every channel's, for a per-channel quantizer): kept at every
+        bit width (a calibrator's is not consulted)."""
+        known = self._amax
+        self.amax = torch.full_like(known, value) if known is not None and known.dim() else value
+        self._from_calibrator = False
+
     # -- calibration ----------------------------------------------------------------------
     def start_calibration(self, calibrator: Calibrator | None = None) -> None:
         """Collect statistics of the tensors passing through, instead of quantizing them."""

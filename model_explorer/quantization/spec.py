@@ -10,7 +10,7 @@ from model_explorer.datasets.base import DatasetSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.swap import SWAPPABLE
 from model_explorer.registry import Registry
-from model_explorer.schema import Bits, NonNegativeInt, Spec, TypedSpec
+from model_explorer.schema import Bits, NonNegativeInt, PositiveFloat, Spec, TypedSpec
 
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
 QUANTIZABLE_LAYERS = SWAPPABLE
@@ -58,3 +58,6 @@ class CalibrationSpec(TypedSpec):
     file: str | None = None
     method: str = "percentile"
     datasets: CalibrationDatasets | None = None
+    # Input quantizers' amax set by hand (quantizer name pattern -> amax), at every bit width:
+    # what `diagnose` recommends for a layer whose range a few outliers stretch.
+    amax: dict[str, PositiveFloat] | None = None

@@ -138,30 +138,64 @@ def test_folding_keeps_the_function_and_names(trained_digits) -> None:
     assert convs == {"0", "3", "7"}
 
 
-@pytest.mark.parametrize(("share", "severity"), [(0.1, "warning"), (0.5, "error")])
-def test_a_few_huge_outliers_are_clipping_findings(
-    clean: dict, tmp_path: Path, share: float, severity: str
-) -> None:
+def _outlier_data(tmp_path: Path, factor: float) -> tuple[dict, float, float, float]:
+    """The digits with three pixels at `high + factor * (high - low)` (low: the smaller of
+    0 and the data's minimum): (dataset entry, low, high, the outliers' value)."""
     x, y = digits_tensors("train")
     x = x.numpy().copy()
-    natural = np.abs(x).max()
-    outlier = natural / (
-        1 - share
-    )  # three values at `outlier`: share = (outlier - natural) / outlier
-    flat = x.reshape(-1)
-    flat[[100, 5000, 20000]] = outlier
+    low, high = min(0.0, float(x.min())), float(x.max())
+    outlier = high + factor * (high - low)
+    x.reshape(-1)[[100, 5000, 20000]] = outlier
+    return _arrays(tmp_path, x, y.numpy()), low, high, outlier
+
+
+@pytest.mark.parametrize("method", ["max", "percentile"])
+def test_a_few_huge_outliers_are_clipping_findings(
+    clean: dict, tmp_path: Path, method: str
+) -> None:
+    """Three pixels far above the rest: the histogram of the first layer's input has a top
+    tail of 3 values over 3/4 of its range. Max calibration covers it: a warning whose
+    recommended amax is the top of the other values (to within a bin); percentile calibration
+    already clips it: info."""
+    entry, low, high, outlier = _outlier_data(tmp_path, 3.0)
     data, body = _variant(clean)
-    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, x, y.numpy())
-    body["calibration"]["method"] = "max"
+    body["calibration"]["datasets"]["calibrate"] = entry
+    body["calibration"]["method"] = method
     context = _context(data, tmp_path)
     context.max_batches = 100  # every sample, so all three outliers are seen
     findings = {f.layer: f for f in _run(context, "Clipping")}
     found = findings["0.input_quantizer"]
-    assert found.severity == severity
-    assert found.evidence["share"] == pytest.approx(share, abs=1e-4)
-    assert found.evidence["amax"] == pytest.approx(outlier, rel=1e-5)
-    expected = "mse" if severity == "error" else "percentile"
-    assert found.recommendation == {"calibration": {"method": expected}}
+    bin_size = (outlier - low) / 100
+    assert found.evidence["range"] == pytest.approx([low, outlier], rel=1e-4)
+    assert found.evidence["tails"][1] == pytest.approx(0.75, abs=0.011)
+    top = found.evidence["suggested_range"][1]
+    assert high <= top <= high + bin_size * 1.001
+    if method == "max":
+        assert found.severity == "warning"
+        amax = found.recommendation["calibration"]["amax"]["0.input_quantizer"]
+        assert amax == pytest.approx(max(abs(low), top), rel=1e-4)  # evidence: 4 digits
+    else:
+        assert found.severity == "info" and found.recommendation is None
+
+
+def test_a_recommended_amax_holds_at_every_bit_width(clean: dict, tmp_path: Path) -> None:
+    data, body = _variant(clean)
+    body["calibration"]["method"] = "mse"  # an amax that depends on the bit width
+    body["calibration"]["amax"] = {"0.input_quantizer": 1.25, "2*.input_quantizer": 2.5}
+    model = _context(data, tmp_path).quantized_model
+    for bits in (8, 4, 3):
+        model.bit_widths = [bits] * len(model.bit_widths)
+        assert float(model.quantizers["0.input_quantizer"].amax) == 1.25
+        assert float(model.quantizers["2.input_quantizer"].amax) == 2.5
+    other = model.quantizers["7.input_quantizer"]
+    amaxes = set()
+    for bits in (8, 3):
+        model.bit_widths = [bits] * len(model.bit_widths)
+        amaxes.add(float(other.amax))
+    assert len(amaxes) == 2  # the calibrated ones still follow the bit width
+    body["calibration"]["amax"] = {"conv9.input_quantizer": 1.0}
+    with pytest.raises(UserError, match="'conv9.input_quantizer' names no input quantizer"):
+        _context(data, tmp_path, "wrong").quantized_model
 
 
 def _plant_sensitive_layer(clean: dict, tmp_path: Path) -> dict:
@@ -309,10 +343,8 @@ def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path
     data = _plant_sensitive_layer(clean, tmp_path)
     body = data["workload"]
     body["calibration"]["method"] = "max"
-    x, y = digits_tensors("train")
-    x = x.numpy().copy()
-    x.reshape(-1)[[7, 700, 7000]] = np.abs(x).max() * 3  # share 2/3 at the input: an error
-    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, x, y.numpy())
+    entry, *_ = _outlier_data(tmp_path, 3.0)
+    body["calibration"]["datasets"]["calibrate"] = entry
     workload = write_workload(data, tmp_path / "planted.yaml")
     out = tmp_path / "recommended.yaml"
     code = cli.main(
@@ -334,15 +366,15 @@ def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "[error] Clipping 0.input_quantizer:" in printed
+    assert "[warning] Clipping 0.input_quantizer:" in printed
     recommended = Workload.load(out, check_paths=False)  # the schema accepts it
     bounds = recommended.problem.options.layer_bounds
     assert bounds["2.weight_quantizer"][0] > 4  # raised above the explored lower limit
     assert bounds["2.weight_quantizer"][1] == 8
-    assert recommended.calibration.method == "mse"
+    assert set(recommended.calibration.amax) == {"0.input_quantizer"}
     assert recommended.calibration.file.endswith("planted_calibration_recommended.pt")
     log = (tmp_path / "diagnosis" / "diagnostic.log").read_text()
-    assert "[error] Clipping 0.input_quantizer" in log and '"inspector": "Sensitivity"' in log
+    assert "[warning] Clipping 0.input_quantizer" in log and '"inspector": "Sensitivity"' in log
     # the recommended bound is where the planted layer alone stays within 1 point
     context = _context(yaml.safe_load(out.read_text()), tmp_path, "check")
     model = context.quantized_model

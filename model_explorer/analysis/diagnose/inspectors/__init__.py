@@ -6,9 +6,10 @@ words."""
 from __future__ import annotations
 
 from model_explorer.analysis.diagnose.inspectors.budget import Compression, Sensitivity
+from model_explorer.analysis.diagnose.inspectors.clipping import Clipping
 from model_explorer.analysis.diagnose.inspectors.graph import BatchNorm, ConcatenatedOutputs
 from model_explorer.analysis.diagnose.inspectors.inputs import Image, Norm
-from model_explorer.analysis.diagnose.inspectors.ranges import Clipping, HighPrecision, channel_sqnr
+from model_explorer.analysis.diagnose.inspectors.ranges import HighPrecision, channel_sqnr
 
 DEFAULT_ORDER = (
     "Norm",

@@ -1,5 +1,5 @@
-"""Inspectors of the quantized ranges: outliers stretching a calibrated range (Clipping) and
-layers whose quantization error stands out (HighPrecision)."""
+"""Inspector of the quantized ranges: layers whose quantization error stands out
+(HighPrecision). (Outliers stretching a range: clipping.py.)"""
 
 from __future__ import annotations
 
@@ -16,91 +16,7 @@ from model_explorer.analysis.diagnose.base import (
     Finding,
     register_inspector,
 )
-from model_explorer.analysis.diagnose.inspectors.common import rounded
-from model_explorer.modules import module_hooks, tensors_in
-
-
-@register_inspector
-class Clipping(BaseInspector):
-    """For each per-tensor quantizer (activations, and weights quantized per tensor), the share
-    of its calibrated range [0, amax] that holds only the three largest magnitudes, i.e. lies
-    above the fourth largest |value| of the calibration data. Above 5% is a warning, above 20%
-    an error: a few outliers stretch the range and every other value loses resolution. The
-    recommendation is a calibration method that clips them (percentile, or mse for errors)."""
-
-    name = "Clipping"
-    warning, error = 0.05, 0.20
-
-    def run(self, context: DiagnosisContext) -> list[Finding]:
-        model = context.quantized_model
-        top = _largest_magnitudes(context, 4)
-        method = context.workload.calibration.method if context.workload.calibration else None
-        findings = []
-        shares: dict[str, float] = {}
-        for name, quantizer in model.quantizers.items():
-            if quantizer.axis is not None or quantizer.amax is None or name not in top:
-                continue
-            amax = float(quantizer.amax.max())
-            magnitudes = top[name]
-            if amax <= 0 or len(magnitudes) < 4:
-                continue
-            share = (amax - min(magnitudes[3], amax)) / amax
-            shares[name] = share
-            evidence = {"amax": amax, "largest": rounded(magnitudes), "share": round(share, 4)}
-            if share > self.warning:
-                severity = "error" if share > self.error else "warning"
-                better = "mse" if severity == "error" or method == "percentile" else "percentile"
-                findings.append(
-                    self.finding(
-                        severity,
-                        f"{share:.0%} of the calibrated range (amax {amax:.4g}) holds only the "
-                        f"3 largest values {evidence['largest'][:3]}; calibrate with "
-                        f"'{better}' to clip them",
-                        layer=name,
-                        evidence=evidence,
-                        recommendation={"calibration": {"method": better}},
-                    )
-                )
-        if not findings and shares:
-            worst = max(shares, key=shares.get)
-            findings.append(
-                self.finding(
-                    "info",
-                    f"no range dominated by outliers; largest share {shares[worst]:.1%} ({worst})",
-                    evidence={"share": {k: round(v, 4) for k, v in shares.items()}},
-                )
-            )
-        return findings
-
-
-def _largest_magnitudes(context: DiagnosisContext, count: int) -> dict[str, list[float]]:
-    """The `count` largest |values| each quantizer sees over the calibration inputs, the
-    activations taken from the float model (quantizers off), as calibration sees them."""
-    model = context.quantized_model
-    found: dict[str, Tensor] = {}
-
-    def keep(name: str, values: Tensor) -> None:
-        flat = values.detach().abs().reshape(-1).float()
-        if name in found:
-            flat = torch.cat([found[name], flat])
-        found[name] = flat.topk(min(count, flat.numel())).values
-
-    inputs = []
-    for name, quantizer in model.quantizers.items():
-        if name.endswith("weight_quantizer"):
-            keep(name, model.model.get_submodule(name.rpartition(".")[0]).weight)
-        else:
-            inputs.append((name, quantizer))
-
-    def seen(name: str, module: nn.Module, args: Any) -> None:
-        keep(name, tensors_in(args)[0])
-
-    with model.preserved_settings(), torch.no_grad():
-        model.set_enabled(False)
-        with module_hooks(model, before=seen, modules=inputs, eval_mode=False):
-            for (x,) in context.input_batches():
-                model(x)
-    return {name: values.tolist() for name, values in found.items()}
+from model_explorer.modules import module_hooks
 
 
 @register_inspector
