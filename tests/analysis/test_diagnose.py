@@ -125,6 +125,34 @@ def test_conv_followed_by_unfused_batchnorm(trained_digits, tmp_path: Path) -> N
     assert _serious(folded) == []
 
 
+def test_a_model_without_batch_norms_and_wild_outputs(clean: dict, tmp_path: Path) -> None:
+    """The clean CNN (no batch norm) with convolution '0' scaled up 40x and '2' down as much:
+    the same function (ReLU is positively homogeneous), but '0' now puts out channels with
+    stds far above 3: Hailo's outlier warning for '0' only and the error advising batch norms.
+    A model with batch norms (folded or not) never gets them."""
+    data, body = _variant(clean)
+    state = torch.load(body["model"]["weights"], weights_only=True)
+    state = {k: v.clone() for k, v in state.get("state_dict", state).items()}
+    for key in ("0.weight", "0.bias"):
+        state[key] *= 40
+    state["2.weight"] /= 40
+    torch.save(state, tmp_path / "wild.pt")
+    body["model"]["weights"] = str(tmp_path / "wild.pt")
+    context = _context(data, tmp_path)
+    findings = _run(context, "BatchNorm")
+    warned = [f for f in findings if f.severity == "warning" and "far from normalized" in f.message]
+    assert [f.layer for f in warned] == ["0"]
+    x = torch.cat(context.inputs)
+    with torch.no_grad():
+        outputs = context.float_model[0](x)
+    stds = outputs.transpose(0, 1).reshape(16, -1).std(1)
+    assert warned[0].evidence["std_share"] == pytest.approx(float((stds > 3).float().mean()))
+    [error] = [f for f in findings if f.severity == "error"]
+    assert "retraining the model with batch norms" in error.message
+    assert error.evidence["outliers"] == ["0"]
+    assert not _serious(_run(_context(clean, tmp_path, "plain"), "BatchNorm"))
+
+
 def test_folding_keeps_the_function_and_names(trained_digits) -> None:
     workload_file, _ = trained_digits
     workload = Workload.load(workload_file)

@@ -3,6 +3,7 @@ branches with far apart ranges (ConcatenatedOutputs)."""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -24,6 +25,8 @@ from model_explorer.analysis.diagnose.inspectors.common import (
 )
 from model_explorer.modules import tensors_in
 
+log = logging.getLogger(__name__)
+
 
 @register_inspector
 class BatchNorm(BaseInspector):
@@ -33,7 +36,9 @@ class BatchNorm(BaseInspector):
     a batch norm after them, per-output-channel weight ranges that differ by more than 8x (the
     mark a folded batch norm leaves) are a warning when the weights are quantized per tensor
     (the narrowest channels lose more than 3 bits; recommend `quantization.weight.axis: 0`),
-    otherwise info. The evidence also holds the spread of per-channel pre-activation stds."""
+    otherwise info. The evidence also holds the spread of per-channel pre-activation stds.
+    A model trained without batch norms gets Hailo's distribution check (see
+    `_without_batch_norms`)."""
 
     name = "BatchNorm"
     ratio_warning = 8.0
@@ -62,8 +67,48 @@ class BatchNorm(BaseInspector):
             found = self._weight_ranges(name, module, max(spread[name]), per_tensor)
             if found is not None:
                 findings.append(found)
+        if not _has_batch_norms(context):
+            findings += self._without_batch_norms(context)
         if not findings:
             findings.append(self.finding("info", "no batch norm after a convolution"))
+        return findings
+
+    def _without_batch_norms(self, context: DiagnosisContext) -> list[Finding]:
+        """Hailo's check of a model trained without batch norms: a convolution whose outputs (before the activation) have more than 5% of channels with a mean
+        beyond +-5 or a std above 3 is an outlier; any outlier is a warning each and an
+        error advising to retrain with batch norms."""
+        stats = _output_channel_stats(context)
+        findings = []
+        for name, (mean, std) in stats.items():
+            shares = (float((mean.abs() > 5).double().mean()), float((std > 3).double().mean()))
+            log.debug("BatchNorm %s: channel mean/std outlier shares %s", name, shares)
+            if max(shares) > 0.05:
+                findings.append(
+                    self.finding(
+                        "warning",
+                        f"outputs far from normalized: {shares[0]:.0%} of channels with |mean| "
+                        f"> 5, {shares[1]:.0%} with std > 3 (a model without batch norms?)",
+                        layer=name,
+                        evidence={
+                            "mean_share": round(shares[0], 4),
+                            "std_share": round(shares[1], 4),
+                            "largest_mean": round(float(mean.abs().max()), 4),
+                            "largest_std": round(float(std.max()), 4),
+                        },
+                    )
+                )
+        if findings:
+            outliers = [f.layer for f in findings]
+            findings.append(
+                self.finding(
+                    "error",
+                    f"the model has no batch norms and {len(outliers)} layers' outputs are "
+                    "abnormally distributed: it was likely trained without batch norms, or its "
+                    "inputs are not distributed as in training; consider retraining the model "
+                    "with batch norms after its convolutions",
+                    evidence={"outliers": outliers},
+                )
+            )
         return findings
 
     def _weight_ranges(
@@ -98,6 +143,39 @@ class BatchNorm(BaseInspector):
             layer=name,
             evidence=evidence,
         )
+
+
+def _has_batch_norms(context: DiagnosisContext) -> bool:
+    """Whether the model as trained has batch norms (before `model.fold_batchnorm` folds
+    them)."""
+    model = context.float_model
+    if context.workload.model.fold_batchnorm:
+        model = context.context.build_model(fold=False)
+    return any(isinstance(m, BATCH_NORMS) for m in model.modules())
+
+
+def _output_channel_stats(context: DiagnosisContext) -> dict[str, tuple[Tensor, Tensor]]:
+    """Per convolution (Hailo's: not the linear layers, whose last gives the logits), each
+    output channel's mean and std over the
+    calibration batches (per batch over samples and positions; the means averaged, the stds
+    as the root of the mean variance)."""
+    sums: dict[str, list[Tensor]] = {}
+
+    def record(name: str, module: nn.Module, args: Any, output: Any) -> None:
+        if not isinstance(module, CONVOLUTIONS) or not isinstance(output, Tensor):
+            return
+        channels = output.detach().double().transpose(0, 1).reshape(output.shape[1], -1)
+        found = sums.setdefault(name, [])
+        found.append(torch.stack([channels.mean(1), channels.var(1, unbiased=False)]))
+
+    with torch.no_grad(), forward_hooks(context.float_model, record):
+        for (x,) in context.input_batches():
+            context.float_model(x)
+    result = {}
+    for name, batches in sums.items():
+        mean, variance = torch.stack(batches).mean(0)
+        result[name] = (mean, variance.sqrt())
+    return result
 
 
 def _conv_batchnorm_pairs(
