@@ -76,6 +76,24 @@ def plain_cnn(num_classes: int = 10) -> nn.Module:
     )
 
 
+class Standardize(nn.Module):
+    """(x - mean) / std with the statistics as buffers (a normalization inside a model, as
+    torchvision's Normalize transform would be)."""
+
+    def __init__(self, mean: float = 0.0, std: float = 1.0) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.full((1, 1, 1, 1), mean))
+        self.register_buffer("std", torch.full((1, 1, 1, 1), std))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+def normalizing_cnn(num_classes: int = 10) -> nn.Module:
+    """plain_cnn after a Standardize of its input: a model that normalizes inside."""
+    return nn.Sequential(Standardize(), plain_cnn(num_classes))
+
+
 class TwoBranches(nn.Module):
     """Two convolutions of the input concatenated along channels, then a linear head."""
 

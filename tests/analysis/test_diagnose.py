@@ -102,6 +102,43 @@ def test_unnormalized_inputs_are_a_norm_error(clean: dict, tmp_path: Path) -> No
     assert "not normalized" in finding.message
 
 
+@pytest.mark.parametrize(
+    ("scale", "severity", "words"),
+    [
+        ("raw", "info", "match what"),
+        ("standardized", "error", "normalized twice"),
+        ("unit", "error", "multiply them by 255"),
+    ],
+)
+def test_a_model_that_normalizes_inside(
+    clean: dict, tmp_path: Path, scale: str, severity: str, words: str
+) -> None:
+    """The clean CNN behind a Standardize of raw 0-255 pixels (mean and std of the raw data):
+    raw data is what it expects; already standardized data is normalized twice; data scaled
+    to [0, 1] has 1/255 of the spread it expects."""
+    from tests_support import normalizing_cnn
+
+    x, y = digits_tensors("train")
+    raw = (x.numpy() * 4.0 + 8.0) * 16
+    model = normalizing_cnn()
+    state = torch.load(clean["workload"]["model"]["weights"], weights_only=True)
+    model[1].load_state_dict(state.get("state_dict", state))
+    model[0].mean.fill_(float(raw.mean()))
+    model[0].std.fill_(float(raw.std()))
+    torch.save(model.state_dict(), tmp_path / "normalizing.pt")
+    data, body = _variant(clean)
+    body["model"] = {
+        "type": "tests_support:normalizing_cnn",
+        "weights": str(tmp_path / "normalizing.pt"),
+    }
+    inputs = {"raw": raw, "standardized": x.numpy(), "unit": raw / 255}[scale]
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, inputs, y.numpy())
+    [finding] = _run(_context(data, tmp_path), "Norm")
+    assert finding.severity == severity and words in finding.message
+    assert finding.evidence["expected_mean"] == pytest.approx([raw.mean()], rel=1e-4)
+    assert finding.evidence["expected_std"] == pytest.approx([raw.std()], rel=1e-4)
+
+
 def test_inputs_in_zero_one_are_a_norm_warning(clean: dict, tmp_path: Path) -> None:
     x, y = digits_tensors("train")
     unit = (x.numpy() - x.numpy().min()) / (x.numpy().max() - x.numpy().min())

@@ -15,6 +15,7 @@ from model_explorer.analysis.diagnose.base import (
     register_inspector,
 )
 from model_explorer.analysis.diagnose.inspectors.common import (
+    BATCH_NORMS,
     NORMALIZATIONS,
     forward_hooks,
     rounded,
@@ -27,7 +28,13 @@ class Norm(BaseInspector):
     """Is the model's input normalized? Measures each input channel's mean and standard
     deviation over the calibration data. Unless the model's first layer is a normalization, a
     channel with |mean| > 0.25 or a std outside [0.5, 2] is a warning (pixels scaled to [0, 1]
-    land there), |mean| > 3 or a std above 10 or below 0.05 an error (raw 0-255 pixels)."""
+    land there), |mean| > 3 or a std above 10 or below 0.05 an error (raw 0-255 pixels).
+    A model that normalizes its input itself (a leading batch norm, or a subtraction and
+    division by constants) is checked against what that normalization expects, as Hailo's
+    tool checks the input of a normalization layer: data already normalized where the model
+    expects raw values is an error (normalized twice); a spread 50x off (0-1 data for a
+    model of 0-255 pixels, or the reverse) is an error telling the factor; data outside
+    Hailo's bounds after the normalization (mean -2..5, std 0.1..5) a warning."""
 
     name = "Norm"
     warn_mean, warn_std = 0.25, (0.5, 2.0)
@@ -40,6 +47,10 @@ class Norm(BaseInspector):
         std = channels.std(1).tolist()
         evidence = {"mean": rounded(mean), "std": rounded(std)}
         first = first_leaf(context.float_model, context.inputs[0].to(context.device))
+        x = context.inputs[0].to(context.device)
+        expected = in_model_normalization(context.float_model, first, x)
+        if expected is not None:
+            return [self._normalized_inside(np.array(mean), np.array(std), *expected)]
         if isinstance(first, NORMALIZATIONS):
             return [
                 self.finding(
@@ -64,6 +75,96 @@ class Norm(BaseInspector):
                 "in the dataset or put a normalization at the model's start, then retrain"
             )
         return [self.finding(severity, message, evidence=evidence)]
+
+    def _normalized_inside(
+        self, mean: np.ndarray, std: np.ndarray, expected: tuple, where: str
+    ) -> Finding:
+        """The data against the normalization the model applies itself (`where`), which
+        expects per-channel `expected` = (mean, std): Hailo's checks of an input that feeds a
+        normalization layer, with the scale told from the ratio of the stds."""
+        want_mean, want_std = (np.broadcast_to(np.asarray(v, float), mean.shape) for v in expected)
+        evidence = {
+            "mean": rounded(mean),
+            "std": rounded(std),
+            "expected_mean": rounded(want_mean),
+            "expected_std": rounded(want_std),
+            "normalization": where,
+        }
+        ratio = float(np.median(std / want_std))
+        evidence["std_ratio"] = round(ratio, 5)
+        standardized = bool(np.all(np.abs(mean) <= 0.5) and np.all((std >= 0.5) & (std <= 2)))
+        expects_standard = bool(
+            np.all(np.abs(want_mean) <= 0.5) and np.all((want_std >= 0.5) & (want_std <= 2))
+        )
+        if standardized and not expects_standard:
+            return self.finding(
+                "error",
+                f"the inputs are already normalized (mean {evidence['mean']}, std "
+                f"{evidence['std']}) and {where} normalizes them again (mean "
+                f"{evidence['expected_mean']}, std {evidence['expected_std']}): normalized "
+                "twice; drop the dataset's normalization",
+                evidence=evidence,
+            )
+        if ratio < 1 / 50 or ratio > 50:
+            factor = "multiply them by 255" if ratio < 1 else "divide them by 255"
+            scale = "[0, 1]" if ratio < 1 else "[0, 255]"
+            return self.finding(
+                "error",
+                f"the inputs have {ratio:.4g}x the spread {where} expects: they look scaled "
+                f"to {scale} where the model was trained on the other scale; {factor} in the "
+                "dataset",
+                evidence=evidence,
+            )
+        after_mean, after_std = (mean - want_mean) / want_std, std / want_std
+        if np.all((after_mean > -2) & (after_mean < 5)) and np.all(
+            (after_std > 0.1) & (after_std < 5)
+        ):
+            return self.finding("info", f"the inputs match what {where} expects", evidence=evidence)
+        return self.finding(
+            "warning",
+            f"after {where} the inputs have mean {rounded(after_mean, 3)}, std "
+            f"{rounded(after_std, 3)}, outside Hailo's bounds (mean -2..5, std 0.1..5): the "
+            "data is not distributed as the model was trained on",
+            evidence=evidence,
+        )
+
+
+def in_model_normalization(model: nn.Module, first: nn.Module | None, x: Tensor) -> Any:
+    """((mean, std), where) of the normalization the model applies to its input itself, or
+    None: a leading batch norm (its running statistics are the inputs it was trained on), or
+    a subtraction and a division (or multiplication) of the input by constants at the start
+    of its forward (e.g. torchvision's Normalize inside the model)."""
+    if isinstance(first, BATCH_NORMS) and first.running_mean is not None:
+        std = torch.sqrt(first.running_var + first.eps)
+        return (first.running_mean.tolist(), std.tolist()), f"batch norm {type(first).__name__}"
+    from model_explorer.analysis.hooks.recording import Recorder
+
+    recording = Recorder(model).run((x[:1],), ["input"])
+    calls = recording.calls[:2]
+    if len(calls) < 2 or calls[0].packet.rstrip("_") != "sub":
+        return None
+    source, shift = calls[0].args[:2]
+    scaling, (first_arg, factor) = calls[1], calls[1].args[:2]
+    if source is not recording.inputs[0] or first_arg.base is not calls[0].outputs[0].base:
+        return None
+    constants = [_constant(shift), _constant(factor)]
+    if None in constants or scaling.packet.rstrip("_") not in ("div", "mul"):
+        return None
+    mean, divisor = constants
+    std = divisor if scaling.packet.rstrip("_") == "div" else 1 / divisor
+    return (mean.tolist(), std.tolist()), "the model's own normalization (subtract, divide)"
+
+
+def _constant(value: Any) -> np.ndarray | None:
+    """A per-channel constant operand (a number, or a constant tensor broadcast along the
+    channels) as a flat array, else None."""
+    from model_explorer.analysis.hooks.recording import Value
+
+    if isinstance(value, (int, float)):
+        return np.array([float(value)])
+    if isinstance(value, Value) and value.is_const:
+        return np.asarray(value.data, float).reshape(-1)
+    return None
 
 
 def first_leaf(model: nn.Module, x: Tensor) -> nn.Module | None:
