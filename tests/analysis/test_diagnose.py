@@ -393,7 +393,12 @@ def test_concatenated_branches_with_different_ranges(tmp_path: Path, clean: dict
 def test_compression_by_hand(clean: dict, tmp_path: Path) -> None:
     data, body = _variant(clean)
     body["quantization"] = {"weight": {"num_bits": 4, "axis": 0}, "input": {"num_bits": 8}}
-    [finding] = _run(_context(data, tmp_path), "Compression")
+    *four_bit, finding = _run(_context(data, tmp_path), "Compression")
+    assert [f.evidence for f in four_bit] == [
+        {"four_bit_share": 1.0},  # every weight at 4 bits, as configured
+        {"searchable_four_bit_share": 1.0},  # the file chose num_bits_lower_limit: 4
+    ]
+    assert [f.severity for f in four_bit] == ["info", "info"]
     weights = 16 * 9 + 16 * 16 * 9 + 256 * 10  # conv, conv, linear weights
     biases = 16 + 16 + 10
     buffers = 0  # ChannelScale's factors are a buffer, not a parameter
@@ -402,6 +407,26 @@ def test_compression_by_hand(clean: dict, tmp_path: Path) -> None:
     assert finding.evidence["average_weight_bits"] == 4
     macs = 16 * 9 * 64 + 16 * 16 * 9 * 64 + 256 * 10
     assert finding.evidence["bops"] == 8 * 4 * macs
+
+
+def test_implicit_four_bit_weights_are_a_compression_warning(clean: dict, tmp_path: Path) -> None:
+    """Without num_bits_lower_limit in the file, the default (4) lets the search put every
+    weight at 4 bits: Hailo's implicit-compression warning, recommending a limit of 5; a
+    layer_bounds keeping the linear layer (2560 of the 4144 weights) at 5 bits or more shares
+    the rest."""
+    data, body = _variant(clean)
+    del body["problem"]["num_bits_lower_limit"]
+    findings = _run(_context(data, tmp_path), "Compression")
+    [warning] = [f for f in findings if f.severity == "warning"]
+    assert "implicit compression" in warning.message
+    assert warning.evidence == {"searchable_four_bit_share": 1.0}
+    assert warning.recommendation == {"problem": {"num_bits_lower_limit": 5}}
+    body["problem"]["layer_bounds"] = {"7.weight_quantizer": [5, 8]}
+    findings = _run(_context(data, tmp_path, "bounded"), "Compression")
+    [warning] = [f for f in findings if f.severity == "warning"]
+    weights = {"0": 16 * 9, "2": 16 * 16 * 9, "7": 256 * 10}
+    share = (weights["0"] + weights["2"]) / sum(weights.values())
+    assert warning.evidence["searchable_four_bit_share"] == pytest.approx(share, abs=1e-6)
 
 
 def test_output_workload_applies_the_recommendations(clean: dict, tmp_path: Path, capsys) -> None:

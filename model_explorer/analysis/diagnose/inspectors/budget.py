@@ -3,7 +3,9 @@ quantizer (Sensitivity)."""
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
+from typing import Any
 
 from model_explorer.analysis.diagnose.base import (
     BaseInspector,
@@ -11,9 +13,9 @@ from model_explorer.analysis.diagnose.base import (
     Finding,
     register_inspector,
 )
-from model_explorer.cost.bits import BitCostModel
+from model_explorer.cost.bits import BitCostModel, element_bits
 from model_explorer.figures import pyplot, save_figure
-from model_explorer.plan import current_plan
+from model_explorer.plan import WEIGHT_BITS, current_plan
 from model_explorer.quantization.sensitivity import SensitivityTable, layer_sensitivity
 
 
@@ -21,7 +23,10 @@ from model_explorer.quantization.sensitivity import SensitivityTable, layer_sens
 class Compression(BaseInspector):
     """Info: the weights' size at the workload's configured bit widths against float32 (layers
     left in float and other parameters counted at 32 bits), the compression ratio, the average
-    weight bits, and the BOPs against 32 x 32-bit MACs."""
+    weight bits, and the BOPs against 32 x 32-bit MACs. As Hailo's: the share of weights at 4
+    bits or fewer (info), and implicit compression: a search that may put weights at 4 bits or
+    fewer only because `num_bits_lower_limit` was left at its default is a warning (set it
+    to 5 if that is not meant); with the limit in the file, info."""
 
     name = "Compression"
 
@@ -45,6 +50,7 @@ class Compression(BaseInspector):
             "float_bops": float_bops,
         }
         return [
+            *self._four_bit(context, model, costs, plan),
             self.finding(
                 "info",
                 f"{evidence['quantized_bytes'] / 1024:.1f} KiB of parameters against "
@@ -52,8 +58,63 @@ class Compression(BaseInspector):
                 f"smaller, {evidence['average_weight_bits']:.2f} bits per quantized weight); "
                 f"BOPs {bops / float_bops:.1%} of float",
                 evidence=evidence,
-            )
+            ),
         ]
+
+    def _four_bit(self, context: DiagnosisContext, model: Any, costs: Any, plan: Any) -> list:
+        """Hailo's compression checks: the share of weights at 4 bits or fewer as configured
+        (info), and the share the search may put there: a warning when that comes from the
+        default `num_bits_lower_limit` (implicit compression), recommending 5; info when the
+        file chose the limit."""
+        counts = {name: cost.weight_elements for name, cost in costs.layers.items()}
+        total = sum(counts.values()) or 1
+        found = []
+        bits = {name: element_bits(plan[name], WEIGHT_BITS) or 32 for name in counts}
+        low = sum(n for name, n in counts.items() if bits[name] <= 4)
+        if low:
+            found.append(
+                self.finding(
+                    "info",
+                    f"{low / total:.2%} of the quantized weights are at 4 bits or fewer",
+                    evidence={"four_bit_share": round(low / total, 6)},
+                )
+            )
+        options = context.workload.problem.options
+        if context.workload.exploration is None or not hasattr(options, "num_bits_lower_limit"):
+            return found
+        names = {f"{layer}.weight_quantizer": n for layer, n in counts.items()}
+        reach = sum(n for name, n in names.items() if _lowest_bits(options, name) <= 4)
+        if not reach:
+            return found
+        explicit = "num_bits_lower_limit" in options.model_fields_set
+        share = f"the search may put {reach / total:.0%} of the weights at 4 bits or fewer"
+        evidence = {"searchable_four_bit_share": round(reach / total, 6)}
+        if explicit:
+            limit = options.num_bits_lower_limit
+            found.append(self.finding("info", f"{share} (num_bits_lower_limit: {limit})"))
+            found[-1].evidence = evidence
+            return found
+        found.append(
+            self.finding(
+                "warning",
+                f"implicit compression: {share}, by the default num_bits_lower_limit "
+                f"({options.num_bits_lower_limit}); if that is not meant, set "
+                "problem.num_bits_lower_limit: 5",
+                evidence=evidence,
+                recommendation={"problem": {"num_bits_lower_limit": 5}},
+            )
+        )
+        return found
+
+
+def _lowest_bits(options: Any, name: str) -> int:
+    """The lowest bit width the search may give quantizer `name` (layer_bounds' bit pairs
+    applied, later patterns winning)."""
+    low = options.num_bits_lower_limit
+    for pattern, bounds in options.layer_bounds.items():
+        if fnmatch.fnmatchcase(name, pattern) and all(isinstance(b, int) for b in bounds):
+            low = bounds[0]
+    return low
 
 
 @register_inspector

@@ -74,9 +74,10 @@ class BatchNorm(BaseInspector):
         return findings
 
     def _without_batch_norms(self, context: DiagnosisContext) -> list[Finding]:
-        """Hailo's check of a model trained without batch norms: a convolution whose outputs (before the activation) have more than 5% of channels with a mean
-        beyond +-5 or a std above 3 is an outlier; any outlier is a warning each and an
-        error advising to retrain with batch norms."""
+        """Hailo's check of a model trained without batch norms: a convolution whose outputs
+        (before the activation) have more than 5% of channels with a mean beyond +-5 or a
+        std above 3 is an outlier; any outlier is a warning each and an error advising to
+        retrain with batch norms."""
         stats = _output_channel_stats(context)
         findings = []
         for name, (mean, std) in stats.items():
