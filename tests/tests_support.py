@@ -111,6 +111,24 @@ def two_branches(num_classes: int = 10) -> nn.Module:
     return TwoBranches(num_classes)
 
 
+class ConcatenatedHeads(nn.Module):
+    """Two linear heads of the flattened input, their outputs concatenated as the model's
+    output (half the classes each)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.a = nn.Linear(64, num_classes // 2)
+        self.b = nn.Linear(64, num_classes - num_classes // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.flatten(1)
+        return torch.cat([self.a(flat), self.b(flat)], dim=1)
+
+
+def concatenated_heads(num_classes: int = 10) -> nn.Module:
+    return ConcatenatedHeads(num_classes)
+
+
 class AlwaysWarns(BaseInspector):
     """A user inspector loaded by import path."""
 

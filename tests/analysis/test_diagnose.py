@@ -382,12 +382,39 @@ def test_concatenated_branches_with_different_ranges(tmp_path: Path, clean: dict
     assert finding.severity == "warning"
     assert finding.evidence["ranges"] == pytest.approx(ranges, rel=1e-4)
     assert finding.evidence["ratio"] == pytest.approx(ranges[1] / ranges[0], rel=1e-3)
+    # The head reads the concatenation (flattened): its input bits go up by the lost bits.
+    assert finding.evidence["readers"] == ["head"]
+    low, high = context.bit_range
+    bits = min(high, low + math.ceil(math.log2(ranges[1] / ranges[0])))
+    assert finding.recommendation == {
+        "problem": {"layer_bounds": {"head.input_quantizer": [bits, high]}}
+    }
 
     with torch.no_grad():  # comparable branches: nothing to report
         model.b.weight /= 100
         model.b.bias /= 100
     torch.save(model.state_dict(), tmp_path / "branches.pt")
     assert _run(_context(data, tmp_path, "even"), "ConcatenatedOutputs") == []
+
+
+def test_a_concatenated_model_output(tmp_path: Path, clean: dict) -> None:
+    """Hailo's case: the model's output is a concatenation of branches far apart: the advice
+    is to put out the branches, and no layer's bits are recommended (none reads it)."""
+    from tests_support import concatenated_heads
+
+    torch.manual_seed(0)
+    model = concatenated_heads()
+    with torch.no_grad():
+        model.b.weight *= 100
+    torch.save(model.state_dict(), tmp_path / "heads.pt")
+    data, body = _variant(clean)
+    body["model"] = {
+        "type": "tests_support:concatenated_heads",
+        "weights": str(tmp_path / "heads.pt"),
+    }
+    [finding] = _run(_context(data, tmp_path), "ConcatenatedOutputs")
+    assert finding.severity == "warning" and "model output" in finding.message
+    assert finding.recommendation is None
 
 
 def test_compression_by_hand(clean: dict, tmp_path: Path) -> None:

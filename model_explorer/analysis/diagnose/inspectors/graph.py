@@ -23,7 +23,7 @@ from model_explorer.analysis.diagnose.inspectors.common import (
     forward_hooks,
     rounded,
 )
-from model_explorer.modules import tensors_in
+from model_explorer.modules import module_hooks, tensors_in
 
 log = logging.getLogger(__name__)
 
@@ -209,8 +209,10 @@ class _Concatenations:
 
     def __init__(self) -> None:
         self.ranges: dict[str, list[float]] = {}
+        self.first: dict[str, np.ndarray] = {}  # each one's output on the first batch
 
     def ConcatenationPost(self, name: str, inputs: list[dict], output: dict) -> None:  # noqa: N802
+        self.first.setdefault(name, output["data"])
         amax = [float(np.abs(t["data"]).max()) if t["data"].size else 0.0 for t in inputs]
         known = self.ranges.get(name)
         if known is not None:
@@ -218,12 +220,43 @@ class _Concatenations:
         self.ranges[name] = amax
 
 
+def _readers(context: DiagnosisContext, outputs: dict[str, np.ndarray]) -> dict[str, list]:
+    """Per concatenation, the quantized layers that read it (on the first batch: the layer
+    inputs holding its values, through views such as a flatten), and `output` where the
+    model puts it out."""
+    model = context.float_model
+    layers = [(n, model.get_submodule(n)) for n in context.quantized_model.layers]
+    found: dict[str, list[str]] = {}
+
+    def matching(given: Tensor) -> list[str]:
+        flat = given.detach().cpu().numpy().reshape(-1)
+        return [
+            concat
+            for concat, data in outputs.items()
+            if data.size == flat.size and np.array_equal(data.reshape(-1), flat)
+        ]
+
+    def seen(name: str, module: nn.Module, args: Any) -> None:
+        for concat in matching(tensors_in(args)[0]):
+            found.setdefault(concat, []).append(name)
+
+    first = next(iter(context.input_batches()))
+    with torch.no_grad(), module_hooks(model, before=seen, modules=layers):
+        result = model(*first)
+    for output in tensors_in(result):
+        for concat in matching(output):
+            found.setdefault(concat, []).append("output")
+    return found
+
+
 @register_inspector
 class ConcatenatedOutputs(BaseInspector):
     """Concatenations (torch.cat anywhere in the forward pass, found at the operator level)
     whose inputs' ranges differ by more than 8x: the tensor they form is quantized with one
     scale, so the narrowest branch loses log2(ratio) bits; warning, suggesting to rescale the
-    branches (e.g. a normalization per branch) or raise the consuming layer's input bits."""
+    branches (e.g. a normalization per branch) and recommending the layers that quantize it
+    at least log2(ratio) more input bits than the lowest explored (`problem.layer_bounds`); a
+    concatenation the model puts out (Hailo's case) is advised to be put out as its inputs."""
 
     name = "ConcatenatedOutputs"
     ratio_warning = 8.0
@@ -233,6 +266,7 @@ class ConcatenatedOutputs(BaseInspector):
 
         watcher = _Concatenations()
         HookRunner(context.float_model, watcher).run(context.input_batches())
+        readers = _readers(context, watcher.first)
         findings = []
         for name, ranges in watcher.ranges.items():
             positive = [r for r in ranges if r > 0]
@@ -240,14 +274,35 @@ class ConcatenatedOutputs(BaseInspector):
                 continue
             ratio = max(positive) / min(positive)
             if ratio > self.ratio_warning:
-                findings.append(
-                    self.finding(
-                        "warning",
-                        f"concatenates branches with ranges {rounded(ranges, 3)} ({ratio:.0f}x "
-                        f"apart): one scale for all costs the narrowest {math.log2(ratio):.1f} "
-                        "bits; rescale the branches or give the consumer more input bits",
-                        layer=name,
-                        evidence={"ranges": rounded(ranges), "ratio": round(ratio, 2)},
-                    )
-                )
+                findings.append(self._finding(context, name, ranges, ratio, readers.get(name)))
         return findings
+
+    def _finding(
+        self, context: DiagnosisContext, name: str, ranges: list, ratio: float, readers: Any
+    ) -> Finding:
+        """The warning for one concatenation: the layers that quantize it (`readers`) given
+        the lost bits more as their lowest input bits; a model output said to be one."""
+        lost = math.log2(ratio)
+        evidence = {"ranges": rounded(ranges), "ratio": round(ratio, 2)}
+        head = (
+            f"concatenates branches with ranges {rounded(ranges, 3)} ({ratio:.0f}x apart): "
+            f"one scale for all costs the narrowest {lost:.1f} bits"
+        )
+        if readers and "output" in readers:  # Hailo's case: a concatenation put out
+            head += "; it is a model output: put out its inputs separately instead"
+        readers = [r for r in readers or [] if r != "output"]
+        if not readers:
+            return self.finding("warning", f"{head}", layer=name, evidence=evidence)
+        low, high = context.bit_range
+        bits = min(high, low + math.ceil(lost))
+        evidence["readers"] = readers
+        return self.finding(
+            "warning",
+            f"{head}; rescale the branches, or give {', '.join(readers)} at least {bits} input "
+            "bits",
+            layer=name,
+            evidence=evidence,
+            recommendation={
+                "problem": {"layer_bounds": {f"{r}.input_quantizer": [bits, high] for r in readers}}
+            },
+        )
