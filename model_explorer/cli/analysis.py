@@ -252,8 +252,12 @@ def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
         "--order",
         action="append",
         help="inspectors to run, in order (comma-separated or repeated; registered names or "
-        "package.module:Class); default: Norm, Image, BatchNorm, ConcatenatedOutputs, Clipping, "
-        "Compression, HighPrecision, Sensitivity",
+        "package.module:Class); default: all, by Hailo's priority: BatchNorm, Norm, Compression, "
+        "ConcatenatedOutputs, HighPrecision, Activation, Clipping, Image, PostQuantAlgo, "
+        "PreQuantAlgo, then Sensitivity",
+    )
+    parser.add_argument(
+        "--no-debug", action="store_true", help="write no debug log (.debug.<log name>)"
     )
     parser.add_argument("--out", help="folder for images, tables and plots")
     parser.add_argument("--log-path", help="log file (default: OUT/diagnostic.log)")
@@ -287,6 +291,7 @@ def diagnose_command(args: argparse.Namespace) -> int:
         output_workload=Path(args.output_workload) if args.output_workload else None,
         interactive=not args.no_interactive and sys.stdin.isatty(),
         max_batches=args.batches,
+        debug=not args.no_debug,
     )
     return 0
 

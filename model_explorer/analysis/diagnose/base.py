@@ -26,6 +26,8 @@ from model_explorer.registry import Registry, import_object
 log = logging.getLogger(__name__)
 
 SEVERITIES = ("info", "warning", "error")
+# Hailo's inspector priorities: the default order runs the highest first (ties by name).
+UNSET, LOW, MEDIUM, HIGH = 0, 10, 20, 30
 
 
 @dataclass
@@ -61,6 +63,7 @@ class BaseInspector:
     or name the class as `package.module:Class` in `--order`."""
 
     name = "base"
+    priority = UNSET
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
         raise NotImplementedError
@@ -195,9 +198,10 @@ def run_inspectors(
     context.out_dir.mkdir(parents=True, exist_ok=True)
     findings: list[Finding] = []
     for item in chosen:
-        log.info("inspector %s", item.name)
+        log.info("Module: %s", item.name)
         for found in item.run(context):
             findings.append(found)
             if report is not None:
                 report(found)
+        log.debug("Inspector module has finished (%s)", item.name)
     return findings

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,12 @@ def diagnose(
     ask: Callable[[str], str] = input,
     echo: Callable[[str], None] = print,
     max_batches: int = 4,
+    debug: bool = True,
 ) -> list[Finding]:
     """Run the inspectors in `order` and echo each finding; write `log_path` (the lines, then
-    every finding as JSON), and with `output_workload` a copy of the workload file with the
-    recommendations applied (interactively: those the user accepts)."""
+    every finding as JSON), with `debug` the inspectors' debug log beside it
+    (`.debug.<log name>`, as Hailo's tool), and with `output_workload` a copy of the workload
+    file with the recommendations applied (interactively: those the user accepts)."""
     if output_workload is not None and workload.source is None:
         raise UserError("--output-workload: the workload was not read from a file")
     context = DiagnosisContext(
@@ -59,10 +63,11 @@ def diagnose(
         echo(found.line())
 
     findings: list[Finding] = []
+    log_path = log_path or out_dir / "diagnostic.log"
     try:
-        findings = run_inspectors(context, order, report)
+        with debug_log(log_path.with_name(f".debug.{log_path.name}") if debug else None):
+            findings = run_inspectors(context, order, report)
     finally:  # findings so far reach the log also when an inspector fails
-        log_path = log_path or out_dir / "diagnostic.log"
         _write_log(log_path, lines, findings)
     counts = Counter(f.severity for f in findings)
     echo(
@@ -102,6 +107,29 @@ def keep_the_root(data: dict[str, Any], workload: Workload, path: Path) -> dict[
         return data
     body = {**data["workload"], "root": os.path.relpath(root, path.absolute().parent)}
     return {**data, "workload": body}
+
+
+@contextlib.contextmanager
+def debug_log(path: Path | None) -> Iterator[None]:
+    """Within the block, every record of the diagnose loggers down to DEBUG also goes to
+    `path` (nothing with None)."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger("model_explorer.analysis.diagnose")
+    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def write_recommended_workload(workload: Workload, findings: Sequence[Finding], path: Path) -> int:

@@ -1,29 +1,39 @@
 """The shipped inspectors, registered by name; `DEFAULT_ORDER` is the order `diagnose` runs them
-in: cheap checks on the data and the graph first, the ones that evaluate the model many times
-last. Each class documents what it checks and its thresholds; the README lists them in the same
-words."""
+in: Hailo's, by priority (highest first), ties by name; Sensitivity, which evaluates the model
+many times, has none and runs last. Each class documents what it checks and its thresholds;
+the README lists them in the same words."""
 
 from __future__ import annotations
 
+from model_explorer.analysis.diagnose.inspectors.activation import Activation
+from model_explorer.analysis.diagnose.inspectors.algorithms import PostQuantAlgo, PreQuantAlgo
 from model_explorer.analysis.diagnose.inspectors.budget import Compression, Sensitivity
 from model_explorer.analysis.diagnose.inspectors.clipping import Clipping
 from model_explorer.analysis.diagnose.inspectors.graph import BatchNorm, ConcatenatedOutputs
 from model_explorer.analysis.diagnose.inspectors.inputs import Image, Norm
 from model_explorer.analysis.diagnose.inspectors.ranges import HighPrecision, channel_sqnr
 
-DEFAULT_ORDER = (
-    "Norm",
-    "Image",
-    "BatchNorm",
-    "ConcatenatedOutputs",
-    "Clipping",
-    "Compression",
-    "HighPrecision",
-    "Sensitivity",
+SHIPPED = (
+    Activation,
+    BatchNorm,
+    Clipping,
+    Compression,
+    ConcatenatedOutputs,
+    HighPrecision,
+    Image,
+    Norm,
+    PostQuantAlgo,
+    PreQuantAlgo,
+    Sensitivity,
 )
+DEFAULT_ORDER = tuple(c.name for c in sorted(SHIPPED, key=lambda c: (-c.priority, c.name)))
 
 __all__ = [
     "DEFAULT_ORDER",
+    "SHIPPED",
+    "Activation",
+    "PostQuantAlgo",
+    "PreQuantAlgo",
     "BatchNorm",
     "Clipping",
     "Compression",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.analysis.diagnose.base import (
+    MEDIUM,
     BaseInspector,
     DiagnosisContext,
     Finding,
@@ -29,6 +30,7 @@ class Compression(BaseInspector):
     to 5 if that is not meant); with the limit in the file, info."""
 
     name = "Compression"
+    priority = MEDIUM
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
         model = context.quantized_model

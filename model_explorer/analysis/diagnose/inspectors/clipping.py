@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.diagnose.base import (
+    LOW,
     BaseInspector,
     DiagnosisContext,
     Finding,
@@ -37,6 +38,7 @@ class Clipping(BaseInspector):
     tails are logged, one info line summarises them."""
 
     name = "Clipping"
+    priority = LOW
     items = 3
     warning_share = 0.20
 

@@ -12,6 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.diagnose.base import (
+    HIGH,
+    MEDIUM,
     BaseInspector,
     DiagnosisContext,
     Finding,
@@ -41,6 +43,7 @@ class BatchNorm(BaseInspector):
     `_without_batch_norms`)."""
 
     name = "BatchNorm"
+    priority = HIGH
     ratio_warning = 8.0
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
@@ -259,6 +262,7 @@ class ConcatenatedOutputs(BaseInspector):
     concatenation the model puts out (Hailo's case) is advised to be put out as its inputs."""
 
     name = "ConcatenatedOutputs"
+    priority = MEDIUM
     ratio_warning = 8.0
 
     def run(self, context: DiagnosisContext) -> list[Finding]:

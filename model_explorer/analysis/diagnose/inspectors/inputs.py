@@ -9,6 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.diagnose.base import (
+    HIGH,
+    LOW,
     BaseInspector,
     DiagnosisContext,
     Finding,
@@ -37,6 +39,7 @@ class Norm(BaseInspector):
     Hailo's bounds after the normalization (mean -2..5, std 0.1..5) a warning."""
 
     name = "Norm"
+    priority = HIGH
     warn_mean, warn_std = 0.25, (0.5, 2.0)
     error_mean, error_std = 3.0, (0.05, 10.0)
 
@@ -186,6 +189,7 @@ class Image(BaseInspector):
     natural and reports an error when it is inverse.png; otherwise info."""
 
     name = "Image"
+    priority = LOW
     samples = 8
 
     def run(self, context: DiagnosisContext) -> list[Finding]:

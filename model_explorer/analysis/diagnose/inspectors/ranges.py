@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.diagnose.base import (
+    MEDIUM,
     BaseInspector,
     DiagnosisContext,
     Finding,
@@ -29,6 +30,7 @@ class HighPrecision(BaseInspector):
     lower explored bit bound by the missing dB / 6.02 bits (one bit is worth 6.02 dB)."""
 
     name = "HighPrecision"
+    priority = MEDIUM
     warning_db, error_db = 10.0, 20.0
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
