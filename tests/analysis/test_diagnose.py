@@ -263,7 +263,7 @@ def test_a_recommended_amax_holds_at_every_bit_width(clean: dict, tmp_path: Path
     assert len(amaxes) == 2  # the calibrated ones still follow the bit width
     body["calibration"]["amax"] = {"conv9.input_quantizer": 1.0}
     with pytest.raises(UserError, match="'conv9.input_quantizer' names no input quantizer"):
-        _context(data, tmp_path, "wrong").quantized_model
+        _ = _context(data, tmp_path, "wrong").quantized_model
 
 
 def _plant_sensitive_layer(clean: dict, tmp_path: Path) -> dict:
