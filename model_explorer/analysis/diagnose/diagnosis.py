@@ -109,10 +109,22 @@ def keep_the_root(data: dict[str, Any], workload: Workload, path: Path) -> dict[
     return {**data, "workload": body}
 
 
+class _Onwards(logging.Handler):
+    """Passes a record on to the handlers above `logger` (the console), from `level` up."""
+
+    def __init__(self, logger: logging.Logger, level: int) -> None:
+        super().__init__(level)
+        self.above = logger.parent
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.above is not None:
+            self.above.handle(record)
+
+
 @contextlib.contextmanager
 def debug_log(path: Path | None) -> Iterator[None]:
     """Within the block, every record of the diagnose loggers down to DEBUG also goes to
-    `path` (nothing with None)."""
+    `path` (nothing with None); the console keeps the level it had."""
     if path is None:
         yield
         return
@@ -121,14 +133,19 @@ def debug_log(path: Path | None) -> Iterator[None]:
     handler = logging.FileHandler(path, mode="w", encoding="utf-8")
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    level = logger.level
+    saved = logger.level, logger.propagate, logger.getEffectiveLevel()
+    onwards = _Onwards(logger, saved[2])
     logger.setLevel(logging.DEBUG)
+    logger.propagate = False
     logger.addHandler(handler)
+    logger.addHandler(onwards)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        for added in (handler, onwards):
+            logger.removeHandler(added)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
         handler.close()
 
 
