@@ -150,7 +150,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         context, force=args.force, if_missing=args.if_missing
     )
     if not calibrated:
-        print(f"{path} exists and matches the weights; not calibrating (drop --if-missing to redo)")
+        print(
+            f"{path} exists and matches the weights and the calibration settings; not "
+            "calibrating (drop --if-missing to redo)"
+        )
         return 0
     spec = workload.calibration
     samples = len(context.loader("calibrate").dataset)

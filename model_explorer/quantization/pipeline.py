@@ -15,6 +15,7 @@ from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
 from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
 from model_explorer.quantization.model import QuantizedModel
+from model_explorer.quantization.recipe import calibration_recipe, recipe_difference
 from model_explorer.quantization.spec import CalibrationSpec
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def build_quantized_model(
     model = quantized_model(context)
     if load_calibration:
         path = calibration_file(context)
-        stored = model.load_calibration(path, where="workload.calibration.file").get("weights")
+        data = model.load_calibration(path, where="workload.calibration.file")
+        check_recipe(context, data, path)
+        stored = data.get("weights")
         if stored is not None and stored != weights_fingerprint(model.model):
             log.warning(
                 "%s was calibrated on other weights than %s; recalibrate with "
@@ -90,14 +93,43 @@ def calibrate_workload(
         stored = read_torch_file(path, "workload.calibration.file", "calibration file")
         stored = stored if isinstance(stored, dict) else {}
         difference = settings_difference(stored.get("settings"), quantizer_settings(model))
+        difference = difference or recipe_difference(stored.get("recipe"), recipe(context))
         if stored.get("weights") == fingerprint and difference is None:
             model.load_calibration(path, where="workload.calibration.file")
             return fix_amax(model, spec).to(context.device), path, False
         reason = "other weights" if stored.get("weights") != fingerprint else difference
-        log.warning("%s was made for %s; recalibrating", path, reason)
+        log.warning("%s does not match the workload (%s); recalibrating", path, reason)
     _calibrate(model.to(context.device), spec, context)
-    model.save_calibration(path, extra={"weights": fingerprint, "method": spec.method})
+    extra = {"weights": fingerprint, "method": spec.method, "recipe": recipe(context)}
+    model.save_calibration(path, extra=extra)
     return fix_amax(model, spec), path, True
+
+
+def recipe(context: WorkloadContext) -> dict:
+    spec: CalibrationSpec = context.workload.require("calibration")
+    return calibration_recipe(spec, context.workload.seed)
+
+
+def check_recipe(context: WorkloadContext, data: dict, path: Path) -> None:
+    """A calibration file made from other calibration settings than the workload's (method,
+    its options, the data, the seed) is refused, naming the setting; one made before they
+    were recorded is used with a warning."""
+    recorded = data.get("recipe")
+    if recorded is None:
+        log.warning(
+            "%s does not record the calibration settings it was made with (an older "
+            "version's); recalibrate with `model-explorer calibrate --force` to be sure it fits",
+            path,
+        )
+        return
+    difference = recipe_difference(recorded, recipe(context))
+    if difference is not None:
+        raise UserError(
+            f"workload.calibration.file: '{path}' was made with other calibration settings "
+            f"({difference}); recalibrate with `model-explorer calibrate --if-missing "
+            "WORKLOAD` (it recalibrates a file that does not match) or point calibration.file "
+            "at another file"
+        )
 
 
 def check_weight_axis(model: QuantizedModel) -> None:

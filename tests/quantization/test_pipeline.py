@@ -91,3 +91,45 @@ def test_missing_calibration_file_is_a_clear_error(digits_workload: Path, capsys
     context = WorkloadContext(Workload.load(digits_workload), device="cpu")
     with pytest.raises(UserError, match="make it with `model-explorer calibrate WORKLOAD`"):
         build_quantized_model(context)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"method": "max", "percentile": None, "num_bins": None}, "calibration.method 'percentile'"),
+        ({"percentile": 99.9}, "calibration.percentile 99.99 there, 99.9 here"),
+        ({"datasets.calibrate.sample_limit": 256}, "sample_limit 512 there, 256 here"),
+        ({"seed": 3}, "seed 0 there, 3 here"),
+    ],
+)
+def test_a_calibration_file_of_other_settings_is_refused_or_redone(
+    digits_workload: Path, capsys, change: dict, named: str
+) -> None:
+    """The file records its method, options, data and seed: a workload that changed one is
+    refused with the setting named (evaluate), and `calibrate --if-missing` redoes the file
+    instead of keeping it; the redone file is then used."""
+    assert main(["calibrate", str(digits_workload)]) == 0
+    data = yaml.safe_load(digits_workload.read_text())
+    body = data["workload"]
+    for key, value in change.items():
+        if key == "seed":
+            body["seed"] = value
+            continue
+        *parents, last = key.split(".")
+        target = body["calibration"]
+        for parent in parents:
+            target = target[parent]
+        if value is None:
+            target.pop(last, None)
+        else:
+            target[last] = value
+    digits_workload.write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+    assert main(["evaluate", str(digits_workload), "--bits", "8"]) == 2
+    error = capsys.readouterr().err
+    assert "was made with other calibration settings" in error and named in error
+    file = digits_workload.parent / "calibration.pt"
+    before = file.stat().st_mtime_ns
+    assert main(["calibrate", "--if-missing", str(digits_workload)]) == 0
+    assert file.stat().st_mtime_ns != before
+    assert main(["evaluate", str(digits_workload), "--bits", "8"]) == 0
