@@ -252,12 +252,15 @@ def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
         "--order",
         action="append",
         help="inspectors to run, in order (comma-separated or repeated; registered names or "
-        "package.module:Class); default: all, by Hailo's priority: BatchNorm, Norm, Compression, "
-        "ConcatenatedOutputs, HighPrecision, Activation, Clipping, Image, PostQuantAlgo, "
-        "PreQuantAlgo, then Sensitivity",
+        "package.module:Class); default: every shipped inspector by Hailo's priority, highest "
+        "first, ties by name: BatchNorm, Norm, Compression, ConcatenatedOutputs, HighPrecision, "
+        "Activation, Clipping, Image, PostQuantAlgo, PreQuantAlgo, then Sensitivity (no "
+        "priority: it evaluates the model many times)",
     )
     parser.add_argument(
-        "--no-debug", action="store_true", help="write no debug log (.debug.<log name>)"
+        "--no-debug",
+        action="store_true",
+        help="write no debug log (.debug.<log name> beside the log: every inspector's DEBUG lines)",
     )
     parser.add_argument("--out", help="folder for images, tables and plots")
     parser.add_argument("--log-path", help="log file (default: OUT/diagnostic.log)")

@@ -96,7 +96,7 @@ def test_missing_calibration_file_is_a_clear_error(digits_workload: Path, capsys
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"method": "max", "percentile": None, "num_bins": None}, "calibration.method 'percentile'"),
+        ({"method": "max", "percentile": None, "num_bins": None}, "method 'percentile' there"),
         ({"percentile": 99.9}, "calibration.percentile 99.99 there, 99.9 here"),
         ({"datasets.calibrate.sample_limit": 256}, "sample_limit 512 there, 256 here"),
         ({"seed": 3}, "seed 0 there, 3 here"),

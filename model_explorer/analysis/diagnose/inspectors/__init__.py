@@ -5,6 +5,7 @@ the README lists them in the same words."""
 
 from __future__ import annotations
 
+from model_explorer.analysis.diagnose.base import INSPECTORS
 from model_explorer.analysis.diagnose.inspectors.activation import Activation
 from model_explorer.analysis.diagnose.inspectors.algorithms import PostQuantAlgo, PreQuantAlgo
 from model_explorer.analysis.diagnose.inspectors.budget import Compression, Sensitivity
@@ -13,18 +14,12 @@ from model_explorer.analysis.diagnose.inspectors.graph import BatchNorm, Concate
 from model_explorer.analysis.diagnose.inspectors.inputs import Image, Norm
 from model_explorer.analysis.diagnose.inspectors.ranges import HighPrecision, channel_sqnr
 
-SHIPPED = (
-    Activation,
-    BatchNorm,
-    Clipping,
-    Compression,
-    ConcatenatedOutputs,
-    HighPrecision,
-    Image,
-    Norm,
-    PostQuantAlgo,
-    PreQuantAlgo,
-    Sensitivity,
+# Every inspector registered by a module of this package (those a user registers elsewhere
+# run only when `--order` names them).
+SHIPPED = tuple(
+    entry.builder
+    for entry in INSPECTORS.entries()
+    if entry.builder.__module__.startswith(f"{__name__}.")
 )
 DEFAULT_ORDER = tuple(c.name for c in sorted(SHIPPED, key=lambda c: (-c.priority, c.name)))
 
