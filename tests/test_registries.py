@@ -97,6 +97,9 @@ DOCUMENTED = {
         "Compression",
         "HighPrecision",
         "Sensitivity",
+        "Activation",
+        "PreQuantAlgo",
+        "PostQuantAlgo",
     },
     "energy": {"analytic", "zigzag"},
     "environments": {

@@ -30,9 +30,11 @@ class Activation(BaseInspector):
     SiLU (nn.SiLU, F.silu, or x * sigmoid(x) written out) is a warning, as Hailo's: it might
     reduce the quantized model's accuracy, consider retraining with ReLU. A swish with
     beta != 1 (x * sigmoid(beta * x) or x * sigmoid(x / t), found among the operators: x
-    scaled by a constant, into a sigmoid whose output multiplies the same x) is a warning too:
-    Hailo cannot run it as one activation, and here it is three operators whose products the
-    search never sees as one.
+    scaled by a constant, into a sigmoid whose output multiplies the same x) is a warning too,
+    as Hailo's: Hailo cannot represent it natively, so it runs as separate operators (a scale,
+    a sigmoid, a product), each quantized there, and the next layer's input has SiLU's dip
+    besides. (The fake-quantized model here quantizes layer inputs only: the search does not
+    see the cost of those operators.)
 
     GELU, Mish and Hardswish are info (this project's choice; Hailo names none of them): they
     share SiLU's shape, a shallow negative dip (down to -0.17, -0.31, -0.38; SiLU's -0.28)
@@ -97,9 +99,9 @@ class Activation(BaseInspector):
         return self.finding(
             "warning",
             f"{len(modules)} layers use swish with beta {beta:.4g} (x * sigmoid({beta:.4g} x); "
-            f"{_listed(modules)}), which is no native activation: three quantized operators "
-            "that might lower the accuracy; consider retraining with ReLU (or SiLU, beta 1, "
-            "though its accuracy might suffer too)",
+            f"{_listed(modules)}), which Hailo cannot represent natively (it runs as separate "
+            "quantized operators) and might lower the accuracy; consider retraining with ReLU "
+            "(or SiLU, beta 1, though its accuracy might suffer too)",
             **_where(modules, beta=beta),
         )
 
