@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from model_explorer.cli.common import (
     DATASET_ROLES,
@@ -59,6 +60,14 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also evaluate the calibrated quantized model with every quantizer at N bits",
     )
+    parser.add_argument(
+        "--plan",
+        action="append",
+        metavar="FILE",
+        help="also evaluate the calibrated quantized model with a plan from outside: JSON or "
+        "YAML, quantizer names to bits or formats ({'conv1.input_quantizer': 4}) or layer "
+        "names to settings; quantizers it does not name keep the workload's (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
 
 
@@ -72,18 +81,22 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
-    models = [("float", context.build_model())]
-    if args.bits:
+    models: list = [("float", context.build_model())]
+    if args.bits or args.plan:
         from model_explorer.quantization.pipeline import build_quantized_model
+        from model_explorer.quantization.plan_file import apply_plan_file
 
-        quantized = build_quantized_model(context)
-        for bits in args.bits:
-            models.append((f"{bits} bit", quantized))
+        for bits in args.bits or []:
+            models.append((f"{bits} bit", build_quantized_model(context)))
+        for path in args.plan or []:
+            quantized = build_quantized_model(context)
+            apply_plan_file(quantized, path)  # checked before anything is evaluated
+            models.append((f"plan {Path(path).name}", quantized))
     results = []
     for role in args.dataset or ["baseline"]:
         info = context.describe(role)
         for label, model in models:
-            if label != "float":
+            if label.endswith(" bit"):
                 model.bit_widths = [int(label.split()[0])] * len(model.bit_widths)
             accuracy = context.evaluate(model, role)
             results.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,41 @@ def test_a_calibration_file_of_other_settings_is_refused_or_redone(
     assert main(["calibrate", "--if-missing", str(digits_workload)]) == 0
     assert file.stat().st_mtime_ns != before
     assert main(["evaluate", str(digits_workload), "--bits", "8"]) == 0
+
+
+def test_evaluate_scores_a_plan_from_outside(digits_workload: Path, capsys, tmp_path: Path) -> None:
+    """A per-quantizer plan (JSON, quantizer names) and the same in this project's plan form
+    (YAML, layer names) give the accuracy of the calibrated model with those quantizers set
+    by hand; a name the model does not have is one error with the closest name."""
+    assert main(["calibrate", str(digits_workload)]) == 0
+    context = WorkloadContext(Workload.load(digits_workload), device="cpu")
+    model = build_quantized_model(context)
+    names = list(model.quantizers)
+    chosen = {name: 3 + index % 4 for index, name in enumerate(names)}
+    chosen[names[1]] = "int4"  # a format's short name: the integer format at 4 bits
+    for name, value in chosen.items():
+        model.quantizers[name].num_bits = 4 if value == "int4" else value
+    expected = context.evaluate(model, "baseline")
+    as_json = tmp_path / "plan.json"
+    as_json.write_text(json.dumps(chosen))
+    layers: dict = {}
+    for name, value in chosen.items():
+        layer, role = name.rsplit(".", 1)
+        key = ("input" if role == "input_quantizer" else "weight") + (
+            "_format" if isinstance(value, str) else "_bits"
+        )
+        layers.setdefault(layer, {})[key] = value
+    as_yaml = tmp_path / "plan.yaml"
+    as_yaml.write_text(yaml.safe_dump(layers))
+    capsys.readouterr()
+    for plan in (as_json, as_yaml):
+        assert main(["evaluate", str(digits_workload), "--plan", str(plan), "--json"]) == 0
+        printed = capsys.readouterr().out
+        results = json.loads(printed[printed.index("[") :])
+        [scored] = [r for r in results if r["model"] == f"plan {plan.name}"]
+        assert scored["accuracy"] == pytest.approx(expected)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({names[0].replace("input", "inptu"): 4}))
+    assert main(["evaluate", str(digits_workload), "--plan", str(wrong)]) == 2
+    error = capsys.readouterr().err
+    assert "is no quantizer of the model" in error and f"did you mean '{names[0]}'" in error
