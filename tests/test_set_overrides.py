@@ -12,6 +12,7 @@ from model_explorer.results import ExplorationResult
 
 
 def test_settings_are_applied_validated_and_recorded(tiny, tmp_path: Path, capsys) -> None:
+    tiny["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
     workload = write(tiny, tmp_path / "w.yaml")
     sets = [
         "--set", "exploration.nsga.pop_size=3",
@@ -25,6 +26,8 @@ def test_settings_are_applied_validated_and_recorded(tiny, tmp_path: Path, capsy
     body = json.loads(shown.out[shown.out.index("{") :])["workload"]
     assert body["seed"] == 7 and body["exploration"]["nsga"]["pop_size"] == 3
     result = tmp_path / "r.pkl"
+    # Another seed draws another calibration subset: calibrate for it first.
+    assert run_cli(capsys, "calibrate", workload, *sets).status == 0
     assert run_cli(capsys, "explore", workload, *sets, "--output", result).status == 0
     recorded = ExplorationResult.load(result)
     # nsga2 evaluates pop_size, then offsprings per generation (no duplicates on 5 layers).

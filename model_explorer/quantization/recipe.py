@@ -13,11 +13,12 @@ from model_explorer.quantization.spec import CalibrationSpec
 def calibration_recipe(spec: CalibrationSpec, seed: int) -> dict[str, Any]:
     """The settings a calibration depends on, as plain data."""
     data = spec.datasets.calibrate if spec.datasets is not None else None
+    drawn = data is not None and (data.sample_limit is not None or data.randomize)
     return {
         "method": spec.method,
         "options": spec.options.model_dump(mode="json") if spec.options is not None else {},
         "data": data.model_dump(mode="json", exclude={"workers"}) if data is not None else None,
-        "seed": seed,
+        "seed": seed if drawn else None,  # it draws the subset only under a limit or shuffle
     }
 
 

@@ -172,3 +172,25 @@ def test_evaluate_scores_a_plan_from_outside(digits_workload: Path, capsys, tmp_
     assert main(["evaluate", str(digits_workload), "--plan", str(wrong)]) == 2
     error = capsys.readouterr().err
     assert "is no quantizer of the model" in error and f"did you mean '{names[0]}'" in error
+
+
+def test_the_seed_matters_to_a_calibration_only_where_it_draws_the_subset() -> None:
+    """select_indices draws a sample_limit's subset and a shuffle by the seed, and takes the
+    whole split in order otherwise: only then is the seed part of what a file was made from."""
+    from model_explorer.datasets.base import select_indices
+    from model_explorer.quantization.recipe import calibration_recipe, recipe_difference
+    from model_explorer.quantization.spec import CalibrationSpec
+
+    def spec(**data: object) -> CalibrationSpec:
+        calibrate = {"type": "digits", "split": "train", **data}
+        return CalibrationSpec.model_validate(
+            {"method": "max", "datasets": {"calibrate": calibrate}}
+        )
+
+    whole = spec()
+    assert (select_indices(100, None, False, 0) == select_indices(100, None, False, 7)).all()
+    assert recipe_difference(calibration_recipe(whole, 0), calibration_recipe(whole, 7)) is None
+    limited = spec(sample_limit=10)
+    assert (select_indices(100, 10, False, 0) != select_indices(100, 10, False, 7)).any()
+    difference = recipe_difference(calibration_recipe(limited, 0), calibration_recipe(limited, 7))
+    assert difference == "seed 0 there, 7 here"
