@@ -26,6 +26,15 @@ from tests_support import Synthetic
 matplotlib.use("Agg")
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():  # noqa: ANN202
+    """Each test's figures are closed after it, as a script that saves them would."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 @pytest.fixture(scope="module")
 def synthetic() -> ExplorationResult:
     return Explorer(Synthetic(), NSGASpec(pop_size=10, offsprings=8, generations=3), seed=0).run()
