@@ -9,6 +9,8 @@ kernels read; a narrower range is a Clip of the integers, so the levels stay the
 INT16/UINT16 above. FP8 is FLOAT8E4M3FN or FLOAT8E5M2 with the quantizer's per-tensor or
 per-channel scale. Formats whose scales ONNX cannot hold (MX's shared E8M0 exponents, NVFP4's
 two-level scales, group-wise integer scales of an activation, computed at run time) are refused.
+An asymmetric activation is UINT8 (UINT16 above 8 bits) with its zero point: the levels 0 to
+2**bits - 1 that QuantizeLinear's saturate(round(x / scale) + zero_point) gives.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ class Encoding:
     low: int | None = None
     high: int | None = None
     values: np.ndarray | None = None
+    zero: int = 0  # an asymmetric activation's zero point (low and high are stored levels)
 
     @property
     def zero_point(self) -> np.ndarray:
-        """The zero point: 0 of the storage type, shaped like the scale."""
-        return np.zeros(self.scale.shape, dtype=self.dtype)
+        """The zero point in the storage type, shaped like the scale (0 where symmetric)."""
+        return np.full(self.scale.shape, self.zero, dtype=self.dtype)
 
     @property
     def clipped(self) -> bool:
@@ -113,6 +116,11 @@ def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa:
     if weight is not None:
         quantizer.quantize_weight(weight.detach())  # amax follows the weight
     params = quantizer.params()
+    if getattr(quantizer, "asymmetric", False) and weight is None:
+        onnx_type, dtype = _storage(quantizer.num_bits, True, False, pack)
+        scale = np.asarray(float(params.scale.reshape(-1)[0]), dtype=np.float32)
+        low, high = params.low + params.zero, params.high + params.zero
+        return Encoding(onnx_type, dtype, scale, None, low=low, high=high, zero=params.zero)
     scale, axis = _scales(quantizer, quantizer.amax, params.high, weight)
     onnx_type, dtype = _storage(quantizer.num_bits, quantizer.unsigned, weight is not None, pack)
     encoding = Encoding(

@@ -91,14 +91,14 @@ def _operators(quantizer: TensorQuantizer, encoding: Encoding):  # noqa: ANN202
             return operators.dequantize_per_channel(levels, *arguments, low, high, dtype)
 
         return per_channel
-    step = float(scale[0])
+    step, zero = float(scale[0]), encoding.zero
 
     def per_tensor(x: Tensor) -> Tensor:
         if isinstance(quantizer, WeightQuantizer):
             x = quantizer.litert_weight
         elif encoding.clipped:
-            x = x.clamp(low * step, high * step)
-        levels = operators.quantize_per_tensor(x, step, 0, low, high, dtype)
-        return operators.dequantize_per_tensor(levels, step, 0, low, high, dtype)
+            x = x.clamp((low - zero) * step, (high - zero) * step)
+        levels = operators.quantize_per_tensor(x, step, zero, low, high, dtype)
+        return operators.dequantize_per_tensor(levels, step, zero, low, high, dtype)
 
     return per_tensor

@@ -7,6 +7,11 @@ For `num_bits` b, `bound = 2**(b - 1 + unsigned) - 1`, `scale = bound / amax`, a
 straight-through gradients inside the range), which compute the same values as
 `x / (amax / bound)` (one float ulp from the formula at most), or, on the CPU without autograd,
 by four vectorised in-place steps that are four times faster there.
+
+Asymmetric (a zero point, as ONNX QDQ's uint8 and AIMET's asymmetric encodings have it): for a
+range [low, high] holding 0, `step = (high - low) / (2**b - 1)`, `zero = round(-low / step)`
+and `q = (clamp(round(x / step) + zero, 0, 2**b - 1) - zero) * step`, which is the symmetric
+computation with the integer bounds shifted to [-zero, 2**b - 1 - zero].
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class QuantParams:
     zero_point: Tensor  # ATen's zero point, 0
     multiplier: Tensor  # bound / amax (0 where amax is zero)
     divisor: Tensor  # bound / amax (1 where amax is zero, as in NVIDIA's implementation)
+    zero: int = 0  # an asymmetric grid's zero point (stored levels are level + zero)
 
 
 def quant_params(
@@ -78,6 +84,29 @@ def quant_params(
         zero_point=torch.zeros(amax.numel(), dtype=torch.int32, device=amax.device),
         multiplier=multiplier,
         divisor=torch.where(zero, torch.ones_like(amax), multiplier),
+    )
+
+
+def asymmetric_params(low: float, high: float, num_bits: int) -> QuantParams:
+    """Parameters of the asymmetric grid of 2**num_bits levels over [low, high] (low <= 0 <=
+    high), per tensor; an empty range quantizes everything to 0."""
+    levels = 2**num_bits - 1
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    step = (high - low) / levels
+    if step <= ZERO_AMAX / levels:
+        one = torch.ones(1)
+        return QuantParams(0, 0, None, one * _ZERO_SCALE, one.int() * 0, one * 0, one, 0)
+    zero = min(max(round(-low / step), 0), levels)
+    tensor = torch.tensor([step], dtype=torch.float32)
+    return QuantParams(
+        low=-zero,
+        high=levels - zero,
+        axis=None,
+        scale=tensor,
+        zero_point=torch.zeros(1, dtype=torch.int32),
+        multiplier=1.0 / tensor,
+        divisor=1.0 / tensor,
+        zero=zero,
     )
 
 

@@ -52,6 +52,41 @@ def mse_amax(
     return float(stops[int(np.argmin(errors))] * width)
 
 
+def asymmetric_mse_range(
+    positive: np.ndarray,
+    negative: np.ndarray,
+    width: float,
+    num_bits: int,
+    extent: tuple[float, float],
+    start_bin: int,
+) -> tuple[float, float]:
+    """(|low|, high) of an asymmetric range with the least squared quantization error over both
+    sides' histograms (`positive`: counts of values >= 0, `negative`: of the negatives'
+    magnitudes, bins of `width` from 0): the observed range (`extent`, its two magnitudes)
+    scaled down by one factor, the larger side ending on mse_amax's candidates. The
+    grid has 2**num_bits levels with step (high + |low|) / (2**num_bits - 1) and the zero point
+    round(|low| / step), which does not depend on the factor."""
+    levels = 2**num_bits - 1
+    span = extent[0] + extent[1]
+    zero = round(extent[0] / span * levels)
+    total = positive.sum() + negative.sum()
+    centres = (np.arange(len(positive)) + 0.5) * width
+    values = np.concatenate([centres, -centres])
+    counts = np.concatenate([positive, negative])
+    bins = max(1, math.ceil(max(extent) / width))
+    stops = candidate_stops(bins, start_bin)
+    # The larger side ends on mse_amax's candidates (bin edges), the other side in proportion.
+    factors = np.minimum(stops[stops > 0] * width / max(extent), 1.0)
+    errors = []
+    for chunk in np.array_split(factors, max(1, len(factors) // 256)):
+        step = (chunk * span / levels)[:, None]
+        levels_of = np.clip(np.round(values[None, :] / step) + zero, 0, levels)
+        quantized = (levels_of - zero) * step
+        errors.append(((quantized - values[None, :]) ** 2 * counts[None, :]).sum(axis=1))
+    best = float(factors[int(np.argmin(np.concatenate(errors) / total))])
+    return best * extent[0], best * extent[1]
+
+
 def _kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
     """KL(p || q) of two histograms (normalised here); inf where q misses mass that p has."""
     p = p / p.sum()

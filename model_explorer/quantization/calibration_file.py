@@ -23,8 +23,11 @@ from model_explorer.quantization.calibrators import calibrator_from_state
 
 CALIBRATION_FORMAT = "model_explorer.calibration"
 # 3: the quantizer settings the file was made with are recorded ("settings").
-CALIBRATION_VERSION = 3
-SETTINGS = ("axis", "unsigned", "narrow_range")
+# 4: histograms keep the negative side, calibrators the maximum (asymmetric ranges).
+CALIBRATION_VERSION = 4
+SETTINGS = ("axis", "unsigned", "narrow_range", "asymmetric")
+# What a setting was before files recorded it.
+UNRECORDED = {"asymmetric": False}
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +48,13 @@ def settings_difference(recorded: Any, current: dict[str, dict[str, Any]]) -> st
     for role, settings in current.items():
         theirs = recorded.get(role) if isinstance(recorded.get(role), dict) else {}
         for key, value in settings.items():
-            if theirs.get(key, "unrecorded") != value:
+            recorded_value = theirs.get(key, UNRECORDED.get(key, "unrecorded"))
+            if recorded_value != value:
                 return (
-                    f"quantization.{role}.{key} {theirs.get(key, 'unrecorded')!r} there and "
-                    f"{value!r} in the workload"
+                    f"quantization.{role}.{key} {recorded_value!r} there and {value!r} in the "
+                    "workload"
                 )
-    return "other quantizer settings"
+    return None
 
 
 def layer_signature(layers: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,8 @@ Each calibration method (`calibration.method`) is an entry of CALIBRATORS: a Cal
 with its own options model (the keys beside `method`), its rule for amax, whether that amax
 depends on the bit width, and its state (plain data that a calibration file stores).
 
-`max` keeps the running max of |x| (per channel for an axis). The histogram calibrators keep a
+`max` keeps the running max of |x| (per channel for an axis). The histogram calibrators
+(histogram_calibrators.py) keep a
 histogram of |x| (`num_bins` bins to start, 2048 by default; bins of the same width are appended
 when a later batch reaches further) and choose amax by `percentile` (the given share of values
 below amax), `mse` (the candidate edge with the least squared quantization error over the
@@ -12,27 +13,28 @@ histogram) or `entropy` (the candidate edge whose quantized distribution diverge
 original, by Kullback-Leibler); the rules themselves are in amax_rules.py. Candidates are the bin
 edges from `start_bin` (128) on, at most about 2048 of them; a histogram holds at most
 4 x num_bins bins (neighbours merge when a far outlier arrives), so choosing amax costs the same
-for any amount of data. mse and entropy depend on the bit width: their amax is computed per width
-from the kept histogram, never from the data again.
+for any amount of data. mse and entropy depend on the bit width, and percentile where it names a
+share per width: their amax is computed per width from the kept histogram, once, never from the
+data again.
+
+For an asymmetric quantizer (a zero point) `compute_range` chooses the range [low, high] (low <=
+0 <= high): max takes the smallest and largest value seen, percentile applies its share to each
+side (a second histogram of the negative values' magnitudes, in the same bins, tells the sides
+apart), mse searches the observed range scaled down by one factor, with the error of the
+asymmetric grid at that width. entropy's rule is symmetric and has no asymmetric form.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch
 from pydantic import ValidationError
 from torch import Tensor
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.quantization.amax_rules import entropy_amax, mse_amax, percentile_amax
 from model_explorer.registry import Registry
 from model_explorer.schema import (
-    NonNegativeInt,
-    Percentage,
-    PositiveInt,
     Spec,
     validation_problems,
 )
@@ -62,6 +64,7 @@ class Calibrator:
 
     def __init__(self) -> None:
         self.min_value: float | None = None
+        self.max_value: float | None = None
 
     @classmethod
     def build(cls, options: Any = None, axis: int | None = None) -> Calibrator:
@@ -76,10 +79,35 @@ class Calibrator:
 
     def reset(self) -> None:
         self.min_value = None
+        self.max_value = None
 
     def _track_min(self, x: Tensor) -> None:
-        low = float(x.min()) if x.numel() else math.inf
+        """Track the smallest and the largest value seen (an asymmetric range's ends)."""
+        if not x.numel():
+            return
+        low, high = float(x.min()), float(x.max())
         self.min_value = low if self.min_value is None else min(self.min_value, low)
+        self.max_value = high if self.max_value is None else max(self.max_value, high)
+
+    def observed_range(self) -> tuple[float, float]:
+        """[min, max] of what was seen, widened to hold 0 (None for a state without them)."""
+        if self.min_value is None:
+            raise RuntimeError("calibration saw no data for this quantizer")
+        high = self.max_value
+        if high is None:  # a state made before the maximum was kept
+            amax = self.compute_amax(8)
+            high = float(amax.max()) if amax is not None else 0.0
+        return min(self.min_value, 0.0), max(high, 0.0)
+
+    def compute_range(self, num_bits: int) -> tuple[float, float]:
+        """(low, high) of an asymmetric quantizer at `num_bits` (see the module's text)."""
+        raise self.no_asymmetric_rule()
+
+    def no_asymmetric_rule(self) -> UserError:
+        return UserError(
+            f"calibration.method {self.method!r} has no rule for asymmetric quantizers; "
+            "choose max, percentile or mse, or set quantization.input.asymmetric false"
+        )
 
     def collect(self, x: Tensor) -> None:
         raise NotImplementedError
@@ -138,170 +166,25 @@ class MaxCalibrator(Calibrator):
     def compute_amax(self, num_bits: int, unsigned: bool = False) -> Tensor | None:
         return None if self.amax is None else self.amax.clone()
 
+    def compute_range(self, num_bits: int) -> tuple[float, float]:
+        return self.observed_range()
+
     def state(self) -> dict[str, Any]:
-        return {"method": self.method, "axis": self.axis, "amax": self.amax, "min": self.min_value}
+        return {
+            "method": self.method,
+            "axis": self.axis,
+            "amax": self.amax,
+            "min": self.min_value,
+            "max": self.max_value,
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MaxCalibrator:
         calibrator = cls(state["axis"])
         calibrator.amax = state["amax"]
         calibrator.min_value = state["min"]
+        calibrator.max_value = state.get("max")
         return calibrator
-
-
-class HistogramCalibrator(Calibrator):
-    """A histogram of |x| with bins of fixed width from 0 (per tensor only); a subclass's
-    `choose_amax` picks amax from it. Its options hold `num_bins`, the bins to start with."""
-
-    def __init__(self, options: Any = None) -> None:
-        super().__init__()
-        self.options = options if options is not None else self.Options()  # type: ignore[misc]
-        self.num_bins: int = self.options.num_bins
-        self.max_bins = 4 * self.num_bins
-        self.reset()
-
-    @classmethod
-    def build(cls, options: Any = None, axis: int | None = None) -> HistogramCalibrator:
-        if axis is not None:
-            raise ValueError(
-                f"the {cls.method} calibrator works per tensor only (axis None), got axis {axis}"
-            )
-        return cls(options)
-
-    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
-        """amax from the histogram's `counts` (bins of `self.bin_width`, some non-zero)."""
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        super().reset()
-        self.histogram: Tensor | None = None  # float64 counts on the data's device
-        self.bin_width = 0.0
-        self._amax_by_bits: dict[tuple[int, bool], Tensor] = {}
-
-    @property
-    def edges(self) -> Tensor:
-        count = 0 if self.histogram is None else len(self.histogram)
-        return torch.arange(count + 1, dtype=torch.float64) * self.bin_width
-
-    def collect(self, x: Tensor) -> None:
-        values = x.detach().float().abs().flatten()
-        if values.numel() == 0:
-            return
-        self._track_min(x.detach())
-        self._amax_by_bits.clear()
-        top = float(values.max())
-        if self.histogram is None:
-            self.histogram = torch.zeros(self.num_bins, dtype=torch.float64, device=values.device)
-        if self.bin_width == 0.0:
-            if top == 0:  # every value so far is zero: count them in the first bin
-                self.histogram[0] += values.numel()
-                return
-            self.bin_width = top / self.num_bins  # the first non-zero batch sets the bin width
-        needed = math.ceil(top / self.bin_width)
-        if needed > len(self.histogram):
-            if needed > self.max_bins:
-                # A far outlier: merge neighbouring bins rather than grow without bound.
-                factor = math.ceil(needed / self.max_bins)
-                padded = torch.nn.functional.pad(self.histogram, (0, -len(self.histogram) % factor))
-                self.histogram = padded.reshape(-1, factor).sum(dim=1)
-                self.bin_width *= factor
-                needed = math.ceil(top / self.bin_width)
-            grown = torch.zeros(needed, dtype=torch.float64, device=values.device)
-            grown[: len(self.histogram)] = self.histogram
-            self.histogram = grown
-        bins = len(self.histogram)
-        counts = torch.histc(values, bins=bins, min=0.0, max=bins * self.bin_width)
-        self.histogram += counts.to(torch.float64)
-
-    def compute_amax(self, num_bits: int, unsigned: bool = False) -> Tensor | None:
-        if self.histogram is None:
-            return None
-        key = (num_bits, unsigned) if self.depends_on_bits else (0, False)
-        if key not in self._amax_by_bits:
-            counts = self.histogram.cpu().numpy()
-            empty = self.bin_width == 0.0 or counts.sum() == 0
-            amax = 0.0 if empty else self.choose_amax(counts, num_bits, unsigned)
-            self._amax_by_bits[key] = torch.tensor(amax, dtype=torch.float32)
-        return self._amax_by_bits[key].clone()
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            **self.options.model_dump(),
-            "histogram": None if self.histogram is None else self.histogram.cpu(),
-            "bin_width": self.bin_width,
-            "min": self.min_value,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> HistogramCalibrator:
-        # Files written before calibrators were a registry hold every histogram method's options
-        # (num_bins, percentile, start_bin): each takes its own.
-        fields = cls.Options.model_fields  # type: ignore[union-attr]
-        options = cls.Options.model_validate({k: state[k] for k in fields if k in state})  # type: ignore[union-attr]
-        calibrator = cls(options)
-        calibrator.histogram = state["histogram"]
-        calibrator.bin_width = state["bin_width"]
-        calibrator.min_value = state["min"]
-        return calibrator
-
-
-class PercentileOptions(Spec):
-    """`percentile`: the share of |x| (in %) that lies below amax; `num_bins`: the histogram's
-    bins to start with."""
-
-    percentile: Percentage = 99.99
-    num_bins: PositiveInt = 2048
-
-
-class SearchOptions(Spec):
-    """The options of a search for amax among the histogram's bin edges: `num_bins` to start
-    with, the candidates from bin `start_bin` on."""
-
-    num_bins: PositiveInt = 2048
-    start_bin: NonNegativeInt = 128
-
-
-@register_calibrator
-class PercentileCalibrator(HistogramCalibrator):
-    """amax: the upper edge of the bin where the cumulative share of |x| reaches `percentile`;
-    the same for every bit width."""
-
-    method = "percentile"
-    Options = PercentileOptions
-
-    @classmethod
-    def summary(cls, options: Any) -> str:
-        return f"percentile {options.percentile}"
-
-    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
-        return percentile_amax(counts, self.bin_width, self.options.percentile)
-
-
-@register_calibrator
-class MseCalibrator(HistogramCalibrator):
-    """amax: the candidate edge with the least squared quantization error over the histogram,
-    per bit width."""
-
-    method = "mse"
-    Options = SearchOptions
-    depends_on_bits = True
-
-    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
-        return mse_amax(counts, self.bin_width, num_bits, unsigned, self.options.start_bin)
-
-
-@register_calibrator
-class EntropyCalibrator(HistogramCalibrator):
-    """amax: the candidate edge whose quantized distribution diverges least (Kullback-Leibler)
-    from the histogram, per bit width."""
-
-    method = "entropy"
-    Options = SearchOptions
-    depends_on_bits = True
-
-    def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
-        return entropy_amax(counts, self.bin_width, num_bits, unsigned, self.options.start_bin)
 
 
 def calibrator_options(method: str, options: dict[str, Any], where: str = "calibration") -> Any:

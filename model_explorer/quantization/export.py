@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from model_explorer.errors import UserError
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.quantizer import TensorQuantizer
 
@@ -26,6 +27,11 @@ def modelopt_quantizer_config(quantizer: TensorQuantizer) -> dict[str, Any]:
     them. modelopt's block axis is the one named here (the layer's input channels)."""
     chosen = quantizer.format
     options = chosen.options
+    if quantizer.asymmetric:
+        raise UserError(
+            "modelopt's integer quantizers are symmetric (no zero point): a configuration with "
+            "quantization.input.asymmetric has no modelopt form; export it as ONNX QDQ instead"
+        )
     if chosen.classic:
         return {
             "num_bits": quantizer.num_bits,

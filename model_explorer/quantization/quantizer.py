@@ -5,6 +5,7 @@ semantics (formats/integer.py) unless a plan chooses another."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from model_explorer.formats.integer import (  # noqa: F401 - re-exported: the in
     ZERO_AMAX,
     QuantParams,
     apply_quantization,
+    asymmetric_params,
     check_bits,
     fake_quantize,
     integer_bounds,
@@ -41,6 +43,8 @@ class TensorQuantizer(Opaque, nn.Module):
         axis: None for one amax per tensor, else the axis with one amax per index (per channel).
         unsigned: quantize to [0, 2**bits - 1] instead of a signed range.
         narrow_range: a symmetric signed range (the negative side clipped to -bound).
+        asymmetric: a zero point: 2**num_bits levels over the calibrated range [low, high]
+            (per tensor; the calibrator chooses the range for each width, `unsigned` is moot).
         enabled: false passes tensors through untouched.
         calibrator: what collects amax in calibration mode; the max of |x| along `axis` when
             None.
@@ -54,6 +58,7 @@ class TensorQuantizer(Opaque, nn.Module):
         narrow_range: bool = False,
         enabled: bool = True,
         calibrator: Calibrator | None = None,
+        asymmetric: bool = False,
     ) -> None:
         super().__init__()
         self._num_bits = check_bits(num_bits)
@@ -65,6 +70,10 @@ class TensorQuantizer(Opaque, nn.Module):
         self.calibrator: Calibrator = calibrator if calibrator is not None else MaxCalibrator(axis)
         self.register_buffer("_amax", None, persistent=False)
         self._from_calibrator = False
+        # An asymmetric quantizer's range minimum (<= 0); its maximum is amax.
+        self._amin: float | None = None
+        self._asymmetric = False
+        self.asymmetric = asymmetric
         # Another format than the integer one at `_num_bits` (None: the integer format).
         self._format: QuantFormat | None = None
         self.block_axis = -1
@@ -87,7 +96,7 @@ class TensorQuantizer(Opaque, nn.Module):
             return
         self._num_bits = value
         if self._from_calibrator and self.calibrator.depends_on_bits:
-            self._store_amax(self.calibrator.compute_amax(value, self.unsigned), keep_params=True)
+            self._take_calibrated(keep_params=True)
 
     @property
     def format(self) -> QuantFormat:
@@ -101,6 +110,22 @@ class TensorQuantizer(Opaque, nn.Module):
             self.num_bits = chosen.options.num_bits
         else:
             self._format = chosen
+
+    @property
+    def asymmetric(self) -> bool:
+        """True: a zero point, the levels over the calibrated [low, high]."""
+        return self._asymmetric
+
+    @asymmetric.setter
+    def asymmetric(self, value: bool) -> None:
+        if value and self.axis is not None:
+            raise ValueError("an asymmetric quantizer works per tensor (axis None)")
+        self._asymmetric = bool(value)
+        self._params = {}
+        if self._from_calibrator:
+            self._take_calibrated()
+        elif not value:
+            self._amin = None
 
     @property
     def placement(self) -> Placement:
@@ -131,10 +156,27 @@ class TensorQuantizer(Opaque, nn.Module):
 
     def fix_amax(self, value: float) -> None:
         """An amax set by hand (every channel's, for a per-channel quantizer): kept at every
-        bit width (a calibrator's is not consulted)."""
+        bit width (a calibrator's is not consulted). An asymmetric quantizer's range becomes
+        [-value, value] cut to what calibration saw."""
         known = self._amax
         self.amax = torch.full_like(known, value) if known is not None and known.dim() else value
         self._from_calibrator = False
+        if self.asymmetric:
+            seen = self.calibrator.min_value
+            self._amin = -value if seen is None else max(min(seen, 0.0), -value)
+
+    def _take_calibrated(self, keep_params: bool = False) -> None:
+        """amax (and an asymmetric quantizer's range minimum) from the calibrator, for the
+        current bit width."""
+        if self.asymmetric:
+            low, high = self.calibrator.compute_range(self._num_bits)
+            self._amin = low
+            self._store_amax(torch.tensor(high), keep_params)
+            return
+        amax = self.calibrator.compute_amax(self._num_bits, self.unsigned)
+        if amax is None:
+            raise RuntimeError("calibration saw no data for this quantizer")
+        self._store_amax(amax, keep_params)
 
     # -- calibration ----------------------------------------------------------------------
     def start_calibration(self, calibrator: Calibrator | None = None) -> None:
@@ -147,10 +189,7 @@ class TensorQuantizer(Opaque, nn.Module):
     def finish_calibration(self) -> None:
         """Leave calibration mode and take amax from the calibrator for the current bit width."""
         self.calibrating = False
-        amax = self.calibrator.compute_amax(self._num_bits, self.unsigned)
-        if amax is None:
-            raise RuntimeError("calibration saw no data for this quantizer")
-        self._store_amax(amax)
+        self._take_calibrated()
         self._from_calibrator = True
 
     def restore_calibrator(self, calibrator: Calibrator) -> None:
@@ -168,13 +207,24 @@ class TensorQuantizer(Opaque, nn.Module):
 
     def params(self) -> QuantParams:
         """Parameters for the current amax and settings, computed once per change."""
-        self._require_amax()
-        key = (self._num_bits, self.unsigned, self.narrow_range, self.axis)
+        amax = self._require_amax()
+        key = (self._num_bits, self.unsigned, self.narrow_range, self.axis, self._amin)
         params = self._params.get(key)
         if params is None:
-            params = quant_params(
-                self._amax, self._num_bits, self.unsigned, self.narrow_range, self.axis
-            )
+            if self.asymmetric:
+                low = -float(amax) if self._amin is None else self._amin
+                params = asymmetric_params(low, float(amax), self._num_bits)
+                params = replace(
+                    params,
+                    **{
+                        name: getattr(params, name).to(amax.device)
+                        for name in ("scale", "zero_point", "multiplier", "divisor")
+                    },
+                )
+            else:
+                params = quant_params(
+                    amax, self._num_bits, self.unsigned, self.narrow_range, self.axis
+                )
             self._params[key] = params
         return params
 
@@ -199,6 +249,8 @@ class TensorQuantizer(Opaque, nn.Module):
         if chosen is None or not chosen.calibrated:
             return None
         amax = self._require_amax()
+        if self.asymmetric:  # other formats are symmetric: the range's larger side
+            return torch.clamp(amax, min=-(self._amin or 0.0))
         if not (self._from_calibrator and self.calibrator.depends_on_bits):
             return amax
         key = ("amax", chosen.calibration_bits, self.unsigned)
@@ -209,7 +261,7 @@ class TensorQuantizer(Opaque, nn.Module):
 
     def extra_repr(self) -> str:
         kind = "per-tensor" if self.axis is None else f"axis={self.axis}"
-        sign = "unsigned" if self.unsigned else "signed"
+        sign = "asymmetric" if self.asymmetric else "unsigned" if self.unsigned else "signed"
         state = "calibrating" if self.calibrating else ("enabled" if self.enabled else "disabled")
         narrow = ", narrow" if self.narrow_range else ""
         what = f"{self._num_bits} bit" if self._format is None else self._format.spelling

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from model_explorer.datasets.base import DatasetSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
@@ -18,12 +19,31 @@ QUANTIZABLE_LAYERS = SWAPPABLE
 
 class QuantizerSpec(Spec):
     """One quantizer's settings: `axis` null is per tensor; `unsigned: auto` makes a quantizer
-    unsigned when calibration saw no negative value (e.g. after a ReLU)."""
+    unsigned when calibration saw no negative value (e.g. after a ReLU); `asymmetric` gives an
+    input quantizer a zero point (2**bits levels over the calibrated [low, high], per tensor)."""
 
     num_bits: Bits = 8
     axis: int | None = None
     unsigned: bool | Literal["auto"] = False
     narrow_range: bool = False
+    asymmetric: bool = False
+
+    @model_validator(mode="after")
+    def _one_grid(self) -> QuantizerSpec:
+        if not self.asymmetric:
+            return self
+        for key, bad, why in (
+            ("unsigned", self.unsigned is True, "a range without negatives gets zero point 0"),
+            ("narrow_range", self.narrow_range, "its grid is not symmetric"),
+            ("axis", self.axis is not None, "its range is per tensor; set axis null"),
+        ):
+            if bad:
+                raise PydanticCustomError(
+                    "asymmetric_conflict",
+                    f"does not go with asymmetric: true ({why})",
+                    {"key": key},
+                )
+        return self
 
 
 class QuantizationSpec(Spec):
@@ -39,6 +59,17 @@ class QuantizationSpec(Spec):
     weight_cache: NonNegativeInt | None = None
     # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
     attention_matmuls: bool = False
+
+    @model_validator(mode="after")
+    def _symmetric_weights(self) -> QuantizationSpec:
+        if self.weight.asymmetric:
+            raise PydanticCustomError(
+                "asymmetric_weights",
+                "is for input quantizers: weights are quantized symmetric, from the max of |w| "
+                "(as AIMET and ONNX runtimes expect); leave it out of quantization.weight",
+                {"key": "weight.asymmetric"},
+            )
+        return self
 
 
 class CalibrationDatasets(Spec):

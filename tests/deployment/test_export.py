@@ -132,6 +132,38 @@ def test_unsigned_and_narrow_quantizers_keep_their_levels(
             input_quantizer.unsigned, weight_quantizer.narrow_range = False, False
 
 
+@pytest.mark.parametrize("bits", [3, 8])
+def test_asymmetric_inputs_are_uint8_with_their_zero_points(
+    digits, bits: int, tmp_path: Path
+) -> None:
+    """An asymmetric input quantizer is UINT8 with its zero point; onnx's reference evaluator
+    and onnxruntime compute what the fake-quantized model does (8 bits: biases as INT32)."""
+    _, model, inputs = digits
+    set_formats(model, {"*": (f"int{bits}", "int8")})
+    quantizers = [layer.input_quantizer for layer in model.layers.values()]
+    try:
+        for quantizer in quantizers:
+            quantizer.asymmetric = True
+        zeros = {q: q.params().zero for q in quantizers}
+        with torch.no_grad():
+            expected = model(inputs[:60]).numpy()
+        path = tmp_path / "model.onnx"
+        export_qdq(model, inputs[:1], path)
+        atol = 0.1 if bits == 8 else 1e-4
+        np.testing.assert_allclose(run_reference(path, inputs[:60]), expected, atol=atol)
+        outputs = open_session("onnxruntime", path).run(inputs[:60].numpy())
+        np.testing.assert_array_equal(outputs.argmax(1), expected.argmax(1))
+        stored = {t.name: t for t in onnx.load(str(path)).graph.initializer}
+        for name, layer in model.layers.items():
+            zero = stored[f"model.{name}.input_quantizer_zero_point"]
+            assert zero.data_type == TensorProto.UINT8
+            assert int(numpy_helper.to_array(zero)) == zeros[layer.input_quantizer]
+        assert any(0 < zero < 2**bits - 1 for zero in zeros.values())  # a two-sided input
+    finally:
+        for quantizer in quantizers:
+            quantizer.asymmetric = False
+
+
 def test_weights_are_stored_as_integers_of_their_levels_and_activations_clipped(
     digits, tmp_path: Path
 ) -> None:

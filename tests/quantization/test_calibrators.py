@@ -216,3 +216,25 @@ def test_states_written_before_the_registry_still_load() -> None:
     assert float(calibrator_from_state(maximum).compute_amax(4)) == 2.5
     with pytest.raises(ValueError, match="unknown calibration method 'histogram'"):
         calibrator_from_state({**maximum, "method": "histogram"})
+
+
+def test_a_percentile_per_bit_width_sets_each_widths_amax() -> None:
+    """`percentile: {8: 99.99, 4: 99.9, 2: 99.0}`: a width takes the entry of the largest
+    width up to it (3 bits -> the 2-bit entry, 16 -> the 8-bit one), each amax the share's
+    quantile of |x| (numpy's, to a bin); the quantizer switches with its width."""
+    from model_explorer.quantization import TensorQuantizer
+
+    x = torch.randn(50_001, generator=torch.Generator().manual_seed(3)) * 2  # no exact ranks
+    shares = {8: 99.99, 4: 99.9, 2: 99.0}
+    quantizer = TensorQuantizer(8, calibrator=make_calibrator("percentile", percentile=shares))
+    quantizer.start_calibration()
+    quantizer(x)
+    quantizer.finish_calibration()
+    width = quantizer.calibrator.bin_width
+    magnitudes = x.abs().numpy()
+    for bits, share in [(8, 99.99), (16, 99.99), (5, 99.9), (4, 99.9), (3, 99.0), (2, 99.0)]:
+        quantizer.num_bits = bits
+        expected = np.percentile(magnitudes, share, method="inverted_cdf")
+        assert 0 <= float(quantizer.amax) - expected <= width * 1.001, bits
+    with pytest.raises(UserError, match="calibration: percentile"):
+        make_calibrator("percentile", percentile={8: 120.0})

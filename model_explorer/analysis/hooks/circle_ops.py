@@ -326,7 +326,8 @@ def _quantize_dequantize(
         scale = scale.reshape([-1 if i == axis else 1 for i in range(value.data.ndim)])
         if value.nchw and value.data.ndim == 4:
             param["quantized_dimension"] = NHWC.index(axis)
-    steps = np.rint(value.data / scale).astype(integer_type(value.quantizer))
+    zero = np.asarray(param["zero_point"]).reshape(scale.shape) if scale.size == 1 else 0
+    steps = (np.rint(value.data / scale) + zero).astype(integer_type(value.quantizer))
     tensor = value.source.label
     tensor = tensor if tensor not in names else f"{tensor}@{module}"
     names.add(tensor)

@@ -18,6 +18,10 @@ def quantparam(quantizer: Any) -> dict[str, Any] | None:
         return None
     if quantizer.amax is None:
         return None
+    if getattr(quantizer, "asymmetric", False):  # ONE's asymmetric form: a zero point
+        params = quantizer.params()
+        scale = params.scale.detach().cpu().reshape(-1).tolist()
+        return {"scale": scale, "zero_point": [params.zero], "quantized_dimension": 0}
     _, bound = integer_bounds(quantizer.num_bits, quantizer.unsigned, quantizer.narrow_range)
     scale = (quantizer.amax.detach().cpu().reshape(-1) / bound).tolist()
     return {
@@ -29,9 +33,11 @@ def quantparam(quantizer: Any) -> dict[str, Any] | None:
 
 def integer_type(quantizer: Any) -> type:
     """The numpy type a Circle model stores a quantizer's integers in, among those dalgona
-    reads (uint8, int16, int32): uint8 for unsigned ones of up to 8 bits, as ONE's
-    asymmetric uint8; int16 for the others up to 16 bits, as its symmetric int16."""
+    reads (uint8, int16, int32): uint8 for unsigned or asymmetric ones of up to 8 bits, as
+    ONE's asymmetric uint8; int16 for the others up to 16 bits, as its symmetric int16."""
     bits, unsigned = quantizer.num_bits, quantizer.unsigned
+    if getattr(quantizer, "asymmetric", False):
+        return np.uint8 if bits <= 8 else np.int32
     if unsigned and bits <= 8:
         return np.uint8
     return np.int16 if bits <= 16 - int(unsigned) else np.int32
