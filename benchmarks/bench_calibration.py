@@ -9,7 +9,8 @@ Every setting of one workload shares its trained weights, its minimum accuracy a
 reference point (the minimum accuracy, and the cost of every quantizer at its upper bound), so
 hypervolumes compare directly. Each (setting, seed) calibrates on its own subset (the seed
 draws it) into results/bench_calibration/ (kept: a second run reuses them) and runs the
-workload's NSGA-II with that seed. Budgets are fractions of the reference cost.
+workload's search (its strategy, the default `surrogate` unless it names another) with that
+seed, as `explore` would. Budgets are fractions of the reference cost.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prepared import prepared_context
 from model_explorer.context import WorkloadContext
 from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
 from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.strategies import build_strategy
 from model_explorer.problems import build_problem
 from model_explorer.quantization.pipeline import calibrate_workload
 from model_explorer.results.front import ideal_box, indicator
@@ -60,7 +62,11 @@ def run_setting(path: str, name: str, seed: int) -> tuple[list[tuple[float, floa
     cost = next(o.name for o in problem.objectives if o.name != "accuracy")
     top = [int(v.upper) for v in problem.variables]
     reference = {"accuracy": min(minimum), "cost": problem.known_values(top)[cost]}
-    result = Explorer(problem, workload.exploration.nsga, seed=seed).run()
+    spec = workload.exploration
+    strategy = build_strategy(spec.strategy)
+    result = Explorer(
+        problem, spec.nsga, seed=seed, strategy=strategy, algorithm=spec.algorithm
+    ).run()
     points = [(r["values"]["accuracy"], r["values"][cost]) for r in result.records if r["feasible"]]
     return points, reference
 
@@ -120,6 +126,8 @@ def main() -> None:
             for seed in range(args.seeds):
                 points, reference = run_setting(path, name, seed)
                 runs[name].append(points)
+                volume = hypervolume(points, reference)
+                print(f"  {Path(path).stem} {name} seed {seed}: HV {volume:.4f}", flush=True)
         summarise(path, runs, reference)
         everything[path] = {"reference": reference, "runs": runs}
     if args.json:

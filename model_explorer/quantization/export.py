@@ -77,13 +77,19 @@ def _quantizer_entry(quantizer: TensorQuantizer, with_amax: bool) -> dict[str, A
     if with_amax:
         amax = quantizer.amax
         entry["amax"] = None if amax is None else amax.detach().cpu().reshape(-1).tolist()
+    if quantizer.asymmetric:  # the range [low, amax] and its zero point at these bits
+        entry["asymmetric"] = True
+        if with_amax and amax is not None:
+            params = quantizer.params()
+            entry["low"] = -params.zero * float(params.scale.reshape(-1)[0])
+            entry["zero_point"] = params.zero
     return entry
 
 
 def quantization_plan(model: QuantizedModel, with_amax: bool = True) -> dict[str, dict[str, Any]]:
     """Layer name -> {'type', 'input': {...}, 'weight': {...}}: format (its short name), bits,
-    axis, signedness and amax (a list: one value per tensor, or one per channel).
-    JSON-serialisable."""
+    axis, signedness and amax (a list: one value per tensor, or one per channel); an
+    asymmetric quantizer adds its range's low end and zero point. JSON-serialisable."""
     plan = {}
     for name, layer in model.layers.items():
         layer.weight_quantizer._sync(layer.weight)  # type: ignore[attr-defined]

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from torch import nn
 
 from model_explorer.cli import main
 from model_explorer.errors import UserError
-from model_explorer.quantization import TensorQuantizer, make_calibrator
-from model_explorer.quantization.export import modelopt_quantizer_config
+from model_explorer.quantization import QuantizedModel, TensorQuantizer, make_calibrator
+from model_explorer.quantization.export import modelopt_quantizer_config, quantization_plan
+from model_explorer.quantization.spec import QuantizerSpec
 from model_explorer.workload import Workload
 
 
@@ -151,10 +153,17 @@ def test_the_range_follows_the_bit_width_and_entropy_has_no_asymmetric_rule() ->
         calibrated(x, 8, "entropy", asymmetric=True)
 
 
-def test_modelopt_has_no_form_for_a_zero_point() -> None:
-    quantizer = calibrated(shifted(6), 8, asymmetric=True)
+def test_modelopt_has_no_form_for_a_zero_point_and_the_plan_states_it() -> None:
+    x = shifted(6)
+    quantizer = calibrated(x, 8, asymmetric=True)
     with pytest.raises(UserError, match="modelopt's integer quantizers are symmetric"):
         modelopt_quantizer_config(quantizer)
+    layer = QuantizedModel(nn.Sequential(nn.Linear(4, 2)), input=QuantizerSpec(asymmetric=True))
+    layer.calibrate([x[:400].reshape(100, 4)], method="max")
+    entry = quantization_plan(layer)["0"]["input"]
+    step = (float(x[:400].max()) - float(x[:400].min())) / 255
+    assert entry["asymmetric"] and entry["zero_point"] == round(-float(x[:400].min()) / step)
+    assert entry["low"] == pytest.approx(-entry["zero_point"] * step)
 
 
 @pytest.mark.parametrize(
