@@ -160,3 +160,24 @@ def test_the_integers_follow_the_bit_width(bits: int) -> None:
     bound = 2 ** (bits - 1) - 1
     assert integers and all(np.abs(t["data"]).max() <= bound for t in integers)
     assert any(np.abs(t["data"]).max() == bound for t in integers)  # max calibration reaches it
+
+
+def test_asymmetric_integers_are_uint8_with_their_zero_point() -> None:
+    """ONE's asymmetric uint8: levels 0 to 2**bits - 1 with the quantizer's zero point, so that
+    (integers - zero_point) * scale gives back the fake-quantized floats."""
+    from model_explorer.quantization.spec import QuantizerSpec
+
+    torch.manual_seed(0)
+    quantized = QuantizedModel(grouped_net(), input=QuantizerSpec(asymmetric=True))
+    quantized.calibrate([torch.randn(4, 8, 10, 10) + 0.5], method="max")
+    quantized.bit_widths = [4] * len(quantized.bit_widths)
+    log = run_log(quantized, [(torch.randn(1, 8, 10, 10) + 0.5,)])
+    pairs = [op for op in log.ops if op["opcode"] in ("Quantize", "Dequantize")]
+    assert pairs
+    for quantize, dequantize in zip(pairs[::2], pairs[1::2], strict=True):
+        integers = quantize["outputs"][0]
+        param = integers["quantparam"]
+        assert integers["data"].dtype == np.uint8 and integers["data"].max() <= 15
+        floats = (integers["data"].astype(np.float64) - param["zero_point"][0]) * param["scale"][0]
+        np.testing.assert_allclose(floats, dequantize["outputs"][0]["data"], atol=1e-5)
+    assert any(op["outputs"][0]["quantparam"]["zero_point"][0] > 0 for op in pairs[::2])
