@@ -154,6 +154,91 @@ def integer_program(problem, cost: str, minimum: float, steps: int = 8) -> Run: 
     return run
 
 
+# The peers' searches, each run through its own public API (benchmarks/peer_*.py), and what
+# each is asked for: modelopt's AutoQuantize an effective-bits budget per configuration,
+# AIMET's AMP (activation bits, parameter bits) candidates.
+PEERS = ("aimet", "modelopt")
+# Cost budgets of the best-accuracy table, as fractions of the reference cost (every quantizer
+# at its upper bound): with bits 2-8, 0.375 is 3 bits per quantizer on average, 0.5 is 4.
+BUDGETS = (0.375, 0.4375, 0.5)
+AUTOQUANTIZE_BUDGETS = [b / 4 for b in range(8, 33)]  # 2 to 8 effective bits by 0.25
+
+
+def peer_runs(  # noqa: ANN201
+    names: list[str],
+    context,
+    problem,
+    cost: str,
+    aimet_sets: list[int],  # noqa: ANN001
+):
+    """Each installed peer's proposals re-scored through this project's evaluation: a Run that
+    starts with what the peer spent (its calibration, sensitivity and own evaluations) and
+    adds each distinct configuration it proposes as this project evaluates it. A peer that is
+    not installed is skipped with one line."""
+    import importlib
+
+    installed = []
+    for name in names:
+        peer = importlib.import_module(f"peer_{name}")
+        missing = peer.available()
+        if missing is None:
+            installed.append((name, peer))
+        else:
+            print(f"{name}: skipped ({missing})")
+    if not installed:
+        return {}
+    genes = []
+    for variable in problem.variables:
+        layer, _, quantizer = variable.name.rpartition(".")
+        genes.append((layer, quantizer.removesuffix("_quantizer"), *variable_bounds(variable)))
+    calibration = list(context.batches("calibrate"))
+    evaluation = list(problem.batches)
+    runs: dict[str, list[Run]] = {}
+    for name, peer in installed:
+        model = context.build_model()
+        if name == "modelopt":
+            found = peer.propose(model, calibration, evaluation, genes, AUTOQUANTIZE_BUDGETS, 0)
+            label = "modelopt AutoQuantize"
+        else:
+            for size in aimet_sets:
+                candidates = aimet_candidates(size, genes)
+                inputs = [batch[0] for batch in calibration]
+                found = peer.propose(model, inputs, evaluation, genes, candidates, seed=0)
+                label = f"AIMET AMP, {len(candidates)} candidates"
+                runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+            continue
+        runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+    return runs
+
+
+def aimet_candidates(size: int, genes: list) -> list[tuple[int, int]]:  # noqa: ANN001
+    """AIMET's (activation bits, parameter bits) candidates: 4, its documentation's ladder
+    (8, 8), (4, 8), (4, 4), (2, 4); 9, every pair of {8, 4, 2}; 25, every pair of
+    {8, 6, 4, 3, 2}; clipped to the genes' bit range."""
+    low, high = min(g[2] for g in genes), max(g[3] for g in genes)
+    levels = {4: None, 9: (8, 4, 2), 25: (8, 6, 4, 3, 2)}[size]
+    if levels is None:
+        pairs = [(8, 8), (4, 8), (4, 4), (2, 4)]
+    else:
+        pairs = [(a, w) for a in levels for w in levels]
+    clipped = [(min(max(a, low), high), min(max(w, low), high)) for a, w in pairs]
+    return list(dict.fromkeys(clipped))
+
+
+def rescored(found, label: str, problem, cost: str) -> Run:  # noqa: ANN001
+    """A peer's proposals as a Run: what it spent, then each distinct configuration."""
+    print(f"{label}: {found.forwards:,} sample-forwards, {found.seconds:.0f} s; {found.notes}")
+    scorer = Scorer(problem, cost)
+    scorer.run.add(found.forwards, 0.0, 0.0, False)  # what the peer spent on its own
+    for genome in dict.fromkeys(tuple(g) for g in found.genomes):
+        scorer(list(genome))
+    return scorer.run
+
+
+def variable_bounds(variable) -> tuple[int, int]:  # noqa: ANN001
+    return int(variable.lower), int(variable.upper)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
@@ -162,6 +247,16 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(STRATEGIES.names()))
     parser.add_argument("--generations", type=int, help="generations of `surrogate`")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="peer searches to run where installed (the `peers` extra): aimet, modelopt",
+    )
+    parser.add_argument(
+        "--aimet-candidates",
+        default="4,9",
+        help="AIMET AMP's candidate sets to run, by size: 4, 9, 25 (see aimet_candidates)",
+    )
     parser.add_argument("--json", help="write every run's points here")
     args = parser.parse_args()
 
@@ -172,6 +267,9 @@ def main() -> None:
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
     reference = (min(minimum), problem.known_values([high for _, high in bounds])[cost])
     runs = collect(args, workload, problem, cost, min(minimum), bounds)
+    peers = [n for n in args.peers.split(",") if n]
+    sets = [int(n) for n in args.aimet_candidates.split(",") if n]
+    runs.update(peer_runs(peers, context, problem, cost, sets))
     print(
         f"{workload.name}: {len(bounds)} quantizers, bits {bounds[0][0]}-{bounds[0][1]}, "
         f"accuracy / {cost}, reference point accuracy {reference[0]:.4f}, {cost} "
@@ -220,11 +318,13 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
     return runs
 
 
-def _mean_sd(values: list[float]) -> str:
-    if not values:
-        return "never"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.4f} +- {spread:.4f}"
+def _mean_sd(values: list[float | None]) -> str:
+    found = [v for v in values if v is not None]
+    if not found:
+        return "never" if not values else "none"
+    spread = statistics.stdev(found) if len(found) > 1 else 0.0
+    missing = "" if len(found) == len(values) else f" ({len(found)}/{len(values)})"
+    return f"{statistics.mean(found):.4f} +- {spread:.4f}{missing}"
 
 
 def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> None:
@@ -253,6 +353,19 @@ def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> Non
             f"| {name} | {len(group)} | {evaluations:.0f} | {forwards:,.0f} | {final} | "
             f"{at_third} | {reach}{reached} |"
         )
+    budgets = [f * reference[1] for f in BUDGETS]
+    print(f"\nBest feasible accuracy within a cost budget (fractions {BUDGETS} of the reference):")
+    print("| method | " + " | ".join(f"cost <= {b:.0f}" for b in budgets) + " |")
+    print("|---|" + "---|" * len(budgets))
+    for name, group in runs.items():
+        cells = [_mean_sd([best_within(r, b) for r in group]) for b in budgets]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def best_within(run: Run, budget: float) -> float | None:
+    """The best accuracy among the run's feasible points that cost at most `budget`."""
+    inside = [a for _, a, c, ok in run.points if ok and c <= budget]
+    return max(inside) if inside else None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,379 @@
+"""AIMET's Automatic Mixed Precision (aimet-torch, `choose_mixed_precision`) as a peer of the
+project's search: it proposes per-layer bit widths for a float model, which the caller then
+scores in its own problem.
+
+AIMET runs on the CPU through its public API: the model is prepared (`prepare_model`), wrapped
+in a `QuantizationSimModel` and calibrated; phase 1 measures the accuracy of each quantizer
+group alone at each (activation bits, parameter bits) candidate below the best uniform one;
+phase 2 quantizes the groups cumulatively, least sensitive first, and evaluates every point of
+that curve (brute-force search with no accuracy limit, so that the whole Pareto curve of
+accuracy against relative BOPs is built). Every point of the curve becomes one genome of ours.
+
+aimet-torch is not a project dependency: install it into a separate environment layered over the
+project's (see the Makefile's LiteRT one), e.g.
+
+    python3 -m venv /tmp/peers/aimet/venv
+    echo "import site; site.addsitedir('$PWD/.venv/lib/python3.11/site-packages')" \\
+        > /tmp/peers/aimet/venv/lib/python3.11/site-packages/model_explorer_base.pth
+    /tmp/peers/aimet/venv/bin/pip install -c constraints.txt aimet-torch==2.42.0
+
+and run the caller with that environment's python. `available()` says whether it imports.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# (layer name, role, lowest bits, highest bits); role is 'input' or 'weight'
+Gene = tuple[str, str, int, int]
+# a quantizer as AIMET's quantizer groups name it: ('input', '<module>_input_quantizer_idx_0'),
+# ('output', '<module>') or ('weight', '<module>')
+QuantizerKey = tuple[str, str]
+
+
+@dataclass
+class PeerResult:
+    """What AIMET proposed and what it cost.
+
+    Attributes:
+        genomes: the configurations proposed, each a list of bit widths in gene order.
+        forwards: the sample-forwards AIMET spent (encodings, phase 1, phase 2), as samples
+            times passes.
+        seconds: the wall-clock time of the whole run.
+        notes: how AIMET's result was mapped onto the genes where it is not one to one.
+    """
+
+    genomes: list[list[int]]
+    forwards: int
+    seconds: float
+    notes: str
+
+
+def available() -> str | None:
+    """None if aimet-torch's mixed precision imports, else one line saying why not."""
+    try:
+        from aimet_torch.mixed_precision import choose_mixed_precision  # noqa: F401
+    except Exception as error:  # any failure to import makes the peer unavailable
+        message = str(error).splitlines()[0] if str(error) else ""
+        return f"aimet-torch does not import: {type(error).__name__}: {message}"
+    return None
+
+
+def ladder_candidates(low: int, high: int) -> list[tuple[int, int]]:
+    """AIMET-style (activation bits, parameter bits) candidates from a bit range: the powers of
+    two within [low, high] (and `high` itself), lowering activations first, then parameters,
+    e.g. 2..8 gives (8, 8), (4, 8), (4, 4), (2, 4), (2, 2)."""
+    levels = sorted({high, *(2**k for k in range(1, 8) if low <= 2**k <= high)}, reverse=True)
+    ladder = [(levels[0], levels[0])]
+    for level in levels[1:]:
+        ladder += [(level, ladder[-1][1]), (level, level)]
+    return ladder
+
+
+class _SampleCounter:
+    """Counts the samples of every forward pass through a module (a forward pre-hook)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.samples = 0
+        self._handle = module.register_forward_pre_hook(self._count)
+
+    def _count(self, _module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.dim() > 0:
+            self.samples += int(first.shape[0])
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def _calibrate(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
+    """AIMET's forward-pass callback: every calibration batch once."""
+    with torch.no_grad():
+        for inputs in batches:
+            model(inputs)
+
+
+def _top1(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """AIMET's evaluation callback: top-1 accuracy over the evaluation batches."""
+    correct = total = 0
+    with torch.no_grad():
+        for inputs, labels in batches:
+            predicted = model(inputs).argmax(dim=1)
+            correct += int((predicted == labels.to(predicted.device)).sum())
+            total += int(labels.shape[0])
+    return correct / max(total, 1)
+
+
+def _feeding_quantizers(sim: Any, layers: Iterable[str]) -> dict[str, set[QuantizerKey]]:
+    """For each layer, the enabled activation quantizers whose output reaches its input without
+    passing through another one: its own input quantizer if enabled, else the output quantizer
+    of the nearest producer upstream in AIMET's connected graph (through unquantized ReLUs,
+    pools, flattens; all inputs of an unquantized multi-input op). Empty: the input is float."""
+    named = dict(sim.model.named_modules())
+    name_of = {id(module): name for name, module in named.items()}
+    op_of = {
+        name_of.get(id(op.get_module())): op
+        for op in sim.connected_graph.ordered_ops
+        if op.get_module() is not None
+    }
+
+    def enabled(quantizers: Any, index: int = 0) -> bool:
+        return quantizers is not None and len(quantizers) > index and quantizers[index] is not None
+
+    def upstream(op: Any, seen: set[int]) -> set[QuantizerKey]:
+        found: set[QuantizerKey] = set()
+        data_inputs = [p for p in op.inputs if p.producer is not None] or op.inputs[:1]
+        for product in data_inputs:
+            producer = product.producer
+            if producer is None or id(producer) in seen:
+                continue
+            seen.add(id(producer))
+            module = producer.get_module()
+            name = name_of.get(id(module)) if module is not None else None
+            if module is not None and enabled(getattr(module, "output_quantizers", None)):
+                found.add(("output", name))
+            else:
+                found |= upstream(producer, seen)
+        return found
+
+    feeding: dict[str, set[QuantizerKey]] = {}
+    for layer in layers:
+        module = named[layer]
+        if enabled(getattr(module, "input_quantizers", None)):
+            feeding[layer] = {("input", f"{layer}_input_quantizer_idx_0")}
+        elif layer in op_of:
+            feeding[layer] = upstream(op_of[layer], set())
+        else:
+            feeding[layer] = set()
+    return feeding
+
+
+def _group_keys(group: Any) -> set[QuantizerKey]:
+    """The quantizers of one AIMET quantizer group, as (kind, name)."""
+    return (
+        {("input", name) for name in group.input_quantizers}
+        | {("output", name) for name in group.output_quantizers}
+        | {("weight", name) for name in group.parameter_quantizers}
+    )
+
+
+def _bits(candidate: Any) -> tuple[int, int | None]:
+    """(activation bits, parameter bits or None) of an AIMET candidate with data types."""
+    activation = int(candidate[0][0])
+    parameter = int(candidate[1][0]) if len(candidate) > 1 and candidate[1] else None
+    return activation, parameter
+
+
+def _genome_builder(
+    genes: Sequence[Gene],
+    feeding: dict[str, set[QuantizerKey]],
+    groups: Iterable[Any],
+) -> tuple[Callable[[dict[Any, Any], tuple[int, int]], list[int]], list[str]]:
+    """A function from {group: candidate} (missing groups at the baseline candidate) to a
+    genome, and the notes on genes whose mapping is not one to one."""
+    owner: dict[QuantizerKey, Any] = {}
+    for group in groups:
+        for key in _group_keys(group):
+            owner[key] = group
+    notes: list[str] = []
+    sources: list[list[Any]] = []
+    for layer, role, _, _ in genes:
+        if role == "weight":
+            group = owner.get(("weight", layer))
+            if group is None:
+                notes.append(f"{layer} weight: in no AIMET group (kept at the baseline)")
+            elif len(group.parameter_quantizers) > 1:
+                others = ", ".join(n for n in group.parameter_quantizers if n != layer)
+                notes.append(f"{layer} weight: one AIMET group with the weight of {others}")
+            sources.append([group])
+            continue
+        keys = sorted(feeding.get(layer, set()))
+        found = [owner.get(key) for key in keys]
+        if not keys:
+            notes.append(f"{layer} input: no AIMET activation quantizer feeds it (baseline)")
+        elif len(keys) > 1:
+            notes.append(f"{layer} input: fed by {len(keys)} AIMET quantizers (lowest bits)")
+        elif found[0] is not owner.get(("weight", layer)):
+            notes.append(
+                f"{layer} input: AIMET's {keys[0][0]} quantizer of '{keys[0][1]}' is in another "
+                "group than this layer's weight"
+            )
+        sources.append(found)
+    used = {id(group) for found in sources for group in found if group is not None}
+    unused = [group for group in owner.values() if id(group) not in used]
+    if unused:
+        names = sorted({name for group in unused for _, name in _group_keys(group)})
+        notes.append(
+            f"{len({id(g) for g in unused})} AIMET groups hold no quantizer of ours (outputs of "
+            f"{', '.join(names)}): curve points that move only them repeat a genome and are dropped"
+        )
+
+    def genome(state: dict[Any, Any], baseline: tuple[int, int]) -> list[int]:
+        values = []
+        for (_, role, low, high), groups_of_gene in zip(genes, sources, strict=True):
+            bits = []
+            for group in groups_of_gene:
+                activation, parameter = (
+                    _bits(state[group]) if group is not None and group in state else baseline
+                )
+                if role == "weight":
+                    bits.append(parameter if parameter is not None else baseline[1])
+                else:
+                    bits.append(activation)
+            chosen = min(bits) if bits else (baseline[0] if role == "input" else baseline[1])
+            values.append(int(min(max(chosen, low), high)))
+        return values
+
+    return genome, notes
+
+
+def propose(
+    float_model: torch.nn.Module,
+    calibration: list[torch.Tensor],
+    evaluation: list[tuple[torch.Tensor, torch.Tensor]],
+    genes: list[Gene],
+    candidates: list[tuple[int, int]],
+    seed: int,
+    fold_batch_norms: bool = False,
+    results_dir: str | None = None,
+    verbose: bool = False,
+) -> PeerResult:
+    """Run AIMET's mixed precision on a copy of `float_model` and map its Pareto curve onto
+    genomes.
+
+    Args:
+        float_model: the trained float model in eval mode (not modified).
+        calibration: input batches AIMET computes its encodings on.
+        evaluation: (inputs, labels) batches; AIMET's phase-1 and phase-2 callbacks return the
+            top-1 accuracy on all of them.
+        genes: in genome order, (layer name, 'input' or 'weight', lowest bits, highest bits).
+        candidates: AIMET's (activation bits, parameter bits) candidates.
+        seed: seeds torch (AIMET's algorithm itself is deterministic).
+        fold_batch_norms: fold batch norms into the preceding layers first (AIMET's usual flow;
+            off by default because the project quantizes the model's weights as given).
+        results_dir: where AIMET writes its cache and plots (a temporary folder if None).
+        verbose: keep AIMET's INFO logging (off: its loggers are set to WARNING, for good).
+
+    Returns:
+        One genome per distinct configuration on AIMET's curve, in curve order (each point
+        moves one more quantizer group, cumulatively from the baseline candidate; a group's
+        later move overrides its earlier one), and what it cost.
+    """
+    from aimet_torch.common.amp.utils import AMPSearchAlgo
+    from aimet_torch.common.defs import CallbackFunc, QuantizationDataType
+    from aimet_torch.mixed_precision import choose_mixed_precision
+    from aimet_torch.model_preparer import prepare_model
+    from aimet_torch.quantsim import QuantizationSimModel
+
+    if not verbose:
+        from aimet_torch.common.utils import AimetLogger
+
+        AimetLogger.set_level_for_all_areas(logging.WARNING)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    model = copy.deepcopy(float_model).eval()
+    dummy = calibration[0][:1]
+    if fold_batch_norms:
+        from aimet_torch.batch_norm_fold import fold_all_batch_norms
+
+        fold_all_batch_norms(model, input_shapes=tuple(dummy.shape), dummy_input=dummy)
+    prepared = prepare_model(model)
+    missing = sorted({layer for layer, *_ in genes} - dict(prepared.named_modules()).keys())
+    if missing:
+        raise ValueError(f"AIMET's prepared model lost the layer names {missing}")
+
+    top = max(max(pair) for pair in candidates)
+    sim = QuantizationSimModel(
+        prepared, dummy_input=dummy, default_output_bw=top, default_param_bw=top
+    )
+    counter = _SampleCounter(sim.model)
+    passes = {"encodings": 0, "evaluations": 0}
+
+    def calibrate_counted(module: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
+        passes["encodings"] += 1
+        _calibrate(module, batches)
+
+    def evaluate_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
+        passes["evaluations"] += 1
+        return _top1(module, batches)
+
+    calibrate = CallbackFunc(calibrate_counted, calibration)
+    evaluate = CallbackFunc(evaluate_counted, evaluation)
+    sim.compute_encodings(calibrate.func, calibrate.args)
+    typed = [
+        ((int(a), QuantizationDataType.int), (int(w), QuantizationDataType.int))
+        for a, w in candidates
+    ]
+    with tempfile.TemporaryDirectory(prefix="aimet_amp_") as scratch:
+        pareto = choose_mixed_precision(
+            sim,
+            dummy,
+            typed,
+            eval_callback_for_phase1=evaluate,
+            eval_callback_for_phase2=evaluate,
+            allowed_accuracy_drop=None,
+            results_dir=results_dir or scratch,
+            clean_start=True,
+            forward_pass_callback=calibrate,
+            amp_search_algo=AMPSearchAlgo.BruteForce,
+        )
+    counter.remove()
+    pareto = list(pareto or [])
+
+    # The baseline candidate (best uniform one) is the one no point of the curve moves to.
+    moved_to = {_bits(candidate) for _, _, _, candidate in pareto}
+    baseline = next(
+        ((a, w) for a, w in candidates if (a, w) not in moved_to),
+        tuple(candidates[0]),
+    )
+    groups = list(dict.fromkeys(group for _, _, group, _ in pareto))
+    layers = list(dict.fromkeys(layer for layer, *_ in genes))
+    genome_of, mapping_notes = _genome_builder(genes, _feeding_quantizers(sim, layers), groups)
+
+    genomes: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    state: dict[Any, Any] = {}
+    for _, _, group, candidate in pareto:
+        state[group] = candidate  # cumulative: a group's later entry overrides an earlier one
+        genome = genome_of(state, baseline)
+        if tuple(genome) not in seen:
+            seen.add(tuple(genome))
+            genomes.append(genome)
+
+    calibration_samples = sum(int(batch.shape[0]) for batch in calibration)
+    evaluation_samples = sum(int(labels.shape[0]) for _, labels in evaluation)
+    other = (
+        counter.samples
+        - calibration_samples * passes["encodings"]
+        - evaluation_samples * passes["evaluations"]
+    )
+    notes = [
+        f"aimet-torch choose_mixed_precision, candidates {list(map(tuple, candidates))}, "
+        f"baseline {baseline}, BruteForce phase 2 with no accuracy limit: {len(pareto)} curve "
+        f"points over {len(groups)} quantizer groups, {len(genomes)} distinct genomes",
+        "AIMET groups each weight with the activation quantizer feeding its layer and moves "
+        "both to one (activation, parameter) candidate; its weights are per channel (default "
+        "config), encodings min-max on the calibration batches",
+        "input bits = bits of the AIMET quantizer feeding the layer (its own input quantizer, "
+        "else the nearest upstream output quantizer, through ReLU/pool/flatten); clamped into "
+        "[low, high]",
+        *mapping_notes,
+        f"forwards: {counter.samples} samples through AIMET's sim model after its construction: "
+        f"{passes['encodings']} encoding passes x {calibration_samples}, "
+        f"{passes['evaluations']} evaluations x {evaluation_samples}, "
+        f"{other} on the dummy input (its tracing before that not counted)",
+    ]
+    return PeerResult(
+        genomes=genomes,
+        forwards=counter.samples,
+        seconds=time.perf_counter() - start,
+        notes="; ".join(notes),
+    )
