@@ -124,6 +124,12 @@ def entropy_amax(
         # Levels finer than the bins: the histogram cannot tell thresholds apart; keep all.
         return float(bins * width)
     counts = counts.astype(np.float64)
+    if bins > 1:
+        # The first bin holds the exact zeros (half of a ReLU's output): a spike that no
+        # quantized distribution matches and that would drive the threshold down to where Q
+        # resolves it. TensorRT's rule, as NVIDIA's calibrators implement it, gives that bin
+        # its neighbour's count.
+        counts[0] = counts[1]
     tail = np.cumsum(counts[::-1])[::-1]  # tail[i] = counts[i:].sum()
     best_stop, best_divergence = bins, math.inf
     for stop in candidate_stops(bins, max(start_bin, levels)):
