@@ -228,8 +228,9 @@ def test_a_broken_calibration_file_is_named_in_one_line(
 
 
 OTHER_SETTINGS = {
-    "unsigned inputs": ("input", {"unsigned": True}, "quantization.input.unsigned False there"),
-    "automatic signedness": ("input", {"unsigned": "auto"}, "quantization.input.unsigned"),
+    "unsigned inputs": ("input", {"unsigned": True}, "quantization.input.unsigned 'auto' there"),
+    "signed inputs": ("input", {"unsigned": False}, "input.unsigned 'auto' there and False"),
+    "asymmetric inputs": ("input", {"asymmetric": True}, "input.asymmetric False there and True"),
     "narrow range inputs": ("input", {"narrow_range": True}, "quantization.input.narrow_range"),
     "per-channel inputs": ("input", {"axis": 1}, "quantization.input.axis None there and 1"),
     "per-tensor weights": ("weight", {"axis": None}, "quantization.weight.axis 0 there and None"),

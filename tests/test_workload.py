@@ -349,9 +349,9 @@ def test_calibration_options_sit_beside_their_method(tmp_path: Path) -> None:
         data = {"workload": {"model": {"type": "lenet5"}, "calibration": section}}
         return Workload.from_dict(data).calibration
 
-    tuned = calibration_of({"percentile": 99.9, "num_bins": 1024})
-    assert tuned.method == "percentile"  # the default method
-    assert tuned.options.model_dump() == {"percentile": 99.9, "num_bins": 1024}
+    tuned = calibration_of({"start_bin": 64, "num_bins": 1024})
+    assert tuned.method == "mse"  # the default method
+    assert tuned.options.model_dump() == {"start_bin": 64, "num_bins": 1024}
     assert calibration_of({"method": "max", "file": "c.pt"}).options is None
     assert calibration_of("entropy").options.start_bin == 128
 
@@ -375,3 +375,20 @@ workload:
         yaml.safe_load(text)["workload"]["exploration"]["datasets"]["baseline"]["split"]
         == "validation"
     )
+
+
+def test_inputs_are_unsigned_auto_unless_the_workload_says_otherwise() -> None:
+    """The measured default (README "Which quantizer setting"): input quantizers `unsigned:
+    auto`, also when `input:` sets other keys; weights signed; an explicit value kept."""
+
+    def quantization(section: dict | None):
+        body = {"model": {"type": "lenet5"}}
+        if section is not None:
+            body["quantization"] = section
+        return Workload.from_dict({"workload": body}).quantization
+
+    assert quantization(None).input.unsigned == "auto"
+    assert quantization({"input": {"num_bits": 4}}).input.unsigned == "auto"
+    assert quantization({"input": {"unsigned": False}}).input.unsigned is False
+    assert quantization({"input": {"asymmetric": True}}).input.asymmetric is True
+    assert quantization(None).weight.unsigned is False

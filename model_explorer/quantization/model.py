@@ -280,7 +280,7 @@ class QuantizedModel(Wrapper, nn.Module):
         calibrator = CALIBRATORS.get(calibrating["method"]).builder
         return calibrator.build(calibrating["options"], quantizer.axis)
 
-    def calibrate(self, batches: Iterable[Any], method: str = "percentile", **options: Any) -> None:
+    def calibrate(self, batches: Iterable[Any], method: str = "mse", **options: Any) -> None:
         """Set every input quantizer's amax (and both operands' of products of activations)
         from the activations of `batches`, seen unquantized. Weight amax needs no data. Layers
         that see no data are left out.

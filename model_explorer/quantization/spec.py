@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from model_explorer.datasets.base import DatasetSpec
@@ -54,11 +54,21 @@ class QuantizationSpec(Spec):
     )
     include: list[str] = Field(default_factory=lambda: ["*"])
     exclude: list[str] = Field(default_factory=list)
-    input: QuantizerSpec = Field(default_factory=QuantizerSpec)
+    # Input quantizers are `unsigned: auto` unless the workload says otherwise (measured:
+    # benchmarks/bench_calibration.py); weights are signed.
+    input: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(unsigned="auto"))
     weight: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(axis=0))
     weight_cache: NonNegativeInt | None = None
     # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
     attention_matmuls: bool = False
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_unsigned_auto(cls, value: Any) -> Any:
+        # A partial `input:` keeps the inputs' default signedness (auto) unless it sets one.
+        if isinstance(value, dict) and "unsigned" not in value:
+            return {**value, "unsigned": "auto"}
+        return value
 
     @model_validator(mode="after")
     def _symmetric_weights(self) -> QuantizationSpec:
@@ -87,7 +97,9 @@ class CalibrationSpec(TypedSpec):
     type_key: ClassVar[str] = "method"
 
     file: str | None = None
-    method: str = "percentile"
+    # mse: chosen by measurement over the shipped workloads (benchmarks/bench_calibration.py,
+    # README "Which quantizer setting").
+    method: str = "mse"
     datasets: CalibrationDatasets | None = None
     # Input quantizers' amax set by hand (quantizer name pattern -> amax), at every bit width:
     # what `diagnose` recommends for a layer whose range a few outliers stretch.

@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 from model_explorer.deployment.export import OPSET, export_qdq  # noqa: E402
 from model_explorer.deployment.runtimes import describe_kernels, open_session  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
+from model_explorer.formats.integer import integer_bounds  # noqa: E402
 from model_explorer.onnx_export import export_onnx  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
@@ -91,7 +92,8 @@ def test_integer_biases_are_the_float_biases_at_the_product_scale(digits, tmp_pa
     export_qdq(model, inputs[:1], path)
     stored = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     layer = model.layers["12"]
-    input_scale = layer.input_quantizer.amax.item() / 127
+    _, bound = integer_bounds(8, layer.input_quantizer.unsigned)
+    input_scale = layer.input_quantizer.amax.item() / bound
     weight_scale = layer.weight_quantizer.amax.numpy() / 127
     levels = stored["model.12.weight_quantizer_bias_quantized"]
     assert levels.dtype == np.int32
@@ -113,6 +115,7 @@ def test_unsigned_and_narrow_quantizers_keep_their_levels(
     quantizers = [
         (layer.input_quantizer, layer.weight_quantizer) for layer in model.layers.values()
     ]
+    signedness = [input_quantizer.unsigned for input_quantizer, _ in quantizers]
     try:
         for input_quantizer, weight_quantizer in quantizers:
             input_quantizer.unsigned, weight_quantizer.narrow_range = True, True
@@ -128,8 +131,10 @@ def test_unsigned_and_narrow_quantizers_keep_their_levels(
         levels = numpy_helper.to_array(stored["model.3.weight_quantizer_quantized"]).astype(int)
         assert levels.min() >= -(2 ** (bits - 1)) + 1
     finally:
-        for input_quantizer, weight_quantizer in quantizers:
-            input_quantizer.unsigned, weight_quantizer.narrow_range = False, False
+        for (input_quantizer, weight_quantizer), unsigned in zip(
+            quantizers, signedness, strict=True
+        ):
+            input_quantizer.unsigned, weight_quantizer.narrow_range = unsigned, False
 
 
 @pytest.mark.parametrize("bits", [3, 8])
@@ -186,7 +191,9 @@ def test_weights_are_stored_as_integers_of_their_levels_and_activations_clipped(
     low, high = (
         numpy_helper.to_array(stored[name]) for name in clips["model.3.input_quantizer"].input[1:]
     )
-    assert (int(low), int(high)) == (-4, 3)  # 3 bits inside INT8
+    # 3 bits inside INT8 (signed) or UINT8 (unsigned after a ReLU: unsigned auto).
+    unsigned = model.layers["3"].input_quantizer.unsigned
+    assert (int(low), int(high)) == ((0, 7) if unsigned else (-4, 3))
     assert "model.12.input_quantizer" not in clips  # 8 bits: INT8's own range
     dequantize = next(n for n in graph.node if n.name == "model.0.weight_quantizer/Dequantize")
     assert {a.name: a.i for a in dequantize.attribute}.get("axis") == 0  # per output channel

@@ -76,6 +76,9 @@ def case_workload(case: str, checkpoint: Path, folder: Path) -> Path:
     body["model"]["weights"] = str(checkpoint)
     if "calibration" in body:
         body["calibration"]["file"] = str(folder / "calibration.pt")
+        # The quantizer setting the golden files were recorded with (the defaults then).
+        body["calibration"].setdefault("method", "percentile")
+    body.setdefault("quantization", {}).setdefault("input", {}).setdefault("unsigned", False)
     body["exploration"]["nsga"].update(SMALL_SEARCH)
     body["exploration"]["strategy"] = "nsga2"  # the search the golden files were recorded with
     for section, keys in changes.items():

@@ -31,7 +31,7 @@ def digits_workload(trained_digits, tmp_path: Path) -> Path:
 def test_calibrate_writes_refuses_and_forces(digits_workload: Path, capsys) -> None:
     assert main(["calibrate", str(digits_workload)]) == 0
     assert (
-        "calibrated 5 input quantizers of digits_cnn on 512 samples (percentile 99.99)"
+        "calibrated 5 input quantizers of digits_cnn on 512 samples (mse)"
         in capsys.readouterr().out
     )
     file = digits_workload.parent / "calibration.pt"
@@ -66,7 +66,7 @@ def test_quantized_accuracy_degrades_gracefully(digits_workload: Path) -> None:
         accuracies[bits] = context.evaluate(model, "exploration")
     assert accuracies[8] >= float_accuracy - 0.01
     assert accuracies[8] >= accuracies[4] >= accuracies[2]
-    assert accuracies[2] < 0.8  # two bits everywhere breaks the model
+    assert accuracies[2] < accuracies[8] - 0.1  # two bits everywhere costs a tenth at least
 
 
 def test_stale_calibration_is_redone_under_if_missing(digits_workload: Path, caplog) -> None:
@@ -97,8 +97,8 @@ def test_missing_calibration_file_is_a_clear_error(digits_workload: Path, capsys
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"method": "max", "percentile": None, "num_bins": None}, "method 'percentile' there"),
-        ({"percentile": 99.9}, "calibration.percentile 99.99 there, 99.9 here"),
+        ({"method": "max"}, "method 'mse' there"),
+        ({"start_bin": 64}, "calibration.start_bin 128 there, 64 here"),
         ({"datasets.calibrate.sample_limit": 256}, "sample_limit 512 there, 256 here"),
         ({"seed": 3}, "seed 0 there, 3 here"),
     ],
