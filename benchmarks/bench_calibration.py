@@ -46,7 +46,7 @@ SETTINGS = {
     ],
     "mse/asymmetric": ["calibration.method=mse", "quantization.input.asymmetric=true"],
 }
-BUDGETS = (0.3, 0.35, 0.4, 0.5)
+BUDGETS = (0.3, 0.35, 0.4, 0.5, 0.625)  # 0.625: 5 bits per quantizer, what ResNet-20 needs
 
 
 def run_setting(path: str, name: str, seed: int) -> tuple[list[tuple[float, float]], dict]:

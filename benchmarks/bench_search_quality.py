@@ -4,7 +4,14 @@ strategy (exploration.strategy), the one-shot integer program over the one-at-a-
 accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform bit widths.
 
     python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--seeds S]
-        [--strategies nsga2,surrogate] [--generations G] [--json PATH]
+        [--strategies nsga2,surrogate] [--generations G] [--peers aimet,modelopt]
+        [--aimet-candidates 4,9,25] [--json PATH]
+
+The peers are the established toolkits' own mixed-precision searches, run through their public
+APIs where installed (the `peers` extra; benchmarks/peer_aimet.py, peer_modelopt.py): AIMET's
+Automatic Mixed Precision and modelopt's AutoQuantize, on the same weights, calibration samples
+and exploration subset; every configuration they propose is re-scored through this project's
+evaluation, after what they spent themselves. A peer that does not import is one line.
 
 All methods share one problem (the workload's, with its minimum accuracy) and one reference
 point (the minimum accuracy, and the cost of every quantizer at its upper bound); hypervolumes
