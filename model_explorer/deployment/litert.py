@@ -11,6 +11,10 @@ Three things make the file compute what the fake quantizer does:
 - an activation narrower than its storage type (3-7 bits in INT8) is clamped to the
   quantizer's range first: litert-torch (0.10) drops `quant_min`/`quant_max` narrower than the
   storage type, which moved digits_cnn logits by up to 0.47 before the clamp.
+- an unsigned or asymmetric activation (UINT8 in the ONNX export) is written as INT8 with its
+  zero point and range moved down by 128 (the same levels and values): litert-torch fails on
+  uint8 quantize operators ("Invalid TFLite MLIR module"), and LiteRT's own activations are
+  INT8 with a zero point.
 The products stay in float32: the converter keeps QUANTIZE/DEQUANTIZE around float
 convolutions rather than fusing them into int8 kernels."""
 
@@ -92,6 +96,9 @@ def _operators(quantizer: TensorQuantizer, encoding: Encoding):  # noqa: ANN202
 
         return per_channel
     step, zero = float(scale[0]), encoding.zero
+    if dtype == torch.uint8 and not isinstance(quantizer, WeightQuantizer):
+        # The same grid in INT8: every stored level, the zero point and the range 128 lower.
+        dtype, zero, low, high = torch.int8, zero - 128, low - 128, high - 128
 
     def per_tensor(x: Tensor) -> Tensor:
         if isinstance(quantizer, WeightQuantizer):

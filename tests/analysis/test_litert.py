@@ -64,17 +64,21 @@ def test_a_layer_perturbed_inside_litert_is_localised_there() -> None:
     assert found["first"]["name"] == "7/Conv2D#0"
 
 
+@pytest.mark.parametrize("inputs", ["unsigned auto", "asymmetric"])
 def test_a_searched_individual_runs_in_litert_as_the_search_scored_it(
-    trained_digits, tmp_path: Path
+    trained_digits, tmp_path: Path, inputs: str
 ) -> None:
     """Every front member of a short search, converted with its quantizers as LiteRT's
     quantize/dequantize operators, computes the fake-quantized individual's logits (activations
-    of 3-7 bits included: litert-torch drops a range narrower than INT8, the export clamps)."""
+    of 3-7 bits included: litert-torch drops a range narrower than INT8, the export clamps;
+    unsigned and asymmetric ones, UINT8 in ONNX, as INT8 with the zero point moved by 128)."""
     from model_explorer.results import ExplorationResult
 
     workload_file, _ = trained_digits
     data = yaml.safe_load(workload_file.read_text())
     data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    if inputs == "asymmetric":
+        data["workload"]["quantization"] = {"input": {"asymmetric": True}}
     data["workload"]["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
     workload = str(write_workload(data, tmp_path / "digits_cnn.yaml"))
     result = tmp_path / "result.pkl"
