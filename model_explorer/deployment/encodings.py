@@ -116,7 +116,7 @@ def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa:
     if weight is not None:
         quantizer.quantize_weight(weight.detach())  # amax follows the weight
     params = quantizer.params()
-    if getattr(quantizer, "asymmetric", False) and weight is None:
+    if quantizer.asymmetric and weight is None:
         onnx_type, dtype = _storage(quantizer.num_bits, True, False, pack)
         scale = np.asarray(float(params.scale.reshape(-1)[0]), dtype=np.float32)
         low, high = params.low + params.zero, params.high + params.zero

@@ -87,23 +87,26 @@ def quant_params(
     )
 
 
-def asymmetric_params(low: float, high: float, num_bits: int) -> QuantParams:
+def asymmetric_params(
+    low: float, high: float, num_bits: int, device: torch.device | str | None = None
+) -> QuantParams:
     """Parameters of the asymmetric grid of 2**num_bits levels over [low, high] (low <= 0 <=
-    high), per tensor; an empty range quantizes everything to 0."""
+    high), per tensor, as tensors on `device`; an empty range quantizes everything to 0."""
     levels = 2**num_bits - 1
     low, high = min(float(low), 0.0), max(float(high), 0.0)
     step = (high - low) / levels
+    zero_point = torch.zeros(1, dtype=torch.int32, device=device)
     if step <= ZERO_AMAX / levels:
-        one = torch.ones(1)
-        return QuantParams(0, 0, None, one * _ZERO_SCALE, one.int() * 0, one * 0, one, 0)
+        one = torch.ones(1, device=device)
+        return QuantParams(0, 0, None, one * _ZERO_SCALE, zero_point, one * 0, one, 0)
     zero = min(max(round(-low / step), 0), levels)
-    tensor = torch.tensor([step], dtype=torch.float32)
+    tensor = torch.tensor([step], dtype=torch.float32, device=device)
     return QuantParams(
         low=-zero,
         high=levels - zero,
         axis=None,
         scale=tensor,
-        zero_point=torch.zeros(1, dtype=torch.int32),
+        zero_point=zero_point,
         multiplier=1.0 / tensor,
         divisor=1.0 / tensor,
         zero=zero,

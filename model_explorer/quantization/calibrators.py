@@ -90,7 +90,8 @@ class Calibrator:
         self.max_value = high if self.max_value is None else max(self.max_value, high)
 
     def observed_range(self) -> tuple[float, float]:
-        """[min, max] of what was seen, widened to hold 0 (None for a state without them)."""
+        """[min, max] of what was seen, widened to hold 0 (a state made before the maximum
+        was kept takes amax for it)."""
         if self.min_value is None:
             raise RuntimeError("calibration saw no data for this quantizer")
         high = self.max_value

@@ -52,6 +52,7 @@ class HistogramCalibrator(Calibrator):
         self.negative: Tensor | None = None  # the same of the negative values only
         self.bin_width = 0.0
         self._amax_by_bits: dict[tuple[int, bool], Tensor] = {}
+        self._range_by_bits: dict[int, tuple[float, float]] = {}  # (|low|, high) per width
 
     @property
     def edges(self) -> Tensor:
@@ -65,6 +66,7 @@ class HistogramCalibrator(Calibrator):
             return
         self._track_min(x.detach())
         self._amax_by_bits.clear()
+        self._range_by_bits.clear()
         top = float(values.max())
         if self.histogram is None:
             self.histogram = torch.zeros(self.num_bins, dtype=torch.float64, device=values.device)
@@ -74,7 +76,7 @@ class HistogramCalibrator(Calibrator):
                 self.histogram[0] += values.numel()
                 return
             self.bin_width = top / self.num_bins  # the first non-zero batch sets the bin width
-        self._grow(math.ceil(top / self.bin_width), values.device)
+        self._grow(math.ceil(top / self.bin_width))
         bins, top_edge = len(self.histogram), len(self.histogram) * self.bin_width
         counts = torch.histc(values, bins=bins, min=0.0, max=top_edge)
         self.histogram += counts.to(torch.float64)
@@ -83,7 +85,7 @@ class HistogramCalibrator(Calibrator):
             counts = torch.histc(negatives, bins=bins, min=0.0, max=top_edge)
             self.negative += counts.to(torch.float64)  # type: ignore[operator]
 
-    def _grow(self, needed: int, device: torch.device) -> None:
+    def _grow(self, needed: int) -> None:
         """Room for `needed` bins: bins appended, or neighbours merged past `max_bins`."""
         if needed <= len(self.histogram):  # type: ignore[arg-type]
             return
@@ -130,15 +132,16 @@ class HistogramCalibrator(Calibrator):
         low, high = self.observed_range()
         if self.bin_width == 0.0 or high - low <= 0:
             return low, high
-        key = (num_bits, "range") if self.depends_on_bits else (0, "range")
-        if key not in self._amax_by_bits:
+        key = num_bits if self.depends_on_bits else 0
+        if key not in self._range_by_bits:
             positive, negative = self.sides()
-            chosen = self.choose_range(positive, negative, num_bits)
-            self._amax_by_bits[key] = torch.tensor(chosen, dtype=torch.float64)  # type: ignore[index]
-        chosen = self._amax_by_bits[key]  # type: ignore[index]
-        return max(low, -float(chosen[0])), min(high, float(chosen[1]))
+            self._range_by_bits[key] = self.choose_range(positive, negative, num_bits)
+        below, above = self._range_by_bits[key]
+        return max(low, -below), min(high, above)
 
-    def choose_range(self, positive: np.ndarray, negative: np.ndarray, num_bits: int) -> tuple:
+    def choose_range(
+        self, positive: np.ndarray, negative: np.ndarray, num_bits: int
+    ) -> tuple[float, float]:
         """(|low|, high) from the two sides' counts: a subclass's asymmetric rule."""
         raise self.no_asymmetric_rule()
 
@@ -214,7 +217,9 @@ class PercentileCalibrator(HistogramCalibrator):
     def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
         return percentile_amax(counts, self.bin_width, self.options.at(num_bits))
 
-    def choose_range(self, positive: np.ndarray, negative: np.ndarray, num_bits: int) -> tuple:
+    def choose_range(
+        self, positive: np.ndarray, negative: np.ndarray, num_bits: int
+    ) -> tuple[float, float]:
         # Each side keeps the share `percentile` of its own values.
         share = self.options.at(num_bits)
         return tuple(
@@ -235,7 +240,9 @@ class MseCalibrator(HistogramCalibrator):
     def choose_amax(self, counts: np.ndarray, num_bits: int, unsigned: bool) -> float:
         return mse_amax(counts, self.bin_width, num_bits, unsigned, self.options.start_bin)
 
-    def choose_range(self, positive: np.ndarray, negative: np.ndarray, num_bits: int) -> tuple:
+    def choose_range(
+        self, positive: np.ndarray, negative: np.ndarray, num_bits: int
+    ) -> tuple[float, float]:
         low, high = self.observed_range()
         return asymmetric_mse_range(
             positive, negative, self.bin_width, num_bits, (-low, high), self.options.start_bin

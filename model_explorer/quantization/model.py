@@ -41,7 +41,7 @@ def _quantizer(spec: QuantizerSpec, cls: type[TensorQuantizer], **extra: Any) ->
         axis=spec.axis,
         unsigned=spec.unsigned is True,
         narrow_range=spec.narrow_range,
-        **({"asymmetric": True} if spec.asymmetric else {}),
+        asymmetric=spec.asymmetric,
         **extra,
     )
 

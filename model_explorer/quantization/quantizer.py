@@ -5,7 +5,6 @@ semantics (formats/integer.py) unless a plan chooses another."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -213,14 +212,7 @@ class TensorQuantizer(Opaque, nn.Module):
         if params is None:
             if self.asymmetric:
                 low = -float(amax) if self._amin is None else self._amin
-                params = asymmetric_params(low, float(amax), self._num_bits)
-                params = replace(
-                    params,
-                    **{
-                        name: getattr(params, name).to(amax.device)
-                        for name in ("scale", "zero_point", "multiplier", "divisor")
-                    },
-                )
+                params = asymmetric_params(low, float(amax), self._num_bits, amax.device)
             else:
                 params = quant_params(
                     amax, self._num_bits, self.unsigned, self.narrow_range, self.axis

@@ -18,7 +18,7 @@ def quantparam(quantizer: Any) -> dict[str, Any] | None:
         return None
     if quantizer.amax is None:
         return None
-    if getattr(quantizer, "asymmetric", False):  # ONE's asymmetric form: a zero point
+    if quantizer.asymmetric:  # ONE's asymmetric form: a zero point
         params = quantizer.params()
         scale = params.scale.detach().cpu().reshape(-1).tolist()
         return {"scale": scale, "zero_point": [params.zero], "quantized_dimension": 0}
@@ -36,7 +36,7 @@ def integer_type(quantizer: Any) -> type:
     reads (uint8, int16, int32): uint8 for unsigned or asymmetric ones of up to 8 bits, as
     ONE's asymmetric uint8; int16 for the others up to 16 bits, as its symmetric int16."""
     bits, unsigned = quantizer.num_bits, quantizer.unsigned
-    if getattr(quantizer, "asymmetric", False):
+    if quantizer.asymmetric:
         return np.uint8 if bits <= 8 else np.int32
     if unsigned and bits <= 8:
         return np.uint8
