@@ -160,6 +160,20 @@ def without_times(result: ExplorationResult | str | os.PathLike[str]) -> dict:
     return data
 
 
+def digits_workload_file(trained_digits: tuple[Path, Path], folder: Path) -> Path:
+    """The default workload written to `folder` with the session's trained checkpoint and its
+    calibration file in `folder` (not made yet)."""
+    import yaml
+
+    workload_file, checkpoint = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
+    path = folder / "digits.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[Any, Any]:
     """(context, calibrated QuantizedModel) of the default workload with the session's trained
     checkpoint, its calibration file in `folder`, exploration batches of 40."""

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from torch import nn
 
 from model_explorer.cli import main
@@ -19,6 +18,7 @@ from model_explorer.quantization import QuantizedModel, TensorQuantizer, make_ca
 from model_explorer.quantization.export import modelopt_quantizer_config, quantization_plan
 from model_explorer.quantization.spec import QuantizerSpec
 from model_explorer.workload import Workload
+from tests_support import digits_workload_file
 
 
 def calibrated(data: torch.Tensor, bits: int, method: str = "max", **kwargs) -> TensorQuantizer:
@@ -187,12 +187,7 @@ def test_settings_that_contradict_a_zero_point_are_named(
 def test_the_calibration_file_records_asymmetry(trained_digits, tmp_path: Path, capsys) -> None:
     """A file made symmetric is refused by an asymmetric workload (naming the setting) and
     redone by `calibrate --if-missing`; the asymmetric one evaluates, its zero points in it."""
-    workload_file, checkpoint = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    data["workload"]["model"]["weights"] = str(checkpoint)
-    data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
-    path = tmp_path / "digits.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = digits_workload_file(trained_digits, tmp_path)
     assert main(["calibrate", str(path)]) == 0
     setting = ["--set", "quantization.input.asymmetric=true"]
     capsys.readouterr()
@@ -200,7 +195,7 @@ def test_the_calibration_file_records_asymmetry(trained_digits, tmp_path: Path, 
     assert "quantization.input.asymmetric False there and True" in capsys.readouterr().err
     assert main(["calibrate", "--if-missing", str(path), *setting]) == 0
     assert main(["evaluate", str(path), "--bits", "4", *setting]) == 0
-    stored = torch.load(tmp_path / "calibration.pt", weights_only=True)
+    stored = torch.load(path.parent / "calibration.pt", weights_only=True)
     assert stored["settings"]["input"]["asymmetric"] is True
     assert all(
         entry["calibrator"]["negative"] is not None for entry in stored["input_quantizers"].values()

@@ -15,17 +15,12 @@ from model_explorer.errors import UserError
 from model_explorer.models import save_checkpoint
 from model_explorer.quantization.pipeline import build_quantized_model, calibrate_workload
 from model_explorer.workload import Workload
+from tests_support import digits_workload_file
 
 
 @pytest.fixture
-def digits_workload(trained_digits, tmp_path: Path) -> Path:
-    workload_file, checkpoint = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    data["workload"]["model"]["weights"] = str(checkpoint)
-    data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
-    path = tmp_path / "digits.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+def digits_workload(trained_digits, tmp_path: Path) -> Path:  # noqa: ANN001
+    return digits_workload_file(trained_digits, tmp_path)
 
 
 def test_calibrate_writes_refuses_and_forces(digits_workload: Path, capsys) -> None:
