@@ -95,9 +95,11 @@ class Scorer:
         self.run.add(evaluation.extra["samples"], values["accuracy"], values[self.cost], feasible)
 
 
-def search(problem, nsga, strategy: str, seed: int, cost: str) -> Run:  # noqa: ANN001
+def search(problem, nsga, strategy, seed: int, cost: str, algorithm=None) -> Run:  # noqa: ANN001
+    """One seeded search of `strategy` (a name or a StrategySpec) and `algorithm` (None:
+    NSGA-II), its evaluations in order."""
     built = build_strategy(StrategySpec.model_validate(strategy))
-    result = Explorer(problem, nsga, seed=seed, strategy=built).run()
+    result = Explorer(problem, nsga, seed=seed, strategy=built, algorithm=algorithm).run()
     run = Run()
     for record in result.records:
         values = record["values"]
@@ -325,7 +327,7 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
     return runs
 
 
-def _mean_sd(values: list[float | None]) -> str:
+def mean_sd(values: list[float | None]) -> str:
     found = [v for v in values if v is not None]
     if not found:
         return "never" if not values else "none"
@@ -348,8 +350,8 @@ def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> Non
     for name, group in runs.items():
         evaluations = statistics.mean(len(r.points) for r in group)
         forwards = statistics.mean(r.forwards for r in group)
-        final = _mean_sd([hypervolume(r.points, reference) for r in group])
-        at_third = _mean_sd([within(r, third, reference) for r in group]) if third else ""
+        final = mean_sd([hypervolume(r.points, reference) for r in group])
+        at_third = mean_sd([within(r, third, reference) for r in group]) if third else ""
         reach, reached = "", ""
         if target is not None:
             found = [forwards_to_reach(r, target, reference) for r in group]
@@ -365,13 +367,13 @@ def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> Non
     print("| method | " + " | ".join(f"cost <= {b:.0f}" for b in budgets) + " |")
     print("|---|" + "---|" * len(budgets))
     for name, group in runs.items():
-        cells = [_mean_sd([best_within(r, b) for r in group]) for b in budgets]
+        cells = [mean_sd([best_within(r.points, b) for r in group]) for b in budgets]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
-def best_within(run: Run, budget: float) -> float | None:
-    """The best accuracy among the run's feasible points that cost at most `budget`."""
-    inside = [a for _, a, c, ok in run.points if ok and c <= budget]
+def best_within(points, budget: float) -> float | None:  # noqa: ANN001
+    """The best accuracy among a run's feasible points that cost at most `budget`."""
+    inside = [a for _, a, c, ok in points if ok and c <= budget]
     return max(inside) if inside else None
 
 

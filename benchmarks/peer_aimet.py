@@ -27,34 +27,14 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
+from peer_result import Gene, PeerResult
 
-# (layer name, role, lowest bits, highest bits); role is 'input' or 'weight'
-Gene = tuple[str, str, int, int]
 # a quantizer as AIMET's quantizer groups name it: ('input', '<module>_input_quantizer_idx_0'),
 # ('output', '<module>') or ('weight', '<module>')
 QuantizerKey = tuple[str, str]
-
-
-@dataclass
-class PeerResult:
-    """What AIMET proposed and what it cost.
-
-    Attributes:
-        genomes: the configurations proposed, each a list of bit widths in gene order.
-        forwards: the sample-forwards AIMET spent (encodings, phase 1, phase 2), as samples
-            times passes.
-        seconds: the wall-clock time of the whole run.
-        notes: how AIMET's result was mapped onto the genes where it is not one to one.
-    """
-
-    genomes: list[list[int]]
-    forwards: int
-    seconds: float
-    notes: str
 
 
 def available() -> str | None:

@@ -21,38 +21,17 @@ import logging
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from peer_result import Gene, PeerResult
 from torch import nn
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-Gene = tuple[str, str, int, int]
 
 DEFAULT_LEVELS = (8, 6, 4, 3, 2)
 ROLES = {"input": "input_quantizer", "weight": "weight_quantizer"}
-
-
-@dataclass
-class PeerResult:
-    """What a peer method proposes for the benchmark.
-
-    Attributes:
-        genomes: the configurations proposed, one per budget, each a list of bit widths in gene
-            order.
-        forwards: sample-forwards spent (calibration, gradient scoring: a forward and backward
-            pass of a sample count as 2 forwards, see `notes`).
-        seconds: wall-clock time of the whole proposal.
-        notes: how modelopt's choices were mapped to genomes where that is not one to one, and
-            how `forwards` was counted.
-    """
-
-    genomes: list[list[int]]
-    forwards: int
-    seconds: float
-    notes: str
 
 
 def available() -> str | None:
