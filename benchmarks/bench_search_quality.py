@@ -4,8 +4,13 @@ strategy (exploration.strategy), the one-shot integer program over the one-at-a-
 accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform bit widths.
 
     python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--seeds S]
-        [--strategies nsga2,surrogate] [--generations G] [--peers aimet,modelopt]
-        [--aimet-candidates 4,9,25] [--json PATH]
+        [--strategies nsga2,surrogate,surrogate+random] [--generations G] [--no-baselines]
+        [--peers aimet,modelopt] [--aimet-candidates 4,9,25] [--budgets 0.375,0.4375,0.5]
+        [--json PATH]
+
+A strategy runs with the workload's `exploration.initialization` (`auto`: the sensitivity
+seeds where the genes are bit widths, their table's and bisection's sample-forwards counted
+first), or with the one its suffix names (`surrogate+random`, `nsga2+sensitivity`).
 
 The peers are the established toolkits' own mixed-precision searches, run through their public
 APIs where installed (the `peers` extra; benchmarks/peer_aimet.py, peer_modelopt.py): AIMET's
@@ -95,12 +100,27 @@ class Scorer:
         self.run.add(evaluation.extra["samples"], values["accuracy"], values[self.cost], feasible)
 
 
-def search(problem, nsga, strategy, seed: int, cost: str, algorithm=None) -> Run:  # noqa: ANN001
+def search(  # noqa: ANN201
+    problem,  # noqa: ANN001
+    nsga,  # noqa: ANN001
+    strategy,  # noqa: ANN001
+    seed: int,
+    cost: str,
+    algorithm=None,  # noqa: ANN001
+    sensitivity: bool = False,
+) -> Run:
     """One seeded search of `strategy` (a name or a StrategySpec) and `algorithm` (None:
-    NSGA-II), its evaluations in order."""
+    NSGA-II), its evaluations in order. `sensitivity`: half the first population seeded from
+    the one-at-a-time table (`exploration.initialization: sensitivity`), what the table and
+    the seeds' bisection forwarded counted first."""
+    run = Run()
+    problem.seeds = []
+    if sensitivity:
+        spent = problem.seed_from_sensitivity(nsga.pop_size // 2)
+        run.add(spent, 0.0, 0.0, False)
     built = build_strategy(StrategySpec.model_validate(strategy))
     result = Explorer(problem, nsga, seed=seed, strategy=built, algorithm=algorithm).run()
-    run = Run()
+    problem.seeds = []
     for record in result.records:
         values = record["values"]
         run.add(record["extra"]["samples"], values["accuracy"], values[cost], record["feasible"])
@@ -253,7 +273,12 @@ def main() -> None:
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
     parser.add_argument("--budget", type=int, default=160, help="evaluations of NSGA-II")
     parser.add_argument("--seeds", type=int, default=5, help="seeds of every search")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES.names()))
+    parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES.names()),
+        help="search strategies, each with the workload's initialization or a suffix naming "
+        "one: surrogate+random, nsga2+sensitivity",
+    )
     parser.add_argument("--generations", type=int, help="generations of `surrogate`")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
@@ -265,6 +290,11 @@ def main() -> None:
         "--aimet-candidates",
         default="4,9",
         help="AIMET AMP's candidate sets to run, by size: 4, 9, 25 (see aimet_candidates)",
+    )
+    parser.add_argument(
+        "--budgets",
+        default=",".join(map(str, BUDGETS)),
+        help="cost budgets of the best-accuracy table, as fractions of the reference cost",
     )
     parser.add_argument("--json", help="write every run's points here")
     args = parser.parse_args()
@@ -285,7 +315,7 @@ def main() -> None:
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
-    summarise(runs, reference)
+    summarise(runs, reference, [float(f) for f in args.budgets.split(",")])
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(
@@ -303,13 +333,19 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
     pop, offsprings = spec.nsga.pop_size, spec.nsga.offsprings or spec.nsga.pop_size
     budget_generations = max(1, (args.budget - pop) // offsprings)
     runs: dict[str, list[Run]] = {}
-    for name in filter(None, args.strategies.split(",")):
+    for method in filter(None, args.strategies.split(",")):
+        # e.g. surrogate+random: the strategy with that first population (without a suffix,
+        # the workload's exploration.initialization, `auto` by default)
+        name, _, start = method.partition("+")
+        start = start or spec.initialization
+        seeded = start == "sensitivity" or (start == "auto" and problem.seeds_bit_widths)
         generations = budget_generations
         if name == "surrogate":
             generations = args.generations or spec.nsga.generations
         nsga = spec.nsga.model_copy(update={"generations": generations})
-        runs[name] = [
-            search(problem, nsga, name, workload.seed + s, cost) for s in range(args.seeds)
+        runs[method] = [
+            search(problem, nsga, name, workload.seed + s, cost, sensitivity=seeded)
+            for s in range(args.seeds)
         ]
     if args.baselines:
         runs["integer program (one-shot)"] = [integer_program(problem, cost, minimum)]
@@ -336,7 +372,9 @@ def mean_sd(values: list[float | None]) -> str:
     return f"{statistics.mean(found):.4f} +- {spread:.4f}{missing}"
 
 
-def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> None:
+def summarise(
+    runs: dict[str, list[Run]], reference: tuple[float, float], fractions: list[float]
+) -> None:
     nsga = runs.get("nsga2")
     target = statistics.mean(hypervolume(r.points, reference) for r in nsga) if nsga else None
     third = statistics.mean(r.forwards for r in nsga) / 3 if nsga else None
@@ -362,8 +400,10 @@ def summarise(runs: dict[str, list[Run]], reference: tuple[float, float]) -> Non
             f"| {name} | {len(group)} | {evaluations:.0f} | {forwards:,.0f} | {final} | "
             f"{at_third} | {reach}{reached} |"
         )
-    budgets = [f * reference[1] for f in BUDGETS]
-    print(f"\nBest feasible accuracy within a cost budget (fractions {BUDGETS} of the reference):")
+    budgets = [f * reference[1] for f in fractions]
+    print(
+        f"\nBest feasible accuracy within a cost budget (fractions {fractions} of the reference):"
+    )
     print("| method | " + " | ".join(f"cost <= {b:.0f}" for b in budgets) + " |")
     print("|---|" + "---|" * len(budgets))
     for name, group in runs.items():

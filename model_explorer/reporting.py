@@ -67,13 +67,17 @@ def formats_table(result: ExplorationResult) -> str | None:
 
 
 def cost_summary(result: ExplorationResult) -> str:
-    """What the search cost: samples forwarded through the model (in all and per evaluation),
-    seconds spent evaluating, and the strategy (and algorithm, when not NSGA-II) that spent
-    them."""
+    """What the search cost: samples forwarded through the model (in all, for the sensitivity
+    seeds, and per evaluation), seconds spent evaluating, and the strategy (and algorithm, when
+    not NSGA-II) that spent them."""
     evaluations = len(result)
-    forwards = result.stats.get("sample_forwards", result.sample_forwards())
+    seeding = result.stats.get("sensitivity_forwards", 0)
+    forwards = result.stats.get("sample_forwards", result.sample_forwards() + seeding)
     seconds = result.stats.get("seconds", sum(r["seconds"] for r in result.records))
-    per = f" ({forwards / evaluations:.0f} per evaluation)" if evaluations else ""
+    parts = [f"{seeding:,} for the sensitivity seeds"] if seeding else []
+    if evaluations:
+        parts.append(f"{(forwards - seeding) / evaluations:.0f} per evaluation")
+    per = f" ({', '.join(parts)})" if parts else ""
     exploration = result.workload.get("workload", {}).get("exploration") or {}
     strategy = _entry_name(exploration.get("strategy")) or "nsga2"
     algorithm = _entry_name(exploration.get("algorithm")) or "nsga2"

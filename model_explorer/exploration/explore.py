@@ -243,17 +243,24 @@ def _claim_result_file(workload: Workload, output: str | None) -> Path:
     return claim(result_path(workload, output), search_definition(workload), where, numbered)
 
 
-def _seed_from_sensitivity(problem: Problem, workload: Workload) -> None:
-    """`exploration.initialization: sensitivity`: only the exploring process asks for genomes,
-    so only it measures the sensitivity table (never a worker or a re-evaluation)."""
-    seed = getattr(problem, "seed_from_sensitivity", None)
-    if seed is None:
+def _seed_from_sensitivity(problem: Problem, workload: Workload, result: ExplorationResult) -> None:
+    """`exploration.initialization: sensitivity` (or `auto` where it applies): only the
+    exploring process asks for genomes, so only it measures the sensitivity table (never a
+    worker or a re-evaluation); what the table and the seeds' bisection forwarded counts in the
+    result's sample-forwards, before the first evaluation's."""
+    spec = workload.exploration
+    seeds_bits = getattr(problem, "seeds_bit_widths", False)
+    if spec.initialization == "auto" and (not seeds_bits or spec.algorithm.type == "random"):
+        return
+    if not hasattr(problem, "seed_from_sensitivity"):  # a problem without bit widths
         raise UserError(
             "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
             "quantization_problem and energy_aware_quant_problem, not "
             f"{workload.problem.problem_function}; use 'random'"
         )
-    seed(workload.exploration.nsga.pop_size // 2)
+    spent = problem.seed_from_sensitivity(spec.nsga.pop_size // 2)
+    result.stats["sensitivity_forwards"] = spent
+    result.stats["sample_forwards"] = result.stats.get("sample_forwards", 0) + spent
 
 
 def _search(
@@ -288,14 +295,16 @@ def _search(
         algorithm=spec.algorithm,
     )
     explorer.result.owner = this_process()
-    if spec.initialization == "sensitivity":  # after the Explorer has checked its algorithm
-        _seed_from_sensitivity(built, workload)
-    if previous is not None:
-        explorer.restore(previous)
     try:
+        if spec.initialization != "random":  # after the Explorer has checked its algorithm
+            _seed_from_sensitivity(built, workload, explorer.result)
+        if previous is not None:
+            explorer.restore(previous)
         return explorer.run(), path
     except KeyboardInterrupt:
         raise Interrupted(path, saved_evaluations(path)) from None
+    except UserError:  # a setting the search cannot use: said in its own sentence
+        raise
     except Exception:
         saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
         if not saved:

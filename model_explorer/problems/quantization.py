@@ -167,15 +167,24 @@ class LayerwiseQuantizationProblem(ModelProblem):
             allowed[int(index)] for allowed, index in zip(self.allowed, configuration, strict=True)
         ]
 
+    @property
+    def seeds_bit_widths(self) -> bool:
+        """Whether the genes are bit widths (not formats): what `seed_from_sensitivity` seeds."""
+        return self.allowed is None
+
     def initial_genomes(self) -> list[list[float]]:
         """Seeds for the first population (`seed_from_sensitivity`), else none."""
         return [list(map(float, genome)) for genome in self.seeds]
 
-    def seed_from_sensitivity(self, count: int) -> None:
-        """Seed `count` genomes along the greedy path of the one-at-a-time sensitivity table
-        at the lowest bit widths (least sensitive quantizers lowered first)."""
+    def seed_from_sensitivity(self, count: int) -> int:
+        """Seed `count` genomes along a bit allocation from the one-at-a-time sensitivity
+        table at the lowest bit width (sensitivity.allocation_path: the least sensitive
+        quantizers, per unit of cost, lowered first), spread from its start down to the
+        cheapest point that keeps the constraints (bisection over evaluations); returns the
+        sample-forwards the table and the bisection took."""
         from model_explorer.quantization.sensitivity import (
-            greedy_configurations,
+            allocation_path,
+            last_accepted,
             layer_sensitivity,
             spread,
         )
@@ -188,8 +197,35 @@ class LayerwiseQuantizationProblem(ModelProblem):
         low = min(int(v.lower) for v in self.variables)
         table = layer_sensitivity(self.model, self.batches, self.metric, low)
         bounds = [(int(v.lower), int(v.upper)) for v in self.variables]
-        self.seeds = spread(greedy_configurations(table, bounds), count)
+        path = allocation_path(table, bounds, self._bit_weights(bounds))
+        spent = [(len(table.rows) + 1) * self.batches.num_samples]
+
+        def accepts(configuration: list[int]) -> bool:
+            _, evaluation = self.evaluate(configuration)
+            spent.append(int(evaluation.extra["samples"]))
+            return evaluation.complete and self.feasible(evaluation.values)
+
+        # the seeds from the top down to the cheapest point of the path that keeps the
+        # constraints (found by bisection), where the front's cheap end begins
+        last = last_accepted(path, accepts)
+        self.seeds = spread(path[: last + 1] if last >= 0 else path, count)
         self.sensitivity = table
+        return sum(spent)
+
+    def _bit_weights(self, bounds: list[tuple[int, int]]) -> list[float] | None:
+        """What one bit less on each quantizer saves of the first cost objective known
+        without the model, every other at its upper bound (None: no such objective)."""
+        top = [high for _, high in bounds]
+        known = self.known_values(top)
+        name = next((o.name for o in self.objectives if o.name in known), None)
+        if name is None:
+            return None
+        weights = []
+        for i, (low, high) in enumerate(bounds):
+            lower = top.copy()
+            lower[i] = max(high - 1, low)
+            weights.append(known[name] - self.known_values(lower)[name] if high > low else 1.0)
+        return weights
 
     @property
     def plan_costs(self) -> PlanCosts:

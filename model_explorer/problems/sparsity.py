@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from model_explorer.errors import UserError
 from model_explorer.metrics import higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Variable
@@ -160,6 +161,18 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     def decode(self, genome: Sequence[float]) -> list[Any]:
         bits = [int(round(g)) for g in genome[: self.bit_count]]
         return bits + self.genes.decode(genome[self.bit_count :])
+
+    @property
+    def seeds_bit_widths(self) -> bool:
+        """Its genes are thresholds too; its first genomes are the predefined thresholds."""
+        return False
+
+    def seed_from_sensitivity(self, count: int) -> int:
+        raise UserError(
+            "exploration.initialization: 'sensitivity' seeds bit widths; "
+            f"{self.name}'s genes are block thresholds too (its first genomes are the "
+            "predefined thresholds at the upper bit widths): use 'random'"
+        )
 
     def initial_genomes(self) -> list[list[float]]:
         upper = [v.upper for v in self.variables[: self.bit_count]]

@@ -1,10 +1,10 @@
-"""One-at-a-time sensitivity of a QuantizedModel's quantizers, and the greedy configurations
-built from it that seed a search (`exploration.initialization: sensitivity`)."""
+"""One-at-a-time sensitivity of a QuantizedModel's quantizers, and the bit allocations built
+from it that seed a search (`exploration.initialization: sensitivity`)."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,24 +89,55 @@ def layer_sensitivity(
     return SensitivityTable(baseline, bits, rows)
 
 
-def greedy_configurations(
-    table: SensitivityTable, bounds: Sequence[tuple[int, int]]
+def allocation_path(
+    table: SensitivityTable,
+    bounds: Sequence[tuple[int, int]],
+    weights: Sequence[float] | None = None,
 ) -> list[list[int]]:
-    """A greedy path from every quantizer at its upper bound down to every one at its lower
-    bound, lowering the least sensitive quantizers first: first each in turn to the middle of
-    its range, then each in turn to its lower bound. `bounds` are per quantizer, in the table's
-    order. Returns the configurations along the path (the all-upper start excluded)."""
-    order = sorted(range(len(table.rows)), key=lambda i: (table.rows[i].drop, i))
+    """Greedy bit allocation from every quantizer at its upper bound down to every one at its
+    lower bound, one bit at a time: each step lowers the quantizer whose estimated accuracy
+    loss per unit of cost saved is least. A quantizer's loss at b bits is estimated from its
+    table drop d (measured at `table.bits`) as d * 4**(table.bits - b): quantization noise
+    power falls by 4 with every bit, so lowering it from b to b - 1 costs 3 * d * 4**(table.bits
+    - b), and the quantizers end near `0.5 * log2(d)` bits apart, the sensitive ones highest
+    (reverse water-filling; greedy steps are optimal for this separable convex estimate).
+    `weights`: each quantizer's cost per bit (1 each when None). A drop at or below zero is
+    below what the table resolves, not no loss: it counts as half the smallest positive drop
+    (one sample of accuracy, usually), so that many such quantizers lowered together are not
+    taken as free (on ResNet-20 the path keeps the minimum accuracy down to 4.4 bits per
+    quantizer, with 1/100 of it only to 4.7). Ties keep the model's order. Returns the
+    configurations along the path (the all-upper start excluded)."""
+    drops = [row.drop for row in table.rows]
+    positive = [d for d in drops if d > 0]
+    floor = (min(positive) if positive else 1.0) / 2
+    drops = [max(d, floor) for d in drops]
+    weights = [1.0] * len(bounds) if weights is None else list(weights)
     current = [high for _, high in bounds]
     path = []
-    for level in ("middle", "lower"):
-        for i in order:
-            low, high = bounds[i]
-            target = (low + high) // 2 if level == "middle" else low
-            if current[i] != target:
-                current[i] = target
-                path.append(list(current))
-    return path
+    while True:
+        lowerable = [i for i, (low, _) in enumerate(bounds) if current[i] > low]
+        if not lowerable:
+            return path
+        i = min(
+            lowerable,
+            key=lambda j: (drops[j] * 4.0 ** (table.bits - current[j]) / max(weights[j], 1e-12), j),
+        )
+        current[i] -= 1
+        path.append(list(current))
+
+
+def last_accepted(path: Sequence[Any], accepts: Callable[[Any], bool]) -> int:
+    """The index of the last point of `path` that `accepts` takes, by bisection, for a path
+    along which acceptance stops once (accuracy falling as the bits do): about log2(len(path))
+    calls. -1 when it takes none."""
+    taken, refused = -1, len(path)
+    while refused - taken > 1:
+        middle = (taken + refused) // 2
+        if accepts(path[middle]):
+            taken = middle
+        else:
+            refused = middle
+    return taken
 
 
 def spread(configurations: list[list[int]], count: int) -> list[list[int]]:

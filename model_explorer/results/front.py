@@ -62,7 +62,9 @@ def by_samples(
     senses = result._senses(list(reference))
     measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
-    history, spent, front = [], 0, np.empty((0, len(senses)))
+    # what the search spent before its first evaluation (a sensitivity table) counts first
+    spent = result.stats.get("sensitivity_forwards", 0)
+    history, front = [], np.empty((0, len(senses)))
     for record in result.records:
         spent += samples_of(record)
         if record["feasible"]:

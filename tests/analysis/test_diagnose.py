@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,9 +20,9 @@ from model_explorer.analysis.diagnose import (
     DiagnosisContext,
     Finding,
     SensitivityTable,
+    allocation_path,
     apply_recommendations,
     diagnose,
-    greedy_configurations,
     layer_sensitivity,
     merged_recommendations,
     run_inspectors,
@@ -31,7 +32,7 @@ from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
 from model_explorer.models import build_model
-from model_explorer.quantization.sensitivity import Row, spread
+from model_explorer.quantization.sensitivity import Row, last_accepted, spread
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 
@@ -549,18 +550,45 @@ def test_recommendations_merge_and_stay_in_range() -> None:
     assert data["workload"]["calibration"]["file"] == "results/c.pt"  # the input is untouched
 
 
-def test_greedy_path_lowers_the_least_sensitive_first() -> None:
+def test_allocation_path_by_hand() -> None:
+    # drops at 2 bits a 0.3, b 0 (counts as half of 0.1), c 0.1; a step's estimated loss is
+    # drop * 4**(2 - bits): from 4 bits b (0.05/16), c (0.1/16), b (0.05/4), a (0.3/16), c, a
     table = SensitivityTable(0.9, 2, [Row("a", 0.6, 0.3), Row("b", 0.9, 0.0), Row("c", 0.8, 0.1)])
-    path = greedy_configurations(table, [(2, 8), (2, 8), (2, 8)])
-    assert path == [[8, 5, 8], [8, 5, 5], [5, 5, 5], [5, 2, 5], [5, 2, 2], [2, 2, 2]]
-    assert spread(path, 3) == [[8, 5, 8], [5, 5, 5], [2, 2, 2]]
+    path = allocation_path(table, [(2, 4), (2, 4), (2, 4)])
+    assert path == [[4, 3, 4], [4, 3, 3], [4, 2, 3], [3, 2, 3], [3, 2, 2], [2, 2, 2]]
+    assert spread(path, 3) == [[4, 3, 4], [4, 2, 3], [2, 2, 2]]
     assert spread(path, 10) == path
+    # a quantizer whose bit costs twice as much goes first among equally sensitive ones
+    equal = SensitivityTable(0.9, 2, [Row("a", 0.8, 0.1), Row("b", 0.8, 0.1)])
+    assert allocation_path(equal, [(2, 3), (2, 3)], weights=[1.0, 2.0])[0] == [3, 2]
+    assert allocation_path(equal, [(2, 3), (2, 3)])[0] == [2, 3]  # ties: the model's order
 
 
-def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
+def test_allocation_path_is_the_exhaustive_optimum_of_its_estimate() -> None:
+    # every point of the path has the least estimated loss, sum(d * 4**(bits - b)), of all
+    # configurations within the bounds with the same total bits (exhaustive search)
+    rng = np.random.default_rng(3)
+    bounds = [(2, 6), (3, 8), (2, 5), (4, 7)]
+    drops = [float(d) for d in rng.uniform(0.001, 0.4, len(bounds))]
+    table = SensitivityTable(1.0, 2, [Row(str(i), 1 - d, d) for i, d in enumerate(drops)])
+
+    def loss(config) -> float:  # noqa: ANN001
+        return sum(d * 4.0 ** (2 - b) for d, b in zip(drops, config, strict=True))
+
+    best: dict[int, float] = {}
+    for config in itertools.product(*(range(low, high + 1) for low, high in bounds)):
+        best[sum(config)] = min(best.get(sum(config), np.inf), loss(config))
+    path = allocation_path(table, bounds)
+    assert len(path) == sum(high - low for low, high in bounds)
+    for config in path:
+        assert loss(config) == pytest.approx(best[sum(config)], rel=1e-12)
+
+
+def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     clean: dict, tmp_path: Path
 ) -> None:
-    from model_explorer.exploration.explore import ExploreOptions, explore
+    from model_explorer.exploration.explore import ExploreOptions, explore, minimum_accuracy
+    from model_explorer.metrics import score
     from model_explorer.quantization.pipeline import calibrate_workload
 
     data, body = _variant(clean)
@@ -569,13 +597,44 @@ def test_sensitivity_seeded_exploration_starts_from_the_greedy_path(
     workload = Workload.load(write_workload(data, tmp_path / "seeded.yaml"))
     calibrate_workload(WorkloadContext(workload), if_missing=True)
     result, _ = explore(workload, ExploreOptions(output=str(tmp_path / "seeded.pkl")))
-    # the seeds, computed here on their own from a freshly calibrated model
+    # the seeds, computed here on their own from a freshly calibrated model: the allocation
+    # path (bits_weighted_linear: every bit costs the same) from its start to a point that
+    # keeps the minimum accuracy and whose next point does not (or the path's end)
     context = _context(data, tmp_path, "again")
-    model = context.quantized_model
-    table = layer_sensitivity(model, context.context.batches("exploration"), "top1", 4)
-    expected = spread(greedy_configurations(table, [(4, 8)] * len(model.bit_widths)), 4)
+    model, batches = context.quantized_model, context.context.batches("exploration")
+    table = layer_sensitivity(model, batches, "top1", 4)
+    path = allocation_path(table, [(4, 8)] * len(model.bit_widths))
     first = [i.configuration for i in result.individuals if i.generation == 0][:4]
-    assert first == expected
+    last = path.index(first[-1])
+    assert first == spread(path[: last + 1], 4)
+    minimum = minimum_accuracy(workload.problem.options, result.baseline)[0]
+
+    def accuracy(configuration: list[int]) -> float:
+        model.bit_widths = configuration
+        return float(np.mean(score(model, batches, "top1").accuracies))
+
+    assert accuracy(path[last]) >= minimum
+    assert last == len(path) - 1 or accuracy(path[last + 1]) < minimum
+    # the table's and the bisection's forwards count in the search's, before its first
+    table_forwards = (len(model.bit_widths) + 1) * batches.num_samples
+    bisection = math.ceil(math.log2(len(path) + 1)) * batches.num_samples
+    spent = result.stats["sensitivity_forwards"]
+    assert table_forwards < spent <= table_forwards + bisection
+    assert result.stats["sample_forwards"] == spent + result.sample_forwards()
+    assert result.hypervolume_by_samples()[0][0] > spent
+
+
+def test_last_accepted_bisects_a_path() -> None:
+    for length in range(0, 40):
+        for cut in range(-1, length):
+            calls = []
+
+            def accepts(point: int, cut: int = cut, calls: list = calls) -> bool:
+                calls.append(point)
+                return point <= cut
+
+            assert last_accepted(list(range(length)), accepts) == cut
+            assert len(calls) <= math.ceil(math.log2(length + 1))
 
 
 def test_sensitivity_initialization_needs_a_quantization_problem(

@@ -22,23 +22,30 @@ pytest.importorskip("openvino", reason="the openvino extra is not installed")
 RUNTIMES = ["--backend", "onnxruntime", "--backend", "openvino"]
 
 
-# (runtime, largest top-1 gap, smallest agreement): onnxruntime computes the QDQ graph as
-# written; OpenVINO runs the residual convolutions on integers too, with its own rounding of
-# biases and requantization (measured on the shipped resnet20_digits front: 99.44% agreement
-# at least, top-1 0.55 percentage points apart at most).
-LIMITS = (("onnxruntime", 0.005, 0.99), ("openvino", 0.01, 0.98))
+# (largest top-1 gap, smallest agreement) of a front member in a runtime. A runtime that runs
+# it as the QDQ graph is written (float kernels between quantize and dequantize) computes what
+# the fake quantizers do, up to float summation order; one that runs layers on integer kernels
+# (OpenVINO on the residual convolutions, onnxruntime where it fuses a QLinearConv) rounds its
+# biases and requantization its own way (measured on the shipped resnet20_digits fronts: 99.44%
+# agreement at least, top-1 0.56 percentage points apart at most, in both runtimes).
+FLOAT_KERNELS = (0.005, 0.99)
+INTEGER_KERNELS = (0.01, 0.98)
 
 
 def check_front(table: pd.DataFrame) -> None:
-    """onnxruntime's top-1 within 0.5 percentage points of the fake-quantized model's, the same
-    class on at least 99% of the samples; OpenVINO close behind."""
+    """Each runtime's top-1 within 0.5 percentage points of the fake-quantized model's and the
+    same class on at least 99% of the samples where it ran no layer on integer kernels; within
+    1 point and 98% where it did."""
     assert len(table) >= 2
     # The rebuilt individual scores what the search recorded.
     assert (table["fake_quant_accuracy"] - table["recorded_accuracy"]).abs().max() < 1e-9
-    for runtime, gap_limit, agreement_limit in LIMITS:
-        gap = (table[f"{runtime}_accuracy"] - table["fake_quant_accuracy"]).abs()
-        assert gap.max() <= gap_limit, (runtime, table)
-        assert table[f"{runtime}_agreement"].min() >= agreement_limit, (runtime, table)
+    for runtime in ("onnxruntime", "openvino"):
+        for _, row in table.iterrows():
+            integer = row[f"{runtime}_integer_layers"] > 0
+            gap_limit, agreement_limit = INTEGER_KERNELS if integer else FLOAT_KERNELS
+            gap = abs(row[f"{runtime}_accuracy"] - row["fake_quant_accuracy"])
+            assert gap <= gap_limit, (runtime, table)
+            assert row[f"{runtime}_agreement"] >= agreement_limit, (runtime, table)
 
 
 @pytest.fixture(scope="module")

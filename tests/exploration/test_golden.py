@@ -14,8 +14,8 @@ otherwise. So genomes are compared to 1e-12, and quantities counted in sparse bl
 blocks in the 360 samples (`BLOCK_TOLERANCE`); a change of behaviour moves far more than that, and
 a flip that changes what NSGA-II selects changes the genomes asked for, which are compared.
 Regenerate only when a change is meant to alter search results:
-`python tests/exploration/test_golden.py --write` (it trains the baseline as the
-`trained_digits` fixture does).
+`python tests/exploration/test_golden.py --write [CASE ...]` (every case when none is named; it
+trains the baseline as the `trained_digits` fixture does).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def case_workload(case: str, checkpoint: Path, folder: Path) -> Path:
     body.setdefault("quantization", {}).setdefault("input", {}).setdefault("unsigned", False)
     body["exploration"]["nsga"].update(SMALL_SEARCH)
     body["exploration"]["strategy"] = "nsga2"  # the search the golden files were recorded with
+    body["exploration"]["initialization"] = "random"  # and its start (a case may change it)
     for section, keys in changes.items():
         target = body.setdefault(section, {})
         for key, value in keys.items():
@@ -119,7 +120,7 @@ def golden_data(result) -> dict:  # noqa: ANN001
             {"generation": g["generation"], "population": g["population"]}
             for g in result.generations
         ],
-        "stats": result.stats,
+        "stats": {key: value for key, value in result.stats.items() if key != "seconds"},
     }
 
 
@@ -152,8 +153,8 @@ def test_a_seeded_search_reproduces_its_golden_file(case: str, golden_runs: dict
             assert got["values"][name] == pytest.approx(value, **tolerance), f"{where}: {name}"
 
 
-def _write_golden_files() -> None:
-    """Train the baseline as the `trained_digits` fixture does and record every case."""
+def _write_golden_files(cases: list[str]) -> None:
+    """Train the baseline as the `trained_digits` fixture does and record `cases`."""
     import tempfile
 
     sys.path.insert(0, str(REPOSITORY / "tests"))
@@ -171,13 +172,14 @@ def _write_golden_files() -> None:
         context = WorkloadContext(Workload.load(workload_file), device="cpu")
         train_baseline(context, progress=False)
         GOLDEN.mkdir(parents=True, exist_ok=True)
-        for case in CASES:
+        for case in cases:
             found = run_case(case, folder / "baseline.pt", folder)
             (GOLDEN / f"{case}.json").write_text(json.dumps(found, indent=1) + "\n")
             print(f"wrote {GOLDEN / case}.json: {len(found['individuals'])} individuals")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/exploration/test_golden.py --write")
-    _write_golden_files()
+    unknown = [case for case in sys.argv[2:] if case not in CASES]
+    if sys.argv[1:2] != ["--write"] or unknown:
+        sys.exit(f"usage: python tests/exploration/test_golden.py --write [{' '.join(CASES)}]")
+    _write_golden_files(sys.argv[2:] or list(CASES))

@@ -21,7 +21,7 @@ from model_explorer.analysis.diagnose.recommendations import (
 )
 from model_explorer.quantization.sensitivity import (
     SensitivityTable,
-    greedy_configurations,
+    allocation_path,
     layer_sensitivity,
 )
 
@@ -33,10 +33,10 @@ __all__ = [
     "DiagnosisContext",
     "Finding",
     "SensitivityTable",
+    "allocation_path",
     "apply_recommendations",
     "default_out_dir",
     "diagnose",
-    "greedy_configurations",
     "inspector",
     "layer_sensitivity",
     "merged_recommendations",
