@@ -100,13 +100,14 @@ def allocation_path(
     table drop d (measured at `table.bits`) as d * 4**(table.bits - b): quantization noise
     power falls by 4 with every bit, so lowering it from b to b - 1 costs 3 * d * 4**(table.bits
     - b), and the quantizers end near `0.5 * log2(d)` bits apart, the sensitive ones highest
-    (reverse water-filling; greedy steps are optimal for this separable convex estimate).
-    `weights`: each quantizer's cost per bit (1 each when None). A drop at or below zero is
-    below what the table resolves, not no loss: it counts as half the smallest positive drop
-    (one sample of accuracy, usually), so that many such quantizers lowered together are not
-    taken as free (on ResNet-20 the path keeps the minimum accuracy down to 4.4 bits per
-    quantizer, with 1/100 of it only to 4.7). Ties keep the model's order. Returns the
-    configurations along the path (the all-upper start excluded)."""
+    (reverse water-filling; with equal costs per bit every point of the path is the optimum of
+    this separable convex estimate for its total bits). `weights`: each quantizer's cost per
+    bit (1 each when None). A drop at or below zero is below what the table resolves, not no
+    loss: it counts as half the smallest positive drop (one sample of accuracy, usually), so
+    that many such quantizers lowered together are not taken as free (on ResNet-20 the path
+    keeps the minimum accuracy down to 4.4 bits per quantizer; counted as 1/100 of it, most
+    points below 5.5 bits miss it). Ties keep the model's order. Returns the configurations
+    along the path (the all-upper start excluded)."""
     drops = [row.drop for row in table.rows]
     positive = [d for d in drops if d > 0]
     floor = (min(positive) if positive else 1.0) / 2

@@ -79,5 +79,27 @@ def test_joint_problem_runs_with_mixed_genes(workload_file) -> None:
         assert individual.values["effective_bops"] <= individual.values["bops"] + 1e-6
     dense = [i for i in result.individuals if i.configuration[10:] == [0.0] * 5]
     assert dense  # the predefined all-zero thresholds
+    # the default start (auto) leaves a joint genome alone: no sensitivity table was measured
+    assert "sensitivity_forwards" not in result.stats
     for individual in dense:  # nothing skipped but blocks that were zero anyway
         assert individual.values["created_blocks"] == 0
+
+
+def test_a_sensitivity_start_for_the_joint_problem_is_one_sentence(workload_file, capsys) -> None:
+    path = workload_file("digits_cnn_joint.yaml", pop_size=4, offsprings=4, generations=1)
+    assert main(["calibrate", str(path)]) == 0
+    output = path.parent / "joint.pkl"
+    status = main(
+        [
+            "explore",
+            str(path),
+            "--set",
+            "exploration.initialization=sensitivity",
+            "--output",
+            str(output),
+        ]
+    )
+    assert status == 2
+    error = capsys.readouterr().err
+    assert "exploration.initialization: 'sensitivity' seeds bit widths" in error
+    assert "block thresholds too" in error and "use 'random'" in error
