@@ -338,7 +338,7 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
         # the workload's exploration.initialization, `auto` by default)
         name, _, start = method.partition("+")
         start = start or spec.initialization
-        seeded = start == "sensitivity" or (start == "auto" and problem.seeds_bit_widths)
+        seeded = start == "sensitivity" or (start == "auto" and problem.sensitivity_refusal is None)
         generations = budget_generations
         if name == "surrogate":
             generations = args.generations or spec.nsga.generations

@@ -243,22 +243,32 @@ def _claim_result_file(workload: Workload, output: str | None) -> Path:
     return claim(result_path(workload, output), search_definition(workload), where, numbered)
 
 
-def _seed_from_sensitivity(problem: Problem, workload: Workload, result: ExplorationResult) -> None:
-    """`exploration.initialization: sensitivity` (or `auto` where it applies): only the
-    exploring process asks for genomes, so only it measures the sensitivity table (never a
-    worker or a re-evaluation); what the table and the seeds' bisection forwarded counts in the
-    result's sample-forwards, before the first evaluation's."""
+def _sensitivity_start(problem: Problem, workload: Workload) -> bool:
+    """Whether the search starts from sensitivity seeds (`exploration.initialization`:
+    `sensitivity`, or `auto` where the genes are bit widths and the algorithm is not
+    `random`); a `sensitivity` the problem cannot take is one sentence, before anything runs."""
     spec = workload.exploration
-    seeds_bits = getattr(problem, "seeds_bit_widths", False)
-    if spec.initialization == "auto" and (not seeds_bits or spec.algorithm.type == "random"):
-        return
-    if not hasattr(problem, "seed_from_sensitivity"):  # a problem without bit widths
-        raise UserError(
-            "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
-            "quantization_problem and energy_aware_quant_problem, not "
-            f"{workload.problem.problem_function}; use 'random'"
-        )
-    spent = problem.seed_from_sensitivity(spec.nsga.pop_size // 2)
+    if spec.initialization == "random":
+        return False
+    refusal = getattr(
+        problem,
+        "sensitivity_refusal",
+        "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
+        "quantization_problem and energy_aware_quant_problem, not "
+        f"{workload.problem.problem_function}; use 'random'",
+    )
+    if spec.initialization == "auto":
+        return refusal is None and spec.algorithm.type != "random"
+    if refusal is not None:
+        raise UserError(refusal)
+    return True
+
+
+def _seed_from_sensitivity(problem: Problem, workload: Workload, result: ExplorationResult) -> None:
+    """Only the exploring process asks for genomes, so only it measures the sensitivity table
+    (never a worker or a re-evaluation); what the table and the seeds' bisection forwarded
+    counts in the result's sample-forwards, before the first evaluation's."""
+    spent = problem.seed_from_sensitivity(workload.exploration.nsga.pop_size // 2)
     result.stats["sensitivity_forwards"] = spent
     result.stats["sample_forwards"] = result.stats.get("sample_forwards", 0) + spent
 
@@ -295,16 +305,15 @@ def _search(
         algorithm=spec.algorithm,
     )
     explorer.result.owner = this_process()
+    seeded = _sensitivity_start(built, workload)  # after the Explorer has checked its algorithm
     try:
-        if spec.initialization != "random":  # after the Explorer has checked its algorithm
+        if seeded:
             _seed_from_sensitivity(built, workload, explorer.result)
         if previous is not None:
             explorer.restore(previous)
         return explorer.run(), path
     except KeyboardInterrupt:
         raise Interrupted(path, saved_evaluations(path)) from None
-    except UserError:  # a setting the search cannot use: said in its own sentence
-        raise
     except Exception:
         saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
         if not saved:

@@ -168,9 +168,15 @@ class LayerwiseQuantizationProblem(ModelProblem):
         ]
 
     @property
-    def seeds_bit_widths(self) -> bool:
-        """Whether the genes are bit widths (not formats): what `seed_from_sensitivity` seeds."""
-        return self.allowed is None
+    def sensitivity_refusal(self) -> str | None:
+        """Why `seed_from_sensitivity` cannot seed this problem's genes (None: it can, they
+        are bit widths)."""
+        if self.allowed is None:
+            return None
+        return (
+            "exploration.initialization: 'sensitivity' seeds bit widths; with "
+            f"{self.options.key('choices')} the genes choose formats: use 'random' or 'spread'"
+        )
 
     def initial_genomes(self) -> list[list[float]]:
         """Seeds for the first population (`seed_from_sensitivity`), else none."""
@@ -189,11 +195,8 @@ class LayerwiseQuantizationProblem(ModelProblem):
             spread,
         )
 
-        if self.allowed is not None:
-            raise UserError(
-                "exploration.initialization: 'sensitivity' seeds bit widths; with "
-                f"{self.options.key('choices')} the genes choose formats: use 'random' or 'spread'"
-            )
+        if self.sensitivity_refusal is not None:
+            raise UserError(self.sensitivity_refusal)
         low = min(int(v.lower) for v in self.variables)
         table = layer_sensitivity(self.model, self.batches, self.metric, low)
         bounds = [(int(v.lower), int(v.upper)) for v in self.variables]

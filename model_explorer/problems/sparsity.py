@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from model_explorer.errors import UserError
 from model_explorer.metrics import higher_is_better, output_list
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Variable
@@ -163,12 +162,9 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         return bits + self.genes.decode(genome[self.bit_count :])
 
     @property
-    def seeds_bit_widths(self) -> bool:
+    def sensitivity_refusal(self) -> str | None:
         """Its genes are thresholds too; its first genomes are the predefined thresholds."""
-        return False
-
-    def seed_from_sensitivity(self, count: int) -> int:
-        raise UserError(
+        return (
             "exploration.initialization: 'sensitivity' seeds bit widths; "
             f"{self.name}'s genes are block thresholds too (its first genomes are the "
             "predefined thresholds at the upper bit widths): use 'random'"
