@@ -40,7 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from prepared import prepared_context
 
-from model_explorer.exploration.explore import measure_baseline, minimum_accuracy
+from model_explorer.exploration.explore import (
+    measure_baseline,
+    minimum_accuracy,
+    sensitivity_start,
+)
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
 from model_explorer.problems import build_problem
@@ -337,8 +341,7 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
         # e.g. surrogate+random: the strategy with that first population (without a suffix,
         # the workload's exploration.initialization, `auto` by default)
         name, _, start = method.partition("+")
-        start = start or spec.initialization
-        seeded = start == "sensitivity" or (start == "auto" and problem.sensitivity_refusal is None)
+        seeded = sensitivity_start(problem, workload, start)
         generations = budget_generations
         if name == "surrogate":
             generations = args.generations or spec.nsga.generations

@@ -243,12 +243,14 @@ def _claim_result_file(workload: Workload, output: str | None) -> Path:
     return claim(result_path(workload, output), search_definition(workload), where, numbered)
 
 
-def _sensitivity_start(problem: Problem, workload: Workload) -> bool:
-    """Whether the search starts from sensitivity seeds (`exploration.initialization`:
-    `sensitivity`, or `auto` where the genes are bit widths and the algorithm is not
-    `random`); a `sensitivity` the problem cannot take is one sentence, before anything runs."""
+def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:
+    """Whether the search starts from sensitivity seeds (`initialization`, by default the
+    workload's `exploration.initialization`: `sensitivity`, or `auto` where the genes are bit
+    widths and the algorithm is not `random`); a `sensitivity` the problem cannot take is one
+    sentence, before anything runs."""
     spec = workload.exploration
-    if spec.initialization == "random":
+    initialization = initialization or spec.initialization
+    if initialization == "random":
         return False
     refusal = getattr(
         problem,
@@ -257,7 +259,7 @@ def _sensitivity_start(problem: Problem, workload: Workload) -> bool:
         "quantization_problem and energy_aware_quant_problem, not "
         f"{workload.problem.problem_function}; use 'random'",
     )
-    if spec.initialization == "auto":
+    if initialization == "auto":
         return refusal is None and spec.algorithm.type != "random"
     if refusal is not None:
         raise UserError(refusal)
@@ -305,7 +307,7 @@ def _search(
         algorithm=spec.algorithm,
     )
     explorer.result.owner = this_process()
-    seeded = _sensitivity_start(built, workload)  # after the Explorer has checked its algorithm
+    seeded = sensitivity_start(built, workload)  # after the Explorer has checked its algorithm
     try:
         if seeded:
             _seed_from_sensitivity(built, workload, explorer.result)

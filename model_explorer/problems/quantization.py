@@ -212,7 +212,6 @@ class LayerwiseQuantizationProblem(ModelProblem):
         # constraints (found by bisection), where the front's cheap end begins
         last = last_accepted(path, accepts)
         self.seeds = spread(path[: last + 1] if last >= 0 else path, count)
-        self.sensitivity = table
         return sum(spent)
 
     def _bit_weights(self, bounds: list[tuple[int, int]]) -> list[float] | None:
@@ -223,11 +222,12 @@ class LayerwiseQuantizationProblem(ModelProblem):
         name = next((o.name for o in self.objectives if o.name in known), None)
         if name is None:
             return None
-        weights = []
+        weights = [1.0] * len(bounds)  # a quantizer fixed at one width is never lowered
         for i, (low, high) in enumerate(bounds):
-            lower = top.copy()
-            lower[i] = max(high - 1, low)
-            weights.append(known[name] - self.known_values(lower)[name] if high > low else 1.0)
+            if high > low:
+                lower = top.copy()
+                lower[i] = high - 1
+                weights[i] = known[name] - self.known_values(lower)[name]
         return weights
 
     @property
