@@ -172,6 +172,12 @@ def plot_efficiency(result: ExplorationResult, reference: dict[str, float] | Non
     axes.step(
         [s for s, _ in history], [h for _, h in history], where="post", gid="hypervolume-samples"
     )
+    seeding = result.stats.get("sensitivity_forwards", 0)  # spent before the first evaluation
+    if seeding:
+        label = f"sensitivity seeds ({seeding:,})"
+        axes.axvspan(0, seeding, color="0.9", label=label, gid="sensitivity-seeds")
+        axes.legend(loc="lower right", fontsize=8)
+    axes.set_xlim(left=0)
     axes.set_xlabel("sample-forwards")
     axes.set_ylabel("hypervolume (normalised)")
     axes.set_title(reference_text(reference), fontsize=8)

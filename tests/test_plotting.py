@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from model_explorer.cost.energy import analytic_energy
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.models import create_model
-from model_explorer.results import ExplorationResult
+from model_explorer.results import ExplorationResult, samples_of
 from tests_support import Synthetic
 
 matplotlib.use("Agg")
@@ -69,6 +70,15 @@ def test_layer_convergence_and_energy_plots(synthetic) -> None:
     assert [tuple(p) for p in step.get_xydata()] == synthetic.hypervolume_by_samples(
         normalised=True
     )
+    assert not artists(efficiency, "sensitivity-seeds")  # a random start spent nothing before
+    # a seeded start: what its table spent is shaded from 0, the steps start after it
+    started = copy.copy(synthetic)
+    started.stats = {**synthetic.stats, "sensitivity_forwards": 700}
+    seeded = plotting.plot_efficiency(started)
+    (span,) = artists(seeded, "sensitivity-seeds")
+    assert span.get_x() == 0 and span.get_width() == 700
+    (step,) = artists(seeded, "hypervolume-samples")
+    assert step.get_xdata()[0] == 700 + samples_of(synthetic.records[0])
     rows = analytic_energy(create_model("digits_cnn").eval(), __import__("torch").zeros(1, 1, 8, 8))
     energy = plotting.plot_dram_energy(rows)
     stacks = [artists(energy, f"energy-{kind}") for kind in ("weights", "inputs", "outputs")]
