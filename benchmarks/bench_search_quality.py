@@ -38,6 +38,7 @@ import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
+from peer_result import Scoring
 from prepared import prepared_context
 
 from model_explorer.exploration.explore import (
@@ -189,12 +190,12 @@ def integer_program(problem, cost: str, minimum: float, steps: int = 8) -> Run: 
 
 # The peers' searches, each run through its own public API (benchmarks/peer_*.py), and what
 # each is asked for: modelopt's AutoQuantize an effective-bits budget per configuration,
-# AIMET's AMP (activation bits, parameter bits) candidates.
+# AIMET's AMP (activation bits, parameter bits) candidates; both score with the workload's
+# metric (peer_result.Scoring: labelled or, as cosine, against the float model's outputs).
 PEERS = ("aimet", "modelopt")
 # Cost budgets of the best-accuracy table, as fractions of the reference cost (every quantizer
 # at its upper bound): with bits 2-8, 0.375 is 3 bits per quantizer on average, 0.5 is 4.
 BUDGETS = (0.375, 0.4375, 0.5)
-AUTOQUANTIZE_BUDGETS = [b / 4 for b in range(8, 33)]  # 2 to 8 effective bits by 0.25
 
 
 def peer_runs(  # noqa: ANN201
@@ -226,36 +227,36 @@ def peer_runs(  # noqa: ANN201
         genes.append((layer, quantizer.removesuffix("_quantizer"), *variable_bounds(variable)))
     calibration = list(context.batches("calibrate"))
     evaluation = list(problem.batches)
+    scoring = Scoring(context.workload.metric)
+    low, high = min(g[2] for g in genes), max(g[3] for g in genes)
     runs: dict[str, list[Run]] = {}
     for name, peer in installed:
         model = context.build_model()
         if name == "modelopt":
-            found = peer.propose(model, calibration, evaluation, genes, AUTOQUANTIZE_BUDGETS, 0)
+            found = peer.propose(
+                model,
+                calibration,
+                evaluation,
+                genes,
+                autoquantize_budgets(low, high),
+                0,
+                scoring=scoring,
+            )
             label = "modelopt AutoQuantize"
-        else:
-            for size in aimet_sets:
-                candidates = aimet_candidates(size, genes)
-                inputs = [batch[0] for batch in calibration]
-                found = peer.propose(model, inputs, evaluation, genes, candidates, seed=0)
-                label = f"AIMET AMP, {len(candidates)} candidates"
-                runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+            runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
             continue
-        runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+        for size in aimet_sets:
+            candidates = peer.candidates(size, low, high)
+            inputs = [batch[0] for batch in calibration]
+            found = peer.propose(model, inputs, evaluation, genes, candidates, 0, scoring)
+            label = f"AIMET AMP, {len(candidates)} candidates"
+            runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
     return runs
 
 
-def aimet_candidates(size: int, genes: list) -> list[tuple[int, int]]:  # noqa: ANN001
-    """AIMET's (activation bits, parameter bits) candidates: 4, its documentation's ladder
-    (8, 8), (4, 8), (4, 4), (2, 4); 9, every pair of {8, 4, 2}; 25, every pair of
-    {8, 6, 4, 3, 2}; clipped to the genes' bit range."""
-    low, high = min(g[2] for g in genes), max(g[3] for g in genes)
-    levels = {4: None, 9: (8, 4, 2), 25: (8, 6, 4, 3, 2)}[size]
-    if levels is None:
-        pairs = [(8, 8), (4, 8), (4, 4), (2, 4)]
-    else:
-        pairs = [(a, w) for a in levels for w in levels]
-    clipped = [(min(max(a, low), high), min(max(w, low), high)) for a, w in pairs]
-    return list(dict.fromkeys(clipped))
+def autoquantize_budgets(low: int, high: int) -> list[float]:
+    """AutoQuantize's effective-bits constraints: the genes' bit range by quarter bits."""
+    return [b / 4 for b in range(4 * low, 4 * high + 1)]
 
 
 def rescored(found, label: str, problem, cost: str) -> Run:  # noqa: ANN001
@@ -293,7 +294,7 @@ def main() -> None:
     parser.add_argument(
         "--aimet-candidates",
         default="4,9",
-        help="AIMET AMP's candidate sets to run, by size: 4, 9, 25 (see aimet_candidates)",
+        help="AIMET AMP's candidate sets to run, by size: 4, 9, 25 (peer_aimet.candidates)",
     )
     parser.add_argument(
         "--budgets",

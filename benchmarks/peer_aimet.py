@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
-from peer_result import Gene, PeerResult
+from peer_result import Gene, PeerResult, Scoring
 
 # a quantizer as AIMET's quantizer groups name it: ('input', '<module>_input_quantizer_idx_0'),
 # ('output', '<module>') or ('weight', '<module>')
@@ -47,15 +47,21 @@ def available() -> str | None:
     return None
 
 
-def ladder_candidates(low: int, high: int) -> list[tuple[int, int]]:
-    """AIMET-style (activation bits, parameter bits) candidates from a bit range: the powers of
-    two within [low, high] (and `high` itself), lowering activations first, then parameters,
-    e.g. 2..8 gives (8, 8), (4, 8), (4, 4), (2, 4), (2, 2)."""
-    levels = sorted({high, *(2**k for k in range(1, 8) if low <= 2**k <= high)}, reverse=True)
-    ladder = [(levels[0], levels[0])]
-    for level in levels[1:]:
-        ladder += [(level, ladder[-1][1]), (level, level)]
-    return ladder
+def candidates(size: int, low: int, high: int) -> list[tuple[int, int]]:
+    """AIMET's (activation bits, parameter bits) candidates of one of three sizes, from levels
+    spaced geometrically over the genes' bit range [low, high] (rounded): 4, the ladder of its
+    documentation over three levels, e.g. (8, 8), (4, 8), (4, 4), (2, 4) for 2-8 bits; 9, every
+    pair of three levels ({8, 4, 2} for 2-8, {10, 6, 4} for 4-10); 25, every pair of five
+    ({8, 6, 4, 3, 2} for 2-8, {10, 8, 6, 5, 4} for 4-10)."""
+    count = {4: 3, 9: 3, 25: 5}.get(size)
+    if count is None:
+        raise ValueError(f"AIMET candidate sets have 4, 9 or 25 candidates, not {size}")
+    ratio = high / low
+    levels = sorted({round(high / ratio ** (k / (count - 1))) for k in range(count)}, reverse=True)
+    if size == 4:
+        top, middle, bottom = levels[0], levels[len(levels) // 2], levels[-1]
+        return list(dict.fromkeys([(top, top), (middle, top), (middle, middle), (bottom, middle)]))
+    return [(a, w) for a in levels for w in levels]
 
 
 class _SampleCounter:
@@ -81,15 +87,49 @@ def _calibrate(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
             model(inputs)
 
 
-def _top1(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """AIMET's evaluation callback: top-1 accuracy over the evaluation batches."""
-    correct = total = 0
-    with torch.no_grad():
-        for inputs, labels in batches:
-            predicted = model(inputs).argmax(dim=1)
-            correct += int((predicted == labels.to(predicted.device)).sum())
-            total += int(labels.shape[0])
-    return correct / max(total, 1)
+def _prepared(model: torch.nn.Module, prepare_model: Callable[..., Any]) -> tuple[Any, list[str]]:
+    """The model AIMET quantizes, and what was done to get it: its eval-mode dropouts made
+    identities (the same function; AIMET's quantizer groups cannot take a dropout's unset output
+    quantizer), then `prepare_model`'s graph, or the model as it is where torch.fx cannot trace
+    it (e.g. a Hugging Face BERT's shape-dependent slicing): QuantizationSimModel wraps its
+    modules all the same, and its functional operations stay float."""
+    notes = []
+    dropouts = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, torch.nn.modules.dropout._DropoutNd)
+    ]
+    for parent, name in dropouts:
+        setattr(parent, name, torch.nn.Identity())
+    if dropouts:
+        notes.append(f"{len(dropouts)} dropouts (identities in eval mode) made nn.Identity")
+    try:
+        return prepare_model(model), notes
+    except Exception as error:  # noqa: BLE001 - any tracing failure: AIMET's unprepared flow
+        reason = str(error).splitlines()[0][:120] if str(error) else ""
+        notes.append(
+            f"prepare_model failed ({type(error).__name__}: {reason}): the model unprepared, "
+            "its functional operations (attention, residual adds, activations) unquantized"
+        )
+        return model, notes
+
+
+def _quantize_embedding_outputs(sim: Any, bits: int) -> list[str]:
+    """Embedding lookups whose output quantizer AIMET left unset get one (`bits`, asymmetric,
+    as its default config quantizes op outputs): its quantizer-group search reads every
+    producer's output quantizers and fails on an unset one."""
+    from aimet_torch.quantization.affine import QuantizeDequantize
+
+    named = []
+    for name, module in sim.model.named_modules():
+        outputs = getattr(module, "output_quantizers", None)
+        if isinstance(module, torch.nn.Embedding) and outputs is not None and outputs[0] is None:
+            outputs[0] = QuantizeDequantize((), bits, symmetric=False)
+            named.append(name)
+    if not named:
+        return []
+    return [f"output quantizers of {', '.join(named)} set at {bits} bits (AIMET left them unset)"]
 
 
 def _feeding_quantizers(sim: Any, layers: Iterable[str]) -> dict[str, set[QuantizerKey]]:
@@ -222,6 +262,7 @@ def propose(
     genes: list[Gene],
     candidates: list[tuple[int, int]],
     seed: int,
+    scoring: Scoring | None = None,
     fold_batch_norms: bool = False,
     results_dir: str | None = None,
     verbose: bool = False,
@@ -232,11 +273,12 @@ def propose(
     Args:
         float_model: the trained float model in eval mode (not modified).
         calibration: input batches AIMET computes its encodings on.
-        evaluation: (inputs, labels) batches; AIMET's phase-1 and phase-2 callbacks return the
-            top-1 accuracy on all of them.
+        evaluation: (inputs, targets) batches; AIMET's phase-1 and phase-2 callbacks return
+            `scoring`'s score on all of them.
         genes: in genome order, (layer name, 'input' or 'weight', lowest bits, highest bits).
         candidates: AIMET's (activation bits, parameter bits) candidates.
         seed: seeds torch (AIMET's algorithm itself is deterministic).
+        scoring: the workload's metric (top-1 accuracy against labels by default).
         fold_batch_norms: fold batch norms into the preceding layers first (AIMET's usual flow;
             off by default because the project quantizes the model's weights as given).
         results_dir: where AIMET writes its cache and plots (a temporary folder if None).
@@ -265,7 +307,7 @@ def propose(
         from aimet_torch.batch_norm_fold import fold_all_batch_norms
 
         fold_all_batch_norms(model, input_shapes=tuple(dummy.shape), dummy_input=dummy)
-    prepared = prepare_model(model)
+    prepared, preparation = _prepared(model, prepare_model)
     missing = sorted({layer for layer, *_ in genes} - dict(prepared.named_modules()).keys())
     if missing:
         raise ValueError(f"AIMET's prepared model lost the layer names {missing}")
@@ -274,6 +316,8 @@ def propose(
     sim = QuantizationSimModel(
         prepared, dummy_input=dummy, default_output_bw=top, default_param_bw=top
     )
+    preparation += _quantize_embedding_outputs(sim, top)
+    scoring = scoring or Scoring("top1")
     counter = _SampleCounter(sim.model)
     passes = {"encodings": 0, "evaluations": 0}
 
@@ -283,7 +327,7 @@ def propose(
 
     def evaluate_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
         passes["evaluations"] += 1
-        return _top1(module, batches)
+        return scoring.score(module, batches)
 
     calibrate = CallbackFunc(calibrate_counted, calibration)
     evaluate = CallbackFunc(evaluate_counted, evaluation)
@@ -329,7 +373,7 @@ def propose(
             genomes.append(genome)
 
     calibration_samples = sum(int(batch.shape[0]) for batch in calibration)
-    evaluation_samples = sum(int(labels.shape[0]) for _, labels in evaluation)
+    evaluation_samples = sum(int(targets.shape[0]) for _, targets in evaluation)
     other = (
         counter.samples
         - calibration_samples * passes["encodings"]
@@ -339,6 +383,8 @@ def propose(
         f"aimet-torch choose_mixed_precision, candidates {list(map(tuple, candidates))}, "
         f"baseline {baseline}, BruteForce phase 2 with no accuracy limit: {len(pareto)} curve "
         f"points over {len(groups)} quantizer groups, {len(genomes)} distinct genomes",
+        *preparation,
+        f"AIMET's evaluation callbacks score {scoring.name} on the benchmark's subset",
         "AIMET groups each weight with the activation quantizer feeding its layer and moves "
         "both to one (activation, parameter) candidate; its weights are per channel (default "
         "config), encodings min-max on the calibration batches",

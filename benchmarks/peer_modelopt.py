@@ -3,7 +3,8 @@
 `propose` runs `modelopt.torch.quantization.auto_quantize` (gradient method) once on a copy of
 the float model: it calibrates every candidate format with modelopt's max calibration and
 scores each layer's sensitivity to each format from the loss gradient at the layer's output
-(cross entropy on labelled calibration batches). For every budget,
+(cross entropy on labelled calibration batches, or for a label-free metric such as cosine a loss
+against the float model's outputs: see peer_result.Scoring). For every budget,
 `modelopt.torch.quantization.get_auto_quantize_config` then solves modelopt's integer program
 over those scores for that effective-bits constraint, without touching the model again. Each
 per-layer choice is mapped back to one input and one weight bit width of the benchmark's genome.
@@ -20,12 +21,11 @@ import itertools
 import logging
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from peer_result import Gene, PeerResult
+from peer_result import Gene, PeerResult, Scoring
 from torch import nn
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -99,6 +99,7 @@ def propose(
     budgets: Sequence[float],
     seed: int,
     *,
+    scoring: Scoring | None = None,
     levels: Sequence[int] = DEFAULT_LEVELS,
     pairs: Sequence[tuple[int, int]] | None = None,
     cost: str = "mean",
@@ -110,15 +111,16 @@ def propose(
     """AutoQuantize's per-layer formats for each effective-bits budget, as genomes.
 
     Steps: deep-copy the model to the CPU (in-place activations made out of place), run
-    `mtq.auto_quantize` with the candidate formats, cross entropy as the loss and every layer
+    `mtq.auto_quantize` with the candidate formats, `scoring`'s loss and every layer
     the genes name in its search space (other Conv/Linear layers disabled); rescale the scores
     of the returned search state (see `_rescaled`); for each budget, `mtq.get_auto_quantize_config`
     re-solves modelopt's program and its per-quantizer `num_bits` become the genome.
 
     Args:
         float_model: the trained float model; a deep copy is quantized, it is left as it is.
-        calibration: labelled batches (inputs, labels) for modelopt's calibration and for its
-            gradient scores (cross entropy against the labels).
+        calibration: (inputs, targets) batches for modelopt's calibration and for its
+            gradient scores (`scoring.loss` against the targets: labels, or the float model's
+            outputs for a label-free metric).
         evaluation: the benchmark's evaluation batches; not used (AutoQuantize does not
             evaluate candidates), taken for the common peer interface.
         genes: in genome order, (layer name in `float_model`, 'input' or 'weight', lowest bits,
@@ -127,6 +129,8 @@ def propose(
             each, in this order.
         seed: seeds torch (in a forked RNG state) for the search; AutoQuantize itself draws no
             random numbers.
+        scoring: the workload's metric, whose `loss` AutoQuantize's gradients follow (top-1:
+            cross entropy, by default).
         levels: bit widths of the default chain of formats, see `candidate_pairs`.
         pairs: (input bits, weight bits) of the candidate formats instead of that chain.
         cost: what a format's effective bits are, see `candidate_format`.
@@ -142,9 +146,10 @@ def propose(
     """
     del evaluation  # AutoQuantize evaluates nothing itself
     start = time.perf_counter()
-    batches = [_labelled(batch) for batch in calibration]
+    batches = [_with_targets(batch) for batch in calibration]
     if not batches:
-        raise ValueError("calibration: AutoQuantize needs at least one labelled batch")
+        raise ValueError("calibration: AutoQuantize needs at least one (inputs, targets) batch")
+    scoring = scoring or Scoring("top1")
     calib_steps = min(calib_batches or len(batches), len(batches))
     score_steps = min(score_batches or len(batches), len(batches))
     pairs = list(pairs) if pairs is not None else candidate_pairs(genes, levels)
@@ -157,7 +162,13 @@ def propose(
             "allow_no_quant": allow_no_quant,
         }
     ]
-    run = _Run(batches, formats, search_spaces, _unsearched_layers(float_model, layers))
+    run = _Run(
+        batches,
+        formats,
+        search_spaces,
+        _unsearched_layers(float_model, layers),
+        lambda output, batch: scoring.loss(output, batch[1]),
+    )
     genomes: list[list[int]] = []
     reached: list[float] = []
     state: dict[str, Any] | None = None
@@ -176,7 +187,8 @@ def propose(
         f"weights, max calibration; a format's effective bits = {_COST_WORDS[cost]}, the "
         "constraint their mean over layers weighted by weight elements; "
         f"{'no-quant allowed' if allow_no_quant else 'every searched layer quantized'}; "
-        f"scores: cross entropy on {run.scored // run.runs} labelled calibration samples, "
+        f"scores: {_LOSS_WORDS[scoring.label_free]} ({scoring.name}) on {run.scored // run.runs} "
+        "calibration samples, "
         f"{'scored once and re-solved per budget' if reuse_scores else 'one run per budget'} "
         "(scores rescaled to a largest of 1e6 before solving: CBC ignores differences of "
         f"~1e-7); effective bits reached {[round(b, 3) for b in reached]}. Forwards "
@@ -193,6 +205,7 @@ def propose(
     return PeerResult(genomes, forwards, time.perf_counter() - start, notes)
 
 
+_LOSS_WORDS = {False: "cross entropy against labels", True: "loss to the float outputs"}
 _COST_WORDS = {
     "mean": "mean of input and weight bits",
     "weight": "weight bits",
@@ -250,9 +263,11 @@ class _Run:
         formats: list[dict[str, Any]],
         search_spaces: list[dict[str, Any]],
         disabled: list[str],
+        loss: Callable[[torch.Tensor, Batch], torch.Tensor],
     ) -> None:
         self.batches, self.formats = batches, formats
         self.search_spaces, self.disabled = search_spaces, disabled
+        self.loss = loss  # AutoQuantize's loss_func(output, batch) for its gradient scores
         self.calibrated = self.scored = self.runs = 0
 
     def __call__(
@@ -270,7 +285,7 @@ class _Run:
                 module_search_spaces=self.search_spaces,
                 data_loader=self.batches,
                 forward_step=self._forward,
-                loss_func=_loss,
+                loss_func=self.loss,
                 disabled_layers=self.disabled or None,
                 num_calib_steps=calib_steps,
                 num_score_steps=score_steps,
@@ -319,18 +334,14 @@ def _version() -> str:
     return str(getattr(modelopt, "__version__", "?"))
 
 
-def _loss(output: torch.Tensor, batch: Batch) -> torch.Tensor:
-    return F.cross_entropy(output, batch[1])
-
-
-def _labelled(batch: Any) -> Batch:
-    """A calibration batch as (inputs, labels) on the CPU; bare tensors have no labels."""
+def _with_targets(batch: Any) -> Batch:
+    """A calibration batch as (inputs, targets) on the CPU; bare tensors have no targets."""
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         raise TypeError(
-            "calibration: AutoQuantize's gradient scores need labelled (inputs, labels) batches"
+            "calibration: AutoQuantize's gradient scores need (inputs, targets) batches"
         )
-    inputs, labels = batch
-    return inputs.to("cpu"), labels.to("cpu")
+    inputs, targets = batch
+    return inputs.to("cpu"), targets.to("cpu")
 
 
 def _unsearched_layers(model: nn.Module, layers: Sequence[str]) -> list[str]:

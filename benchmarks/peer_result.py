@@ -1,9 +1,14 @@
-"""What a peer search of the benchmark (peer_aimet.py, peer_modelopt.py) hands back, and the
-genes it is asked about."""
+"""What a peer search of the benchmark (peer_aimet.py, peer_modelopt.py) hands back, the
+genes it is asked about, and how it scores a model (the workload's metric)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
 
 # (layer name, role, lowest bits, highest bits); role is 'input' or 'weight'
 Gene = tuple[str, str, int, int]
@@ -26,3 +31,53 @@ class PeerResult:
     forwards: int
     seconds: float
     notes: str
+
+
+class Scoring:
+    """How a peer scores a model against the benchmark's targets: with the workload's metric,
+    so that a peer optimises what the benchmark measures, labelled (top1) or label-free
+    (cosine, kl, agreement: the targets are the float model's outputs).
+
+    `score(model, batches)` is the metric over (inputs, targets) batches, negated for a metric
+    where lower is better (kl), so that higher is better as AIMET's evaluation callbacks
+    assume. `loss(output, targets)` is the differentiable loss a gradient-based peer
+    (AutoQuantize) scores with: cross entropy against the labels for a labelled metric; for a
+    label-free one the metric's own per-sample value where it has a gradient (cosine: 1 minus
+    it; kl: itself), else (agreement, an argmax) the KL divergence to the float outputs.
+    """
+
+    def __init__(self, metric: Any = "top1") -> None:
+        from model_explorer.metrics import create_metric
+
+        self.metric = metric
+        self.name = metric if isinstance(metric, str) else metric.type
+        probe = create_metric(metric)
+        self.sign = 1.0 if probe.higher_is_better else -1.0
+        self.label_free = probe.needs_reference
+        self.ignore_index = getattr(probe, "ignore_index", None)
+
+    def score(self, model: torch.nn.Module, batches: Iterable[tuple[Any, Any]]) -> float:
+        """The metric over every batch, signed so that higher is better."""
+        from model_explorer.metrics import create_metric
+
+        metric = create_metric(self.metric)
+        with torch.no_grad():
+            for inputs, targets in batches:
+                output = model(inputs)
+                metric.update(output, targets.to(output.device))
+        return self.sign * metric.compute()
+
+    def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """A differentiable loss of `output` against the batch's targets (lower is better)."""
+        targets = targets.to(output.device)
+        if not self.label_free:
+            ignore = -100 if self.ignore_index is None else self.ignore_index
+            return F.cross_entropy(output, targets, ignore_index=ignore)
+        from model_explorer.metrics import create_metric
+
+        metric = create_metric(self.metric)
+        values = metric.per_sample(output.float(), targets.float())
+        if values.requires_grad or not output.requires_grad:
+            return (metric.best - values).mean() if self.sign > 0 else values.mean()
+        log_p, log_q = targets.float().log_softmax(dim=1), output.float().log_softmax(dim=1)
+        return (log_p.exp() * (log_p - log_q)).sum(dim=1).mean()

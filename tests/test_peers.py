@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -30,17 +31,95 @@ def test_a_peer_that_is_not_installed_is_one_line(benchmarks, capsys, monkeypatc
     assert len(lines) == 1 and lines[0].startswith("aimet: skipped (aimet-torch does not import")
 
 
-def test_autoquantize_meets_its_budgets_on_the_genome(benchmarks) -> None:
+@pytest.mark.parametrize("metric", ["top1", "cosine"])
+def test_autoquantize_meets_its_budgets_on_the_genome(benchmarks, metric: str) -> None:
     pytest.importorskip("modelopt.torch.quantization", reason="the modelopt extra is missing")
     peer = importlib.import_module("peer_modelopt")
+    scoring = importlib.import_module("peer_result").Scoring(metric)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
     inputs = torch.randn(64, 6)
-    batches = [(inputs[i : i + 32], model(inputs[i : i + 32]).argmax(1)) for i in (0, 32)]
+    with torch.no_grad():  # labels, or the float outputs as a label-free metric's targets
+        targets = [model(inputs[i : i + 32]) for i in (0, 32)]
+    if metric == "top1":
+        targets = [t.argmax(1) for t in targets]
+    batches = [(inputs[i : i + 32], t) for i, t in zip((0, 32), targets, strict=True)]
     genes = [(layer, role, 2, 8) for layer in ("0", "2") for role in ("input", "weight")]
-    found = peer.propose(model, batches, batches, genes, [2.0, 8.0], seed=0)
+    found = peer.propose(model, batches, batches, genes, [2.0, 8.0], seed=0, scoring=scoring)
     assert found.genomes == [[2, 2, 2, 2], [8, 8, 8, 8]]
+    assert metric in found.notes
     # One calibration pass per format over 64 samples, then 64 scored samples each counted
     # as a forward and a backward plus one re-run per format.
     formats = len(peer.candidate_pairs(genes, peer.DEFAULT_LEVELS))
     assert found.forwards == 64 * formats + 64 * (2 + formats)
+
+
+def test_the_peers_score_with_the_workloads_metric(benchmarks) -> None:
+    """Scoring against hand computations in numpy: top-1 and cross entropy against labels;
+    cosine (1 - cosine as the loss), kl (negated as a score) and agreement (the KL divergence
+    to the float outputs as its loss, since an argmax has no gradient) against float outputs."""
+    scoring = importlib.import_module("peer_result").Scoring
+    torch.manual_seed(1)
+    output, reference = torch.randn(8, 5, requires_grad=True), torch.randn(8, 5)
+    labels = reference.argmax(1)
+    o, r = output.detach().double().numpy(), reference.double().numpy()
+
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        shifted = x - x.max(axis=1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+    cosines = (o * r).sum(1) / np.linalg.norm(o, axis=1) / np.linalg.norm(r, axis=1)
+    kl = (np.exp(log_softmax(r)) * (log_softmax(r) - log_softmax(o))).sum(1)
+    entropy = -log_softmax(o)[np.arange(8), labels.numpy()]
+    same = (o.argmax(1) == r.argmax(1)).mean()
+    model = nn.Identity()
+
+    def check(metric: str, targets: torch.Tensor, score: float, loss: float) -> None:
+        found = scoring(metric)
+        assert found.score(
+            model, [(output[:3].detach(), targets[:3]), (output[3:].detach(), targets[3:])]
+        ) == pytest.approx(score)
+        value = found.loss(output, targets)
+        assert value.item() == pytest.approx(loss, rel=1e-5)
+        assert value.requires_grad  # a gradient for AutoQuantize's scores
+
+    check("top1", labels, (o.argmax(1) == labels.numpy()).mean(), entropy.mean())
+    check("cosine", reference, cosines.mean(), 1 - cosines.mean())
+    check("kl", reference, -kl.mean(), kl.mean())
+    check("agreement", reference, same, kl.mean())
+
+
+def test_aimet_candidate_sets_span_the_genes_bit_range(benchmarks) -> None:
+    """On 2-8 bits, AIMET's documented ladder and the pairs of {8, 4, 2} / {8, 6, 4, 3, 2};
+    on 4-10 bits, levels spaced geometrically by hand: 4 x 2.5^(k/2) = 4, 6.3, 10 and
+    4 x 2.5^(k/4) = 4, 5.0, 6.3, 7.9, 10."""
+    candidates = importlib.import_module("peer_aimet").candidates
+    assert candidates(4, 2, 8) == [(8, 8), (4, 8), (4, 4), (2, 4)]
+    assert candidates(9, 2, 8) == [(a, w) for a in (8, 4, 2) for w in (8, 4, 2)]
+    assert candidates(25, 2, 8) == [(a, w) for a in (8, 6, 4, 3, 2) for w in (8, 6, 4, 3, 2)]
+    assert candidates(4, 4, 10) == [(10, 10), (6, 10), (6, 6), (4, 6)]
+    assert candidates(25, 4, 10) == [(a, w) for a in (10, 8, 6, 5, 4) for w in (10, 8, 6, 5, 4)]
+    with pytest.raises(ValueError, match="4, 9 or 25"):
+        candidates(16, 2, 8)
+
+
+def test_aimet_gets_the_model_unprepared_where_tracing_fails(benchmarks) -> None:
+    """A model torch.fx cannot trace (a planted failure of prepare_model) goes to AIMET as it
+    is, its eval-mode dropouts made identities: the same function, and the reason in the notes."""
+    prepared = importlib.import_module("peer_aimet")._prepared
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Sequential(nn.Dropout1d(0.2)))
+    model.eval()
+    inputs = torch.randn(3, 4)
+    expected = model(inputs)
+
+    def untraceable(module: nn.Module) -> nn.Module:
+        raise TypeError("slice indices must be integers")
+
+    found, notes = prepared(model, untraceable)
+    assert found is model
+    assert not any(isinstance(m, nn.modules.dropout._DropoutNd) for m in found.modules())
+    torch.testing.assert_close(found(inputs), expected)
+    assert notes[0].startswith("2 dropouts") and "slice indices must be integers" in notes[1]
+    found, notes = prepared(model, lambda module: "traced")
+    assert found == "traced" and notes == []  # no dropout left to replace, prepared as is
