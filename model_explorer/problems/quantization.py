@@ -184,24 +184,37 @@ class LayerwiseQuantizationProblem(ModelProblem):
 
     def seed_from_sensitivity(self, count: int) -> int:
         """Seed `count` genomes along a bit allocation from the one-at-a-time sensitivity
-        table at the lowest bit width (sensitivity.allocation_path: the least sensitive
-        quantizers, per unit of cost, lowered first), spread from its start down to the
+        table at the lowest bit width and how fast each drop falls with the bits
+        (sensitivity.allocation_path: the least sensitive quantizers, per unit of cost,
+        lowered first), spread from its start down to the
         cheapest point that keeps the constraints (bisection over evaluations); returns the
         sample-forwards the table and the bisection took."""
         from model_explorer.quantization.sensitivity import (
+            SensitivityTable,
             allocation_path,
+            decay_rates,
             last_accepted,
             layer_sensitivity,
+            resolvable,
             spread,
         )
 
         if self.sensitivity_refusal is not None:
             raise UserError(self.sensitivity_refusal)
         low = min(int(v.lower) for v in self.variables)
-        table = layer_sensitivity(self.model, self.batches, self.metric, low)
         bounds = [(int(v.lower), int(v.upper)) for v in self.variables]
-        path = allocation_path(table, bounds, self._bit_weights(bounds))
-        spent = [(len(table.rows) + 1) * self.batches.num_samples]
+        table = layer_sensitivity(self.model, self.batches, self.metric, low)
+        # how fast each drop falls with the bits, from a second table two bits wider for the
+        # quantizers whose drop there can be resolved (decay_rates; 4 per bit elsewhere)
+        wider = SensitivityTable(table.baseline, low + 2, [])
+        if low + 2 < max(high for _, high in bounds):
+            names = resolvable(table)
+            wider = layer_sensitivity(
+                self.model, self.batches, self.metric, low + 2, names, table.baseline
+            )
+        rates = decay_rates(table, wider)
+        path = allocation_path(table, bounds, self._bit_weights(bounds), rates)
+        spent = [(len(table.rows) + len(wider.rows) + 1) * self.batches.num_samples]
 
         def accepts(configuration: list[int]) -> bool:
             _, evaluation = self.evaluate(configuration)

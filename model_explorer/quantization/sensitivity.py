@@ -77,32 +77,86 @@ def _alone(model: Any, batches: Iterable[Any], metric: Any, name: str | None, bi
 
 
 def layer_sensitivity(
-    model: Any, batches: Iterable[Any], metric: Any, bits: int
+    model: Any,
+    batches: Iterable[Any],
+    metric: Any,
+    bits: int,
+    names: Iterable[str] | None = None,
+    baseline: float | None = None,
 ) -> SensitivityTable:
-    """Per quantizer of `model` (a calibrated QuantizedModel, in `explorable_modules` order),
-    the accuracy with only it on at `bits`; a multi-output model counts the mean accuracy."""
-    baseline = _alone(model, batches, metric, None, bits)
+    """Per quantizer of `model` (a calibrated QuantizedModel, in `explorable_modules` order;
+    only `names` when given), the accuracy with only it on at `bits`; a multi-output model
+    counts the mean accuracy. `baseline`: the accuracy with every quantizer off, when already
+    measured (it does not depend on `bits`)."""
+    if baseline is None:
+        baseline = _alone(model, batches, metric, None, bits)
+    wanted = None if names is None else set(names)
     rows = []
     for name in model.explorable_modules:
-        accuracy = _alone(model, batches, metric, name, bits)
-        rows.append(Row(name, accuracy, baseline - accuracy))
+        if wanted is None or name in wanted:
+            accuracy = _alone(model, batches, metric, name, bits)
+            rows.append(Row(name, accuracy, baseline - accuracy))
     return SensitivityTable(baseline, bits, rows)
+
+
+# A drop at a second width is used where it is at least this many times the table's
+# resolution (its smallest positive drop: one sample for top-1), so that a ratio of two drops
+# is not one of two counts of a sample or two; the rate it gives is kept between these bounds
+# per bit (2: the error's amplitude halves with each bit, 4: its power, the noise model).
+RESOLVED = 4.0
+RATE_BOUNDS = (2.0, 4.0)
+
+
+def resolvable(table: SensitivityTable) -> list[str]:
+    """The quantizers whose drop at a wider width could be resolved: those whose drop at
+    `table.bits` is at least RESOLVED times the table's resolution (a drop falls as bits
+    rise, so the others' would not be)."""
+    positive = [row.drop for row in table.rows if row.drop > 0]
+    if not positive:
+        return []
+    return [row.name for row in table.rows if row.drop >= RESOLVED * min(positive)]
+
+
+def decay_rates(table: SensitivityTable, wider: SensitivityTable) -> list[float]:
+    """Per quantizer of `table`, the factor by which its accuracy drop falls per bit, from its
+    drops at `table.bits` and `wider.bits`: (d_low / d_wide) ** (1 / bits apart), within
+    RATE_BOUNDS, where `wider` has the quantizer with a drop of at least RESOLVED times the
+    table's resolution; elsewhere 4, the noise model (quantization noise power falls by 4 per
+    bit). Measured rates matter where a quantizer's error is not noise-like: an activation
+    quantizer with outliers whose clipping error stays as the bits rise (on MiniLM the drops
+    of its input quantizers fall by 1.5-3 per bit between 4 and 6 bits, those of its weights
+    by about 4)."""
+    positive = [row.drop for row in table.rows if row.drop > 0]
+    resolution = min(positive) if positive else float("inf")
+    wide = {row.name: row.drop for row in wider.rows}
+    apart = wider.bits - table.bits
+    rates = []
+    for row in table.rows:
+        drop = wide.get(row.name, 0.0)
+        if apart <= 0 or row.drop <= 0 or drop < RESOLVED * resolution:
+            rates.append(4.0)
+            continue
+        low, high = RATE_BOUNDS
+        rates.append(min(max((row.drop / drop) ** (1.0 / apart), low), high))
+    return rates
 
 
 def allocation_path(
     table: SensitivityTable,
     bounds: Sequence[tuple[int, int]],
     weights: Sequence[float] | None = None,
+    rates: Sequence[float] | None = None,
 ) -> list[list[int]]:
     """Greedy bit allocation from every quantizer at its upper bound down to every one at its
     lower bound, one bit at a time: each step lowers the quantizer whose estimated accuracy
     loss per unit of cost saved is least. A quantizer's loss at b bits is estimated from its
-    table drop d (measured at `table.bits`) as d * 4**(table.bits - b): quantization noise
-    power falls by 4 with every bit, so lowering it from b to b - 1 costs 3 * d * 4**(table.bits
-    - b), and the quantizers end near `0.5 * log2(d)` bits apart, the sensitive ones highest
-    (reverse water-filling; with equal costs per bit every point of the path is the optimum of
-    this separable convex estimate for its total bits). `weights`: each quantizer's cost per
-    bit (1 each when None). A drop at or below zero is below what the table resolves, not no
+    table drop d (measured at `table.bits`) as d * r**(table.bits - b), r its rate (`rates`,
+    see `decay_rates`; 4 when None: quantization noise power falls by 4 with every bit), so
+    lowering it from b to b - 1 costs d * r**(table.bits - b) * (r - 1), and with r = 4 the
+    quantizers end near `0.5 * log2(d)` bits apart, the sensitive ones highest (reverse
+    water-filling; with equal costs per bit every point of the path is the optimum of this
+    separable convex estimate for its total bits). `weights`: each quantizer's cost per bit (1
+    each when None). A drop at or below zero is below what the table resolves, not no
     loss: it counts as half the smallest positive drop (one sample of accuracy, usually), so
     that many such quantizers lowered together are not taken as free (on ResNet-20 the path
     keeps the minimum accuracy down to 4.4 bits per quantizer; counted as 1/100 of it, most
@@ -113,6 +167,7 @@ def allocation_path(
     floor = (min(positive) if positive else 1.0) / 2
     drops = [max(d, floor) for d in drops]
     weights = [1.0] * len(bounds) if weights is None else list(weights)
+    rates = [4.0] * len(bounds) if rates is None else list(rates)
     current = [high for _, high in bounds]
     path = []
     while True:
@@ -121,10 +176,18 @@ def allocation_path(
             return path
         i = min(
             lowerable,
-            key=lambda j: (drops[j] * 4.0 ** (table.bits - current[j]) / max(weights[j], 1e-12), j),
+            key=lambda j: (
+                _step_loss(drops[j], rates[j], table.bits - current[j]) / max(weights[j], 1e-12),
+                j,
+            ),
         )
         current[i] -= 1
         path.append(list(current))
+
+
+def _step_loss(drop: float, rate: float, below: int) -> float:
+    """Estimated loss of one bit less at `below` bits under the table's width."""
+    return drop * rate**below * (rate - 1.0)
 
 
 def last_accepted(path: Sequence[Any], accepts: Callable[[Any], bool]) -> int:

@@ -32,7 +32,13 @@ from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
 from model_explorer.models import build_model
-from model_explorer.quantization.sensitivity import Row, last_accepted, spread
+from model_explorer.quantization.sensitivity import (
+    Row,
+    decay_rates,
+    last_accepted,
+    resolvable,
+    spread,
+)
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 
@@ -564,24 +570,55 @@ def test_allocation_path_by_hand() -> None:
     assert allocation_path(equal, [(2, 3), (2, 3)])[0] == [2, 3]  # ties: the model's order
 
 
-def test_allocation_path_is_the_exhaustive_optimum_of_its_estimate() -> None:
-    # every point of the path has the least estimated loss, sum(d * 4**(bits - b)), of all
-    # configurations within the bounds with the same total bits (exhaustive search)
+@pytest.mark.parametrize("measured", [False, True])
+def test_allocation_path_is_the_exhaustive_optimum_of_its_estimate(measured: bool) -> None:
+    # every point of the path has the least estimated loss, sum(d * r**(bits - b)), of all
+    # configurations within the bounds with the same total bits (exhaustive search); r = 4,
+    # or a rate of each quantizer's own between 2 and 4
     rng = np.random.default_rng(3)
     bounds = [(2, 6), (3, 8), (2, 5), (4, 7)]
     drops = [float(d) for d in rng.uniform(0.001, 0.4, len(bounds))]
+    rates = [float(r) for r in rng.uniform(2, 4, len(bounds))] if measured else [4.0] * 4
     table = SensitivityTable(1.0, 2, [Row(str(i), 1 - d, d) for i, d in enumerate(drops)])
 
     def loss(config) -> float:  # noqa: ANN001
-        return sum(d * 4.0 ** (2 - b) for d, b in zip(drops, config, strict=True))
+        return sum(d * r ** (2 - b) for d, r, b in zip(drops, rates, config, strict=True))
 
     best: dict[int, float] = {}
     for config in itertools.product(*(range(low, high + 1) for low, high in bounds)):
         best[sum(config)] = min(best.get(sum(config), np.inf), loss(config))
-    path = allocation_path(table, bounds)
+    path = allocation_path(table, bounds, rates=rates if measured else None)
     assert len(path) == sum(high - low for low, high in bounds)
     for config in path:
         assert loss(config) == pytest.approx(best[sum(config)], rel=1e-12)
+
+
+def test_decay_rates_by_hand() -> None:
+    # drops at 2 bits: a 0.32, b 0.08, c 0.01 (the resolution: the smallest positive drop),
+    # d 0.02, e 0; only drops of at least 4 x 0.01 can be resolved two bits wider: a and b
+    low = SensitivityTable(
+        0.9,
+        2,
+        [Row(n, 0.9 - d, d) for n, d in zip("abcde", [0.32, 0.08, 0.01, 0.02, 0.0], strict=True)],
+    )
+    assert resolvable(low) == ["a", "b"]
+    # at 4 bits a drops to 0.08 (4x in two bits: 2 per bit), b to 0.03, below 4 x 0.01, so
+    # not resolved (4, the noise model); a drop falling by 9 in two bits (3 per bit) stays 3,
+    # one falling by 64 (8 per bit) is held at 4, one falling by 1.21 (1.1 per bit) at 2
+    wide = SensitivityTable(0.9, 4, [Row("a", 0.82, 0.08), Row("b", 0.87, 0.03)])
+    assert decay_rates(low, wide) == [2.0, 4.0, 4.0, 4.0, 4.0]
+    fine = SensitivityTable(0.9, 2, [Row("a", 0.0, 0.9), Row("c", 0.899, 0.001)])
+    for fall, rate in ((9.0, 3.0), (64.0, 4.0), (1.21, 2.0)):
+        wide = SensitivityTable(0.9, 4, [Row("a", 0.9 - 0.9 / fall, 0.9 / fall)])
+        assert decay_rates(fine, wide) == [pytest.approx(rate), 4.0]
+    # equal drops of 0.1 at 2 bits, a falling by 2 per bit, b by 4: a step from b bits costs
+    # 0.1 * r**(2 - b) * (r - 1): from 4 bits a 0.025, b 0.01875; from 3 bits a 0.05, b 0.075.
+    # b is lowered first (a's loss stays where the bits are high), a then goes down to 2 bits
+    # before b leaves 3
+    equal = SensitivityTable(0.9, 2, [Row("a", 0.8, 0.1), Row("b", 0.8, 0.1)])
+    path = allocation_path(equal, [(2, 4), (2, 4)], rates=[2.0, 4.0])
+    assert path == [[4, 3], [3, 3], [2, 3], [2, 2]]
+    assert allocation_path(equal, [(2, 4), (2, 4)])[:2] == [[3, 4], [3, 3]]  # the model's order
 
 
 def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
@@ -603,7 +640,9 @@ def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     context = _context(data, tmp_path, "again")
     model, batches = context.quantized_model, context.context.batches("exploration")
     table = layer_sensitivity(model, batches, "top1", 4)
-    path = allocation_path(table, [(4, 8)] * len(model.bit_widths))
+    wider = layer_sensitivity(model, batches, "top1", 6, resolvable(table))
+    rates = decay_rates(table, wider)
+    path = allocation_path(table, [(4, 8)] * len(model.bit_widths), rates=rates)
     first = [i.configuration for i in result.individuals if i.generation == 0][:4]
     last = path.index(first[-1])
     assert first == spread(path[: last + 1], 4)
@@ -616,7 +655,7 @@ def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     assert accuracy(path[last]) >= minimum
     assert last == len(path) - 1 or accuracy(path[last + 1]) < minimum
     # the table's and the bisection's forwards count in the search's, before its first
-    table_forwards = (len(model.bit_widths) + 1) * batches.num_samples
+    table_forwards = (len(model.bit_widths) + len(wider.rows) + 1) * batches.num_samples
     bisection = math.ceil(math.log2(len(path) + 1)) * batches.num_samples
     spent = result.stats["sensitivity_forwards"]
     assert table_forwards < spent <= table_forwards + bisection
