@@ -245,9 +245,9 @@ def peer_runs(  # noqa: ANN201
             label = "modelopt AutoQuantize"
             runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
             continue
+        inputs = [batch[0] for batch in calibration]  # AIMET calibrates on inputs alone
         for size in aimet_sets:
             candidates = peer.candidates(size, low, high)
-            inputs = [batch[0] for batch in calibration]
             found = peer.propose(model, inputs, evaluation, genes, candidates, 0, scoring)
             label = f"AIMET AMP, {len(candidates)} candidates"
             runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]

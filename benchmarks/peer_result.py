@@ -51,10 +51,10 @@ class Scoring:
 
         self.metric = metric
         self.name = metric if isinstance(metric, str) else metric.type
-        probe = create_metric(metric)
-        self.sign = 1.0 if probe.higher_is_better else -1.0
-        self.label_free = probe.needs_reference
-        self.ignore_index = getattr(probe, "ignore_index", None)
+        self._kind = create_metric(metric)  # its flags and per_sample (stateless), never updated
+        self.sign = 1.0 if self._kind.higher_is_better else -1.0
+        self.label_free = self._kind.needs_reference
+        self.ignore_index = getattr(self._kind, "ignore_index", None)
 
     def score(self, model: torch.nn.Module, batches: Iterable[tuple[Any, Any]]) -> float:
         """The metric over every batch, signed so that higher is better."""
@@ -73,11 +73,9 @@ class Scoring:
         if not self.label_free:
             ignore = -100 if self.ignore_index is None else self.ignore_index
             return F.cross_entropy(output, targets, ignore_index=ignore)
-        from model_explorer.metrics import create_metric
+        from model_explorer.metrics import KLDivergence
 
-        metric = create_metric(self.metric)
-        values = metric.per_sample(output.float(), targets.float())
+        values = self._kind.per_sample(output.float(), targets.float())
         if values.requires_grad or not output.requires_grad:
-            return (metric.best - values).mean() if self.sign > 0 else values.mean()
-        log_p, log_q = targets.float().log_softmax(dim=1), output.float().log_softmax(dim=1)
-        return (log_p.exp() * (log_p - log_q)).sum(dim=1).mean()
+            return (self._kind.best - values).mean() if self.sign > 0 else values.mean()
+        return KLDivergence().per_sample(output.float(), targets.float()).mean()

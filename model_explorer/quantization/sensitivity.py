@@ -31,6 +31,11 @@ class SensitivityTable:
         """Most sensitive first (ties keep the model's order)."""
         return sorted(self.rows, key=lambda row: -row.drop)
 
+    def resolution(self) -> float | None:
+        """The smallest positive drop: what the table can resolve (one sample of accuracy for
+        top-1), None when no drop is positive."""
+        return min((row.drop for row in self.rows if row.drop > 0), default=None)
+
     def drops(self) -> dict[str, float]:
         return {row.name: round(row.drop, 6) for row in self.rows}
 
@@ -111,10 +116,10 @@ def resolvable(table: SensitivityTable) -> list[str]:
     """The quantizers whose drop at a wider width could be resolved: those whose drop at
     `table.bits` is at least RESOLVED times the table's resolution (a drop falls as bits
     rise, so the others' would not be)."""
-    positive = [row.drop for row in table.rows if row.drop > 0]
-    if not positive:
+    resolution = table.resolution()
+    if resolution is None:
         return []
-    return [row.name for row in table.rows if row.drop >= RESOLVED * min(positive)]
+    return [row.name for row in table.rows if row.drop >= RESOLVED * resolution]
 
 
 def decay_rates(table: SensitivityTable, wider: SensitivityTable) -> list[float]:
@@ -126,18 +131,16 @@ def decay_rates(table: SensitivityTable, wider: SensitivityTable) -> list[float]
     quantizer with outliers whose clipping error stays as the bits rise (on MiniLM the drops
     of its input quantizers fall by 1.5-3 per bit between 4 and 6 bits, those of its weights
     by about 4)."""
-    positive = [row.drop for row in table.rows if row.drop > 0]
-    resolution = min(positive) if positive else float("inf")
+    resolution, apart = table.resolution(), wider.bits - table.bits
     wide = {row.name: row.drop for row in wider.rows}
-    apart = wider.bits - table.bits
+    low, high = RATE_BOUNDS
     rates = []
     for row in table.rows:
         drop = wide.get(row.name, 0.0)
-        if apart <= 0 or row.drop <= 0 or drop < RESOLVED * resolution:
+        if resolution is None or apart <= 0 or row.drop <= 0 or drop < RESOLVED * resolution:
             rates.append(4.0)
-            continue
-        low, high = RATE_BOUNDS
-        rates.append(min(max((row.drop / drop) ** (1.0 / apart), low), high))
+        else:
+            rates.append(min(max((row.drop / drop) ** (1.0 / apart), low), high))
     return rates
 
 
@@ -162,10 +165,8 @@ def allocation_path(
     keeps the minimum accuracy down to 4.4 bits per quantizer; counted as 1/100 of it, most
     points below 5.5 bits miss it). Ties keep the model's order. Returns the configurations
     along the path (the all-upper start excluded)."""
-    drops = [row.drop for row in table.rows]
-    positive = [d for d in drops if d > 0]
-    floor = (min(positive) if positive else 1.0) / 2
-    drops = [max(d, floor) for d in drops]
+    floor = (table.resolution() or 1.0) / 2
+    drops = [max(row.drop, floor) for row in table.rows]
     weights = [1.0] * len(bounds) if weights is None else list(weights)
     rates = [4.0] * len(bounds) if rates is None else list(rates)
     current = [high for _, high in bounds]
