@@ -17,7 +17,7 @@ LITERT_VENV ?= .venv-litert
 PURELIB := import sysconfig; print(sysconfig.get_path('purelib'))
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
-.PHONY: run test clean-venv
+.PHONY: run test test-kernels clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,15 @@ $(LITERT_VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) $(VENV)/.installe
 test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
 	$(BIN)/python -m pytest
 	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest -p no:typeguard tests/analysis/test_litert.py)
+
+# The suite once per kernel setting (tests/across_kernels.py: AVX2, AVX, SSE4.2, one and two
+# threads beside the native one), about 50 minutes; KERNELS=avx2,threads1 picks settings.
+KERNELS ?=
+test-kernels: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
+	$(BIN)/python tests/across_kernels.py $(if $(KERNELS),--settings $(KERNELS))
+	$(if $(filter 1,$(LITERT)),$(BIN)/python tests/across_kernels.py \
+		$(if $(KERNELS),--settings $(KERNELS)) --python $(LITERT_VENV)/bin/python \
+		-- -p no:typeguard tests/analysis/test_litert.py)
 
 clean-venv:
 	rm -rf $(VENV) $(LITERT_VENV)

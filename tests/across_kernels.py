@@ -10,7 +10,7 @@ suite that passes under all of them holds wherever those libraries run.
 
     python tests/across_kernels.py                      # every setting, the whole suite
     python tests/across_kernels.py --settings avx2,threads1 -- tests/test_retraining.py
-    make test-kernels                                   # the same as the first line
+    make test-kernels         # the first line, then the LiteRT tests in .venv-litert
 
 Each setting prints what the libraries report they use (so a variable they ignore shows), and
 the end is a table: per setting, the counts, the minutes, and the tests that failed.
@@ -63,10 +63,10 @@ print(f"torch {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads(
 """
 
 
-def describe(environment: dict[str, str]) -> str:
+def describe(environment: dict[str, str], python: str = sys.executable) -> str:
     """What torch and numpy report under `environment` (a variable they ignore shows here)."""
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE],
+        [python, "-c", _PROBE],
         env=environment,
         capture_output=True,
         text=True,
@@ -92,14 +92,29 @@ def failures(report: Path) -> tuple[dict[str, int], list[str]]:
     return counts, failed
 
 
-def run_setting(name: str, pytest_args: list[str], folder: Path) -> tuple[dict, list[str], float]:
-    environment = {**os.environ, **SETTINGS[name]}
-    print(f"== {name}: {describe(environment)}", flush=True)
+def run_setting(
+    name: str, pytest_args: list[str], folder: Path, python: str = sys.executable
+) -> tuple[dict, list[str], float]:
+    # torch.compile's cache of generated kernels is keyed without ATEN_CPU_CAPABILITY: shared
+    # between settings it hands AVX-512 kernels to an AVX2 run (wrong results) or a run without
+    # vector extensions (compile errors). Each setting gets its own, as a fresh machine has.
+    cache = folder / f"inductor-{name}"
+    environment = {**os.environ, **SETTINGS[name], "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    print(f"== {name}: {describe(environment, python)}", flush=True)
     report = folder / f"{name}.xml"
     start = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml",
-         str(report), *pytest_args],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--junitxml",
+            str(report),
+            *pytest_args,
+        ],
         cwd=REPOSITORY,
         env=environment,
         check=False,
@@ -118,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(SETTINGS),
         help=f"comma-separated, of {', '.join(SETTINGS)} (default: all)",
     )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter whose environment runs the tests (default: this one)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     names = [name for name in args.settings.split(",") if name]
@@ -128,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            summary.append((name, *run_setting(name, args.pytest_args, Path(folder))))
+            run = run_setting(name, args.pytest_args, Path(folder), args.python)
+            summary.append((name, *run))
     print("\nsetting    passed failed skipped minutes")
     for name, counts, _, minutes in summary:
         print(

@@ -1,8 +1,9 @@
-"""Shared fixtures: the default workload as data, a digits checkpoint trained once per session."""
+"""Shared fixtures: the default workload as data, the digits model with shipped trained weights."""
 
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,17 +27,49 @@ def write_workload(data: dict, path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def trained_digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(workload file, checkpoint) for the default workload, trained once into a temp folder."""
+# The default workload's float model, trained once by `train_digits` (15 epochs of the shipped
+# retraining section on this repository's digits split) and kept, so that the tests that start
+# from a trained model do not depend on a training run: a short training lands elsewhere on
+# another processor (other kernels round the gradients' sums otherwise), and everything
+# measured on the model would move with it. Training itself is tested on its own
+# (tests/test_training.py). Write it again, only when digits_cnn or its data change, with
+# `python tests/conftest.py`.
+DIGITS_CHECKPOINT = REPOSITORY / "tests" / "data" / "digits_cnn_baseline.pt"
+
+
+def digits_workload(folder: Path, checkpoint: Path) -> Path:
+    """The default workload in `folder`, its weights `checkpoint`, its calibration file there."""
+    data = yaml.safe_load(DEFAULT_WORKLOAD.read_text())
+    data["workload"]["model"]["weights"] = str(checkpoint)
+    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
+    return write_workload(data, folder / "digits_cnn.yaml")
+
+
+def train_digits(folder: Path) -> tuple[Path, Path]:
+    """(workload file, checkpoint): the default workload's baseline trained into `folder`."""
     from model_explorer.context import WorkloadContext
     from model_explorer.retraining import train_baseline
     from model_explorer.workload import Workload
 
-    folder = tmp_path_factory.mktemp("digits")
-    data = yaml.safe_load(DEFAULT_WORKLOAD.read_text())
-    data["workload"]["model"]["weights"] = str(folder / "baseline.pt")
-    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
-    workload_file = write_workload(data, folder / "digits_cnn.yaml")
+    workload_file = digits_workload(folder, folder / "baseline.pt")
     train_baseline(WorkloadContext(Workload.load(workload_file), device="cpu"), progress=False)
     return workload_file, folder / "baseline.pt"
+
+
+@pytest.fixture(scope="session")
+def trained_digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(workload file, checkpoint) for the default workload with the shipped trained weights,
+    copied into a temp folder (a test may write beside them)."""
+    folder = tmp_path_factory.mktemp("digits")
+    checkpoint = folder / "baseline.pt"
+    shutil.copyfile(DIGITS_CHECKPOINT, checkpoint)
+    return digits_workload(folder, checkpoint), checkpoint
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as name:
+        _, trained = train_digits(Path(name))
+        shutil.copyfile(trained, DIGITS_CHECKPOINT)
+    print(f"wrote {DIGITS_CHECKPOINT}")

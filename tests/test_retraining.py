@@ -36,7 +36,7 @@ def setting(trained_digits, tmp_path_factory):
     context = WorkloadContext(workload, device="cpu")
     calibrate_workload(context)
     problem = build_problem(context, None, "quantization_problem")
-    configurations = [[3] * 10, [4, 3, 5, 3, 4, 3, 6, 3, 8, 8]]
+    configurations = [[2] * 10, [4, 3, 5, 3, 4, 3, 6, 3, 8, 8]]
     records = []
     for index, configuration in enumerate(configurations):
         _, evaluation = problem.evaluate(configuration)
@@ -69,8 +69,11 @@ def test_low_bits_recover_and_individuals_share_nothing(setting) -> None:
     )
     assert description == "the individuals [0, 1]"
     assert list(together["id"]) == [0, 1]
-    three_bits = together.iloc[0]
-    assert three_bits["accuracy_after_training"] > three_bits["accuracy_before_training"] + 0.01
+    # Three epochs at 2 bits recover 13.6 to 17.5 points on the shipped checkpoint (seeds 0-2
+    # under each kernel setting of tests/across_kernels.py); at 3 bits, with less to recover,
+    # 1.4 to 2.2 here and 0.8 on another processor, too close to any bound worth asserting.
+    two_bits = together.iloc[0]
+    assert two_bits["accuracy_after_training"] > two_bits["accuracy_before_training"] + 0.05
     alone = [
         retrain_individuals(workload, result, folder / f"alone{i}", rule=f"ids={i}")[0].iloc[0]
         for i in (0, 1)
@@ -119,7 +122,7 @@ def test_checkpoint_reloads_to_identical_outputs(setting, capsys) -> None:
     x = next(iter(context.batches("reevaluate")))[0]
     with torch.no_grad():
         assert torch.equal(problems[0].model(x), problems[1].model(x))
-    assert problems[0].model.bit_widths == [3] * 10
+    assert problems[0].model.bit_widths == [2] * 10
     assert context.evaluate(problems[0].model, "reevaluate") == row["accuracy_after_training"]
     assert (
         main(

@@ -10,13 +10,14 @@ import torch
 
 import model_explorer.retraining as retraining
 import model_explorer.training as training
+from conftest import train_digits
 from model_explorer.context import WorkloadContext
 from model_explorer.models import load_checkpoint
 from model_explorer.workload import Workload
 
 
-def test_default_workload_trains_to_95_percent_test_accuracy(trained_digits) -> None:
-    workload_file, checkpoint = trained_digits
+def test_default_workload_trains_to_95_percent_test_accuracy(tmp_path: Path) -> None:
+    workload_file, checkpoint = train_digits(tmp_path)
     context = WorkloadContext(Workload.load(workload_file), device="cpu")
     model = context.build_model()
     assert context.evaluate(model, "reevaluate") >= 0.95  # the held-out test split

@@ -92,12 +92,17 @@ class OpenVinoSession(Session):
         try:
             self.compiled = openvino_cpu(str(path))
         except RuntimeError as error:
-            failed = [line for line in str(error).splitlines() if "Failed" in line or "not" in line]
-            reason = (failed or str(error).splitlines() or ["unknown error"])[-1].strip()
-            raise UserError(f"runtime openvino cannot compile '{path}': {reason}") from None
+            raise UserError(f"runtime openvino cannot compile '{path}': {_reason(error)}") from None
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
-        return self.compiled(inputs)[0]
+        # OpenVINO creates a layer's kernel when it first runs: a layer its CPU plugin has no
+        # kernel for on this processor fails here (a Linear with INT4 weights below AVX2)
+        try:
+            return self.compiled(inputs)[0]
+        except RuntimeError as error:
+            raise UserError(
+                f"runtime openvino cannot run '{self.path}' on this processor: {_reason(error)}"
+            ) from None
 
     def kernels(self) -> list[Kernel]:
         found = []
@@ -110,6 +115,13 @@ class OpenVinoSession(Session):
                 name = outputs.get(op.get_friendly_name(), op.get_friendly_name())
                 found.append(Kernel(name, kind, info["runtimePrecision"].astype(str)))
         return found
+
+
+def _reason(error: RuntimeError) -> str:
+    """The line of an OpenVINO exception that says what failed (it wraps it in source paths)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = [line for line in lines if "Failed" in line or "not" in line]
+    return (said or lines or ["unknown error"])[-1]
 
 
 def openvino_cpu(source: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import statistics
 import sys
 from dataclasses import asdict
@@ -287,6 +288,30 @@ def test_compile_agrees_with_eager() -> None:
     pair = comparison.pairs[0]
     assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] <= TOLERANCE
     assert not comparison.runs["compile"].has_intermediates
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the planted compiler wraps g++")
+def test_a_compile_that_fails_is_skipped_with_its_cause(tmp_path: Path) -> None:
+    """inductor's BackendCompilerFailed says only "backend='inductor' raised:" on its first
+    line; the skip names the error it wraps (here: a C++ compiler that answers --version, as
+    inductor's check asks, and compiles nothing)."""
+    import torch._inductor.config as inductor
+
+    compiler = tmp_path / "g++"
+    compiler.write_text(
+        '#!/bin/sh\ncase "$*" in *--version*) exec g++ "$@";; esac\necho planted >&2\nexit 1\n'
+    )
+    compiler.chmod(0o755)
+    torch._dynamo.reset()
+    try:
+        with inductor.patch({"cpp.cxx": (str(compiler),), "force_disable_caches": True}):
+            model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+            comparison = compare(model, torch.randn(6, 1, 4, 4), ["eager", "compile"], repeats=1)
+    finally:
+        torch._dynamo.reset()
+    assert comparison.skipped == {
+        "compile": "torch.compile failed (CppCompileError: C++ compile error)"
+    }
 
 
 class PlantedNaN(Perturbed):

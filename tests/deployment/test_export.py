@@ -81,8 +81,26 @@ def test_the_onnx_reference_evaluator_computes_what_the_fake_quantizers_do(
         np.testing.assert_array_equal(actual.argmax(1), expected.argmax(1))
         np.testing.assert_allclose(actual, expected, atol=0.1)
     else:
-        # Up to float rounding: a level flips nowhere (an output 1e-4 apart would be a level).
-        np.testing.assert_allclose(actual, expected, atol=1e-4)
+        assert_equal_but_for_level_flips(actual, expected)
+
+
+# The reference evaluator's convolutions (numpy) and torch's sum in other orders, so a value
+# within float rounding of a quantization level's edge may round to the next level in one of
+# them; that sample's outputs then move by a fraction of a level's effect, the others agree to
+# float rounding. Measured on the 60 samples across the kernel settings of
+# tests/across_kernels.py: no sample natively, one (int8 inputs with int4_g16 weights, 0.009
+# apart) under AVX and SSE4.2. A wrong scale, zero point or level moves most samples, and by
+# far more.
+ROUNDING = 1e-4
+LEVEL_FLIPS = 2  # samples
+LEVEL_FLIP_EFFECT = 0.1
+
+
+def assert_equal_but_for_level_flips(actual: np.ndarray, expected: np.ndarray) -> None:
+    apart = np.abs(actual - expected).max(axis=1)
+    flipped = np.flatnonzero(apart > ROUNDING + ROUNDING * np.abs(expected).max(axis=1))
+    assert len(flipped) <= LEVEL_FLIPS, f"samples {flipped.tolist()} differ by {apart[flipped]}"
+    assert apart.max() <= LEVEL_FLIP_EFFECT, f"samples {flipped.tolist()}: {apart[flipped]}"
 
 
 def test_integer_biases_are_the_float_biases_at_the_product_scale(digits, tmp_path: Path) -> None:

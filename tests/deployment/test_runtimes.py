@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -15,12 +20,10 @@ import yaml
 
 from conftest import REPOSITORY, write_workload
 from model_explorer.cli import main
+from runtime_probes import SATURATING, integer_products
 
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 pytest.importorskip("openvino", reason="the openvino extra is not installed")
-
-RUNTIMES = ["--backend", "onnxruntime", "--backend", "openvino"]
-
 
 # (largest top-1 gap, smallest agreement) of a front member in a runtime. A runtime that runs
 # it as the QDQ graph is written (float kernels between quantize and dequantize) computes what
@@ -30,22 +33,42 @@ RUNTIMES = ["--backend", "onnxruntime", "--backend", "openvino"]
 # agreement at least, top-1 0.56 percentage points apart at most, in both runtimes).
 FLOAT_KERNELS = (0.005, 0.99)
 INTEGER_KERNELS = (0.01, 0.98)
+# Integer kernels whose 16-bit pair sums saturate (runtime_probes: x86 without VNNI) move
+# further: OpenVINO under ONEDNN_MAX_CPU_ISA=AVX512_CORE or AVX2, on the same resnet20_digits
+# checkpoint's fronts, agreed on 96.9% of the samples at least, top-1 1.4 points apart at most
+# (every member with VNNI: 99.4% and 0.6).
+SATURATING_KERNELS = (0.03, 0.95)
 
 
-def check_front(table: pd.DataFrame) -> None:
+def runtimes_here() -> dict[str, str]:
+    """The runtimes to check, with how each runs integer products on this processor; one
+    that cannot run the export's layers here (OpenVINO below AVX2) is left out, said once."""
+    found = {runtime: integer_products(runtime) for runtime in ("onnxruntime", "openvino")}
+    for runtime, how in found.items():
+        if how.startswith("unavailable"):
+            warnings.warn(f"{runtime} is not checked on this processor: {how}", stacklevel=2)
+    return {runtime: how for runtime, how in found.items() if not how.startswith("unavailable")}
+
+
+def backends(runtimes: dict[str, str]) -> list[str]:
+    return [argument for runtime in runtimes for argument in ("--backend", runtime)]
+
+
+def check_front(table: pd.DataFrame, runtimes: dict[str, str]) -> None:
     """Each runtime's top-1 within 0.5 percentage points of the fake-quantized model's and the
     same class on at least 99% of the samples where it ran no layer on integer kernels; within
-    1 point and 98% where it did."""
+    1 point and 98% where it did (3 points and 95% where those saturate)."""
     assert len(table) >= 2
     # The rebuilt individual scores what the search recorded.
     assert (table["fake_quant_accuracy"] - table["recorded_accuracy"]).abs().max() < 1e-9
-    for runtime in ("onnxruntime", "openvino"):
+    for runtime, how in runtimes.items():
         for _, row in table.iterrows():
             integer = row[f"{runtime}_integer_layers"] > 0
-            gap_limit, agreement_limit = INTEGER_KERNELS if integer else FLOAT_KERNELS
+            limits = SATURATING_KERNELS if how == SATURATING else INTEGER_KERNELS
+            gap_limit, agreement_limit = limits if integer else FLOAT_KERNELS
             gap = abs(row[f"{runtime}_accuracy"] - row["fake_quant_accuracy"])
-            assert gap <= gap_limit, (runtime, table)
-            assert row[f"{runtime}_agreement"] >= agreement_limit, (runtime, table)
+            assert gap <= gap_limit, (runtime, how, table)
+            assert row[f"{runtime}_agreement"] >= agreement_limit, (runtime, how, table)
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +90,27 @@ def test_every_front_member_of_the_default_search_holds_in_both_runtimes(
 ) -> None:
     workload, result = searched
     table_file = tmp_path / "deployment.csv"
-    arguments = [str(workload), str(result), "--front", *RUNTIMES, "--output", str(table_file)]
-    assert main(["evaluate-individual", *arguments]) == 0
-    check_front(pd.read_csv(table_file))
+    runtimes = runtimes_here()
+    arguments = [str(workload), str(result), "--front", *backends(runtimes)]
+    assert main(["evaluate-individual", *arguments, "--output", str(table_file)]) == 0
+    check_front(pd.read_csv(table_file), runtimes)
 
 
-def test_every_front_member_of_a_resnet20_search_holds_in_both_runtimes(tmp_path: Path) -> None:
+def test_the_cheapest_individuals_of_a_resnet20_search_hold_in_both_runtimes(
+    tmp_path: Path,
+) -> None:
     """resnet20_digits (residual additions: some convolutions stay float) with a shorter
-    training and search than shipped, to keep the suite fast."""
+    training and search than shipped, to keep the suite fast: three epochs, a random start
+    (the sensitivity start's two tables of 44 quantizers would take three times the search).
+    The four feasible individuals of the lowest cost, those a user would deploy: a front of a
+    search this short may hold two members only (measured) or, on another processor, one."""
     data = yaml.safe_load((REPOSITORY / "workloads" / "resnet20_digits.yaml").read_text())
     body = data["workload"]
     body["model"]["weights"] = str(tmp_path / "baseline.pt")
     body["calibration"]["file"] = str(tmp_path / "calibration.pt")
     body["retraining"]["epochs"] = 3
     body["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=4)
+    body["exploration"]["initialization"] = "random"
     workload = str(write_workload(data, tmp_path / "resnet20.yaml"))
     torch.manual_seed(0)
     assert main(["retrain", "--baseline", workload]) == 0
@@ -88,9 +118,10 @@ def test_every_front_member_of_a_resnet20_search_holds_in_both_runtimes(tmp_path
     result = tmp_path / "result.pkl"
     assert main(["explore", workload, "--output", str(result)]) == 0
     table_file = tmp_path / "deployment.csv"
-    arguments = [workload, str(result), "--front", *RUNTIMES, "--output", str(table_file)]
+    runtimes = runtimes_here()
+    arguments = [workload, str(result), "-n", "4", *backends(runtimes), "--output", str(table_file)]
     assert main(["evaluate-individual", *arguments]) == 0
-    check_front(pd.read_csv(table_file))
+    check_front(pd.read_csv(table_file), runtimes)
 
 
 def test_export_writes_the_file_and_reports_the_runtime_beside_the_search(
@@ -210,3 +241,38 @@ def test_every_front_member_of_the_default_search_holds_in_tvm(searched, tmp_pat
     assert len(table) >= 2
     assert (table["tvm_accuracy"] - table["fake_quant_accuracy"]).abs().max() <= 0.005, table
     assert table["tvm_agreement"].min() >= 0.99, table
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"), reason="oneDNN's instruction sets are x86's"
+)
+@pytest.mark.parametrize(
+    ("isa", "expected"),
+    [
+        # without VNNI the 16-bit pair sums of full-range INT8 products saturate
+        ("AVX2", SATURATING),
+        # below AVX2, OpenVINO has no kernel for a Linear with INT4 weights: one sentence
+        ("AVX", "unavailable: runtime openvino cannot compile '"),
+    ],
+)
+def test_openvino_on_an_older_processor_saturates_or_says_what_it_cannot_run(
+    isa: str, expected: str
+) -> None:
+    """OpenVINO's CPU plugin limited to an older x86 instruction set (its oneDNN reads
+    ONEDNN_MAX_CPU_ISA), as runtime_probes asks it."""
+    if isa == "AVX2" and torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("this processor (or ATEN_CPU_CAPABILITY) has no AVX2")
+    code = "from runtime_probes import integer_products; print(integer_products('openvino'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPOSITORY / "tests",
+        env={**os.environ, "ONEDNN_MAX_CPU_ISA": isa},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    said = done.stdout.strip().splitlines()[-1]
+    assert said.startswith(expected), said
+    if said.startswith("unavailable"):
+        assert "could not create a primitive descriptor for the inner product" in said
+        assert "\n" not in said and "Exception from src" not in said

@@ -22,6 +22,7 @@ def _shrunk(name: str, tmp_path: Path, epochs: int | None = None) -> Path:
         workload["model"]["weights"] = str(tmp_path / "weights.pt")
     workload["calibration"]["file"] = str(tmp_path / "calibration.pt")
     workload["exploration"]["nsga"].update(pop_size=4, offsprings=4, generations=1)
+    workload["exploration"]["initialization"] = "random"
     if epochs is not None:
         workload["retraining"]["epochs"] = epochs
     path = tmp_path / f"{name}.yaml"

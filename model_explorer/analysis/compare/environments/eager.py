@@ -91,6 +91,14 @@ def compiler() -> str | None:
     return None
 
 
+def _cause(error: BaseException) -> str:
+    """The failing step's exception and first line: inductor's BackendCompilerFailed says only
+    "backend='inductor' raised:" on its first line; the error it wraps names the cause."""
+    error = getattr(error, "inner_exception", None) or error
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:200] if lines else 'no message'}"
+
+
 class CompileEnvironment(TorchEnvironment):
     """torch.compile with the inductor backend; compiled graphs expose no intermediates."""
 
@@ -113,9 +121,7 @@ class CompileEnvironment(TorchEnvironment):
         try:
             self.run(example)  # compiles now, so that compiling is not timed as running
         except Exception as error:
-            raise EnvironmentSkipped(
-                f"torch.compile failed ({type(error).__name__}: {str(error).splitlines()[0]})"
-            ) from error
+            raise EnvironmentSkipped(f"torch.compile failed ({_cause(error)})") from error
 
     def intermediates(self, inputs: Tensor) -> dict[str, Tensor] | None:
         return None
