@@ -29,7 +29,11 @@ from pymoo.core.problem import Problem as PymooProblem
 from pymoo.problems.static import StaticProblem
 from tqdm.auto import tqdm
 
-from model_explorer.exploration.algorithms import AlgorithmSpec, build_algorithm
+from model_explorer.exploration.algorithms import (
+    AlgorithmSpec,
+    build_algorithm,
+    ties_in_seeded_order,
+)
 from model_explorer.exploration.operators import make_operators
 from model_explorer.exploration.runners.base import Runner
 from model_explorer.exploration.runners.serial import SerialRunner
@@ -146,11 +150,13 @@ class Explorer:
         generation = 0
         try:
             while algorithm.has_next():
-                population = algorithm.ask()
+                with ties_in_seeded_order():
+                    population = algorithm.ask()
                 if population is None or len(population) == 0:
                     break  # no configuration left that was not evaluated: the space is spent
                 if generation > 0 and self.strategy.screens:
-                    population = population[self._screen(population.get("X"))]
+                    with ties_in_seeded_order():
+                        population = population[self._screen(population.get("X"))]
                 genomes = population.get("X")
                 records = self._evaluate_generation(generation, genomes)
                 objectives = np.array([self.problem.objective_vector(r["values"]) for r in records])
@@ -158,7 +164,8 @@ class Explorer:
                     [self.problem.constraint_vector(r["values"]) for r in records]
                 )
                 Evaluator().eval(StaticProblem(bounds, F=objectives, G=constraints), population)
-                algorithm.tell(infills=population)
+                with ties_in_seeded_order():
+                    algorithm.tell(infills=population)
                 self._close_generation(generation, algorithm)
                 generation += 1
                 bar.update(1)

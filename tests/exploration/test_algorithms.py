@@ -21,7 +21,7 @@ from pymoo.optimize import minimize
 
 from model_explorer.errors import UserError
 from model_explorer.exploration import Explorer
-from model_explorer.exploration.algorithms import AlgorithmSpec
+from model_explorer.exploration.algorithms import AlgorithmSpec, ties_in_seeded_order
 from model_explorer.exploration.explore import search_definition
 from model_explorer.exploration.result_file import same_search
 from model_explorer.exploration.spec import NSGASpec
@@ -151,11 +151,14 @@ def pymoo_algorithm(name: str, objectives: int):  # noqa: ANN201
 
 
 def pymoo_run(name: str, objectives: int, seed: int) -> tuple[list, list]:
-    """(generation, genome) of every evaluation pymoo's minimize makes, and the populations."""
+    """(generation, genome) of every evaluation pymoo's minimize makes, and the populations;
+    its ties broken in the seeded order, as our loop breaks them (ties_in_seeded_order)."""
     problem = Reference(objectives)
     survivors = Survivors(problem)
     termination = ("n_gen", NSGA.generations + 1)
-    minimize(problem, pymoo_algorithm(name, objectives), termination, seed=seed, callback=survivors)
+    algorithm = pymoo_algorithm(name, objectives)
+    with ties_in_seeded_order():
+        minimize(problem, algorithm, termination, seed=seed, callback=survivors)
     return problem.log, survivors.populations
 
 

@@ -9,7 +9,8 @@ hold whatever the code's layout, and on any processor:
 - The search: fed the recorded measurements, a search of the same seed asks for the same
   configurations in the same order, and keeps the same individuals, survivors and counts (the
   genomes to 1e-12: pymoo's arithmetic may round a last bit otherwise). This part does not
-  depend on floating-point kernels at all.
+  depend on floating-point kernels at all (the explorer breaks pymoo's ties in the seeded
+  order: exploration/algorithms.py `ties_in_seeded_order`).
 - The measurements: each one, measured again here on the shipped checkpoint
   (tests/conftest.py DIGITS_CHECKPOINT) while the search runs, agrees with the recorded one
   within MEASUREMENT_TOLERANCE. Costs known without the model are exact; what the model
@@ -34,7 +35,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import yaml
 
@@ -168,25 +168,9 @@ def _measured_pairs(kind: str, expected: Any, measured: Any) -> Iterator[tuple[s
             yield "accuracy", a, b
 
 
-_ARGSORT = np.argsort
-
-
-def _stable_argsort(a: Any, axis: int = -1, kind: str | None = None, **options: Any) -> Any:
-    """numpy's argsort, stable whatever `kind` asks for. pymoo breaks ties (equal constraint
-    violations: accuracies count samples; equal crowding distances: every front's ends are
-    infinite) with argsort's default quicksort, whose order of equal keys is the
-    implementation's: numpy's AVX-512, AVX2 and scalar sorts each order them otherwise, so the
-    survivors change with the processor (measured: without AVX2, 3 of these 6 searches keep
-    others in their first generation from the same measurements). A stable sort orders them
-    the same on every processor (after randomized_argsort's seeded permutation: the same
-    random tie-break)."""
-    return _ARGSORT(a, axis=axis, kind="stable", **options)
-
-
 @contextmanager
 def measured_through(measurements: Measurements) -> Iterator[None]:
-    """The search's three kinds of measurement pass through `measurements` while it runs, and
-    numpy's argsort is stable (_stable_argsort)."""
+    """The search's three kinds of measurement pass through `measurements` while it runs."""
     import model_explorer.exploration.explore as explore_module
     import model_explorer.quantization.sensitivity as sensitivity
     from model_explorer.problems import Evaluation, Problem
@@ -226,7 +210,6 @@ def measured_through(measurements: Measurements) -> Iterator[None]:
         (explore_module, "measure_baseline", baseline),
         (sensitivity, "_alone", alone),
         (Problem, "evaluate", evaluate),
-        (np, "argsort", _stable_argsort),
     ]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     try:
