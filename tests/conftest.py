@@ -66,6 +66,23 @@ def trained_digits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     return digits_workload(folder, checkpoint), checkpoint
 
 
+@pytest.fixture(scope="session")
+def searched(trained_digits: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """(workload file, result file) of the default workload's shipped search, run once for the
+    deployment tests."""
+    from model_explorer.cli import main
+
+    folder = tmp_path_factory.mktemp("deployment")
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
+    workload = write_workload(data, folder / "digits_cnn.yaml")
+    assert main(["calibrate", str(workload)]) == 0
+    result = folder / "result.pkl"
+    assert main(["explore", str(workload), "--output", str(result)]) == 0
+    return workload, result
+
+
 if __name__ == "__main__":
     import tempfile
 

@@ -106,10 +106,34 @@ def integer_products(runtime: str) -> str:
         path = Path(folder) / "probe.onnx"
         inputs = _probe_file(path)
         expected = ReferenceEvaluator(str(path)).run(None, {"input": inputs})[0]
-        try:
-            actual = open_session(runtime, path).run(inputs)
+        try:  # OpenVINO's integer kernels, its float parts at float32 whatever its default
+            actual = open_session(f"{runtime}:f32" if runtime == "openvino" else runtime, path)
+            actual = actual.run(inputs)
         except UserError as error:
             return f"unavailable: {error}"
     # one level of y is 0.5, which the float head scales by at most 16 x 7 x 0.01
     levels_apart = np.abs(actual - expected).max() / (0.5 * 16 * 7 * 0.01)
     return EXACT if levels_apart <= 1.5 else SATURATING
+
+
+@cache
+def default_precision(runtime: str) -> str:
+    """The precision a runtime runs a file's float operations in at its default settings on
+    this processor ('unavailable: <its sentence>' where it cannot run the probe file so): the
+    CPU plugin of OpenVINO picks bf16 where the processor has it (AVX512_BF16, AMX), f32
+    elsewhere; the others f32. Under ONEDNN_MAX_CPU_ISA below the processor's own, OpenVINO
+    still picks bf16 but oneDNN has no bf16 kernels left: unavailable."""
+    if runtime != "openvino":
+        return "f32"
+    from model_explorer.deployment.runtimes import open_session
+    from model_explorer.errors import UserError
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "probe.onnx"
+        inputs = _probe_file(path)
+        try:
+            session = open_session(runtime, path)
+            session.run(inputs)
+        except UserError as error:
+            return f"unavailable: {error}"
+    return session.precision  # type: ignore[attr-defined]

@@ -118,6 +118,7 @@ DOCUMENTED = {
 }
 FORMS = {
     "models": ["torchvision:<name>", "package.module:factory"],
+    "runtimes": ["onnxruntime:SETTING", "openvino:SETTING", "tvm:SETTING"],
     "environments": [
         "deployed:RESULTS#ID",
         "deployed-openvino:RESULTS#ID",

@@ -30,8 +30,12 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
         "--check",
         action="append",
         metavar="RUNTIME",
-        help="run the file with this runtime (onnxruntime, openvino) on the exploration data "
-        "and print its accuracy beside the fake-quantized model's; repeatable",
+        help="run the file with this runtime (onnxruntime, openvino, tvm) at its default "
+        "settings on the exploration data, beside the fake-quantized model; RUNTIME:SETTING "
+        "(onnxruntime:basic, openvino:f32, tvm:O3; model-explorer list runtime) runs that "
+        "setting beside the default; repeatable. The check fails (exit status 1) where a "
+        "runtime scores more than half a point from the recorded accuracy, or a setting from "
+        "its default, and writes what it ran into the file's metadata",
     )
 
 
@@ -67,15 +71,16 @@ def export_command(args: argparse.Namespace) -> int:
     )
     if args.check:
         print_checks([check])
+        return 0 if check.passed else 1
     return 0
 
 
 def _known_runtimes(names: list[str], where: str) -> None:
-    """Unknown runtime names are refused before anything is exported."""
-    from model_explorer.deployment.runtimes import RUNTIMES
+    """Unknown runtime names or settings are refused before anything is exported."""
+    from model_explorer.deployment.runtimes import runtime_setting
 
     for name in names:
-        RUNTIMES.get(name, where)
+        runtime_setting(name, where)
 
 
 def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
@@ -103,10 +108,12 @@ def print_checks(checks: list[Any]) -> None:
             integer = ", ".join(score.integer_layers) or "none"
             other = ", ".join(score.float_layers) or "none"
             print(
-                f"  {score.runtime}: {score.accuracy:.4f}, same class as the fake-quantized "
-                f"model on {score.agreement:.2%} of the samples; integer kernels: {integer}; "
-                f"float: {other}"
+                f"  {score.runtime} ({score.settings}): {score.accuracy:.4f}, same class as the "
+                f"fake-quantized model on {score.agreement:.2%} of the samples; integer "
+                f"kernels: {integer}; float: {other}"
             )
+        for failure in check.failures:
+            print(f"  CHECK FAILED: {failure}")
 
 
 def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> int:
@@ -137,4 +144,4 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
         pd.DataFrame([check.row() for check in checks]).to_csv(temporary, index=False)
     print_checks(checks)
     print(f"wrote {output}")
-    return 0
+    return 0 if all(check.passed for check in checks) else 1

@@ -122,8 +122,9 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="RUNTIME",
         help="export each individual as a QDQ ONNX file and score it with this runtime "
-        "(onnxruntime, openvino; repeatable) on the exploration data, beside the accuracy the "
-        "result recorded and the fake-quantized model's",
+        "(onnxruntime, openvino, tvm at their default settings, RUNTIME:SETTING beside the "
+        "default; repeatable) on the exploration data, beside the accuracy the result recorded "
+        "and the fake-quantized model's; exit status 1 where a check fails (see export --check)",
     )
     parser.add_argument(
         "--front", action="store_true", help="every member of the Pareto front instead of -n"

@@ -1,9 +1,18 @@
 """Does a configuration hold where it is deployed? An individual of a result exported in QDQ
 form and run by each runtime on the data the search scored it on, beside the fake-quantized
-model and the accuracy the result recorded."""
+model and the accuracy the result recorded.
+
+Each runtime runs the file as its user will, at its default settings; another setting
+(`onnxruntime:basic`) runs only beside the default, when asked. The check fails where a
+runtime's default accuracy lies more than `TOLERANCE` from the recorded one, or a setting's
+from its runtime's default, and says the cause in one sentence: the runtime's other settings
+are tried until one scores what the search recorded, which names what the default adds. What a
+file was checked under goes into its `metadata_props` (export.write_metadata).
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,8 +20,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from model_explorer.deployment.export import ExportSummary, export_qdq
-from model_explorer.deployment.runtimes import Session, describe_kernels, open_session
+from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
+from model_explorer.deployment.runtimes import (
+    Session,
+    describe_kernels,
+    open_session,
+    runtime_setting,
+)
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
 
@@ -22,18 +36,28 @@ if TYPE_CHECKING:
 
 # The search scores individuals on this role; the check scores the runtimes on the same data.
 ROLE = "exploration"
+# How far (in accuracy, 0.005 = half a point) a runtime may score from the recorded accuracy,
+# and a runtime's setting from its default, before the check fails.
+TOLERANCE = 0.005
 
 
 @dataclass
 class RuntimeScore:
-    """One runtime's accuracy, its agreement with the fake-quantized model (the share of
-    samples with the same predicted class) and which layers it ran on integers."""
+    """One runtime at one setting: its accuracy, its agreement with the fake-quantized model
+    (the share of samples with the same predicted class), which layers it ran on integers, and
+    what it was (`runtime` as named on the command line, `settings` in words)."""
 
     runtime: str
     accuracy: float
     agreement: float
     integer_layers: list[str] = field(default_factory=list)
     float_layers: list[str] = field(default_factory=list)
+    settings: str = ""
+    version: str = ""
+
+    @property
+    def default(self) -> bool:
+        return ":" not in self.runtime
 
 
 @dataclass
@@ -43,10 +67,16 @@ class DeploymentCheck:
     fake_quant: float
     export: ExportSummary
     runtimes: list[RuntimeScore]
+    failures: list[str] = field(default_factory=list)
+    samples: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
 
     def row(self) -> dict[str, Any]:
         """One flat row: the individual, its accuracies and, per runtime, accuracy, agreement
-        and the number of layers run on integers."""
+        and the number of layers run on integers; whether the check passed."""
         row: dict[str, Any] = {
             "id": self.individual,
             "recorded_accuracy": self.recorded,
@@ -57,7 +87,27 @@ class DeploymentCheck:
             row[f"{score.runtime}_accuracy"] = score.accuracy
             row[f"{score.runtime}_agreement"] = score.agreement
             row[f"{score.runtime}_integer_layers"] = len(score.integer_layers)
+        row["check"] = "passed" if self.passed else " ".join(self.failures)
         return row
+
+    def metadata(self) -> dict[str, str]:
+        """What the file was checked under, as ONNX metadata_props: one JSON entry per runtime
+        and setting (version, settings, accuracy, agreement, samples) and the verdict."""
+        props = {
+            f"model_explorer.check.{score.runtime}": json.dumps(
+                {
+                    "version": score.version,
+                    "settings": score.settings,
+                    "accuracy": round(score.accuracy, 6),
+                    "agreement": round(score.agreement, 6),
+                    "recorded_accuracy": self.recorded,
+                    "samples": self.samples,
+                }
+            )
+            for score in self.runtimes
+        }
+        props["model_explorer.check"] = "passed" if self.passed else " ".join(self.failures)
+        return props
 
 
 class Recorded(nn.Module):
@@ -131,11 +181,64 @@ def export_individual(
     pack: bool = True,
     where: str = "RESULTS",
 ) -> tuple[nn.Module, ExportSummary]:
-    """The individual's model (its plan in effect) and its QDQ export at `path`."""
+    """The individual's model (its plan in effect) and its QDQ export at `path`, which says in
+    its metadata which individual of which search it is."""
     model = calibrated_individual(context, result, individual, where)
     inputs = next(iter(context.batches(ROLE)))[0]
     example = (inputs[:1] if isinstance(inputs, Tensor) else inputs).to(context.device)
-    return model, export_qdq(model, example, path, pack)
+    summary = export_qdq(model, example, path, pack)
+    recorded = individual.values.get("accuracy")
+    write_metadata(
+        Path(path),
+        {
+            "model_explorer.individual": str(individual.id),
+            "model_explorer.problem": str(result.problem.get("name", "")),
+            "model_explorer.recorded_accuracy": "" if recorded is None else f"{recorded:.6f}",
+            "model_explorer.check": "not checked",
+        },
+    )
+    return model, summary
+
+
+def with_defaults(runtimes: list[str]) -> list[str]:
+    """The runtimes to run: each as named, a setting other than the default after its
+    runtime's default (a setting is judged beside what the user gets without choosing)."""
+    planned: list[str] = []
+    for name in runtimes:
+        runtime, _, setting = name.partition(":")
+        for item in ([runtime] if setting and setting != "default" else []) + [name]:
+            item = item.removesuffix(":default")
+            if item not in planned:
+                planned.append(item)
+    return planned
+
+
+class Scorer:
+    """Scores sessions of one file on the exploration data against the fake-quantized model's
+    predicted classes."""
+
+    def __init__(self, context: WorkloadContext, model: nn.Module, path: Path) -> None:
+        self.context, self.path = context, path
+        self.layers = getattr(model, "layers", {})
+        reference = Recorded(model)
+        self.fake_quant = float(context.evaluate(reference, ROLE))  # type: ignore[arg-type]
+        self.expected = torch.cat(reference.classes)
+
+    def score(self, runtime: str) -> RuntimeScore:
+        session = open_session(runtime, self.path, "--check")
+        recorded = Recorded(RuntimeModule(session))
+        accuracy = float(self.context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
+        agreement = (torch.cat(recorded.classes) == self.expected).float().mean().item()
+        kernels = describe_kernels(session.kernels(), self.layers)
+        return RuntimeScore(
+            session.label,
+            accuracy,
+            agreement,
+            kernels["integer"],
+            kernels["float"],
+            session.described(),
+            session.version,
+        )
 
 
 def check_individual(
@@ -146,21 +249,64 @@ def check_individual(
     path: str | Path,
     pack: bool = True,
 ) -> DeploymentCheck:
-    """Export the individual to `path`, run it with each runtime on the exploration data and
-    score it beside the fake-quantized model."""
+    """Export the individual to `path`, run it with each runtime (at its default settings, and
+    at any other setting named beside it) on the exploration data, score it beside the
+    fake-quantized model and the recorded accuracy, and write what it was checked under into
+    the file's metadata."""
     model, summary = export_individual(context, result, individual, path, pack)
-    reference = Recorded(model)
-    fake_quant = float(context.evaluate(reference, ROLE))  # type: ignore[arg-type]
-    expected = torch.cat(reference.classes)
-    scores = []
-    for runtime in runtimes:
-        session = open_session(runtime, Path(path))
-        recorded = Recorded(RuntimeModule(session))
-        accuracy = float(context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
-        agreement = (torch.cat(recorded.classes) == expected).float().mean().item()
-        kernels = describe_kernels(session.kernels(), getattr(model, "layers", {}))
-        scores.append(
-            RuntimeScore(runtime, accuracy, agreement, kernels["integer"], kernels["float"])
+    scorer = Scorer(context, model, Path(path))
+    scores = [scorer.score(runtime) for runtime in with_defaults(runtimes)]
+    recorded = individual.values.get("accuracy")
+    check = DeploymentCheck(individual.id, recorded, scorer.fake_quant, summary, scores)
+    check.samples = len(scorer.expected)
+    check.failures = judge(check, scorer)
+    write_metadata(Path(path), check.metadata())
+    return check
+
+
+def judge(check: DeploymentCheck, scorer: Scorer) -> list[str]:
+    """One sentence per failure: the fake-quantized model or a runtime's default off the
+    recorded accuracy, or a setting off its runtime's default, by more than TOLERANCE."""
+    failures = []
+    target = check.fake_quant if check.recorded is None else check.recorded
+    if abs(check.fake_quant - target) > TOLERANCE:
+        failures.append(
+            f"The fake-quantized model scores {check.fake_quant:.4f} against the recorded "
+            f"{target:.4f}: the workload's data, weights or calibration are not the search's."
         )
-    recorded_accuracy = individual.values.get("accuracy")
-    return DeploymentCheck(individual.id, recorded_accuracy, fake_quant, summary, scores)
+    defaults = {score.runtime: score for score in check.runtimes if score.default}
+    for score in check.runtimes:
+        if score.default and abs(score.accuracy - target) > TOLERANCE:
+            failures.append(_off_default(score, target, scorer))
+        elif not score.default:
+            default = defaults[score.runtime.partition(":")[0]]
+            if abs(score.accuracy - default.accuracy) > TOLERANCE:
+                failures.append(
+                    f"{score.runtime} ({score.settings}) scores {score.accuracy:.4f} where "
+                    f"{default.runtime} at its defaults scores {default.accuracy:.4f}."
+                )
+    return failures
+
+
+def _off_default(score: RuntimeScore, target: float, scorer: Scorer) -> str:
+    """Why a runtime's default scores off the target: the first of its other settings that
+    scores within TOLERANCE of it names what the default adds; else the runtime computes the
+    file otherwise than the fake quantizers."""
+    said = (
+        f"{score.runtime} at its default settings ({score.settings}) scores "
+        f"{score.accuracy:.4f} against the recorded {target:.4f}"
+    )
+    session, _ = runtime_setting(score.runtime, "--check")
+    for setting in [name for name in session.settings if name != "default"]:  # type: ignore[attr-defined]
+        other = scorer.score(f"{score.runtime}:{setting}")
+        if abs(other.accuracy - target) <= TOLERANCE:
+            return (
+                f"{said}; at {other.runtime} ({session.settings[setting]}) it scores "  # type: ignore[attr-defined]
+                f"{other.accuracy:.4f}, so what the default does beyond that setting causes "
+                "the difference: run the file so, or check another individual."
+            )
+    return (
+        f"{said}, and no setting of it does better: it computes some operator of the file "
+        f"otherwise than the fake quantizers (same class on {score.agreement:.2%} of the "
+        "samples)."
+    )

@@ -7,8 +7,13 @@ Storage types: a weight of up to 4 bits is INT4/UINT4 (two values a byte), up to
 INT8/UINT8, wider INT16/UINT16; activations are INT8/UINT8 up to 8 bits (the types integer
 kernels read; a narrower range is a Clip of the integers, so the levels stay the quantizer's),
 INT16/UINT16 above. FP8 is FLOAT8E4M3FN or FLOAT8E5M2 with the quantizer's per-tensor or
-per-channel scale. Formats whose scales ONNX cannot hold (MX's shared E8M0 exponents, NVFP4's
-two-level scales, group-wise integer scales of an activation, computed at run time) are refused.
+per-channel scale and no zero point: QuantizeLinear names the type by `output_dtype` (opset 21).
+With a float8 zero point, onnxruntime's default graph optimisations (up to 1.32: its
+ReluQuantRewrite, which treats every zero point other than INT8's and UINT8's as the bottom of
+its range) delete a Relu before the QuantizeLinear, and the file scores chance where its basic
+level scores what the search recorded (docs/upstream/onnxruntime-relu-fp8.md). Formats whose
+scales ONNX cannot hold (MX's shared E8M0 exponents, NVFP4's two-level scales, group-wise
+integer scales of an activation, computed at run time) are refused.
 An asymmetric activation is UINT8 (UINT16 above 8 bits) with its zero point: the levels 0 to
 2**bits - 1 that QuantizeLinear's saturate(round(x / scale) + zero_point) gives.
 """
@@ -62,8 +67,12 @@ class Encoding:
     zero: int = 0  # an asymmetric activation's zero point (low and high are stored levels)
 
     @property
-    def zero_point(self) -> np.ndarray:
-        """The zero point in the storage type, shaped like the scale (0 where symmetric)."""
+    def zero_point(self) -> np.ndarray | None:
+        """The zero point in the storage type, shaped like the scale (0 where symmetric); None
+        for FP8, whose QuantizeLinear names its type by `output_dtype` instead (see
+        `floating`)."""
+        if not self.integer:
+            return None
         return np.full(self.scale.shape, self.zero, dtype=self.dtype)
 
     @property

@@ -13,6 +13,7 @@ import onnx
 import torch
 from torch import Tensor, nn
 
+from model_explorer import __version__
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.graph import QDQGraph
 from model_explorer.errors import UserError, first_line
@@ -118,6 +119,7 @@ def export_qdq(
     graph.write_sites()
     graph.drop_unused_initializers()
     _declare_opset(proto)
+    proto.producer_name, proto.producer_version = "model_explorer", __version__
     onnx.checker.check_model(proto)
     _check_free_batch(proto, example)
     with atomic_path(Path(path)) as temporary:
@@ -150,6 +152,20 @@ def _site(graph: QDQGraph, marker, name: str, quantizer: TensorQuantizer, pack: 
         )
     weight = torch.from_numpy(graph.array(source).copy())
     return graph.weight_site(marker, name, encode(quantizer, weight, where, pack))
+
+
+def write_metadata(path: Path, props: dict[str, str]) -> None:
+    """Set `props` in the ONNX file's metadata_props (replacing entries of the same keys), so
+    that whoever receives the file can read which individual it is and what it was checked
+    under (onnx.load(path).metadata_props; Netron shows them)."""
+    proto = onnx.load(str(path))
+    kept = [entry for entry in proto.metadata_props if entry.key not in props]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    for key, value in props.items():
+        proto.metadata_props.add(key=key, value=value)
+    with atomic_path(path) as temporary:
+        onnx.save(proto, str(temporary))
 
 
 def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:

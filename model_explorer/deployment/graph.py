@@ -47,6 +47,13 @@ class Site:
     layer: str = ""  # the layer of the QuantizedModel it belongs to
 
     @property
+    def parameters(self) -> list[str]:
+        """The initializers Quantize/DequantizeLinear read: the scale and, for an integer type,
+        the zero point (an FP8 type has none, see encodings.py)."""
+        names = [f"{self.name}_scale"]
+        return names if self.encoding.zero_point is None else [*names, f"{self.name}_zero_point"]
+
+    @property
     def dequantized(self) -> str:
         return self.nodes[-1].output[0]
 
@@ -102,17 +109,35 @@ class QDQGraph:
     # -- quantizers ------------------------------------------------------------------------
     def qdq_nodes(self, source: str, target: str, site: Site, prefix: str) -> list:
         """QuantizeLinear, a Clip of the integers where the levels are fewer than the type's,
-        and DequantizeLinear from `source` to `target`, reading the site's initializers."""
+        and DequantizeLinear from `source` to `target`, reading the site's initializers. A
+        16-bit type is clipped in float before QuantizeLinear instead, at the levels' values
+        (the same levels: round(clip(x, l*s, h*s) / s) = clip(round(x / s), l, h)), as
+        onnxruntime has no Clip kernel for INT16/UINT16."""
         encoding = site.encoding
-        scale, zero = f"{site.name}_scale", f"{site.name}_zero_point"
+        parameters = site.parameters
         axis = {} if encoding.axis is None else {"axis": encoding.axis}
+        typed = {} if encoding.integer else {"output_dtype": encoding.onnx_type}
         quantized = f"{prefix}_quantized"
-        nodes = [
+        nodes = []
+        if encoding.clipped and not _eight_bit(site):
+            low, high = f"{site.name}_low", f"{site.name}_high"
+            step = encoding.scale.astype(np.float32)
+            self.set_initializer(low, (step * np.float32(encoding.low - encoding.zero)))
+            self.set_initializer(high, (step * np.float32(encoding.high - encoding.zero)))
+            clipped = f"{prefix}_clipped"
+            nodes.append(helper.make_node("Clip", [source, low, high], [clipped], f"{prefix}/Clip"))
+            source = clipped
+        nodes.append(
             helper.make_node(
-                "QuantizeLinear", [source, scale, zero], [quantized], f"{prefix}/Quantize", **axis
+                "QuantizeLinear",
+                [source, *parameters],
+                [quantized],
+                f"{prefix}/Quantize",
+                **axis,
+                **typed,
             )
-        ]
-        if encoding.clipped:
+        )
+        if encoding.clipped and _eight_bit(site):
             low, high = f"{site.name}_low", f"{site.name}_high"
             self.set_initializer(low, np.array(encoding.low, dtype=encoding.dtype))
             self.set_initializer(high, np.array(encoding.high, dtype=encoding.dtype))
@@ -124,7 +149,7 @@ class QDQGraph:
         nodes.append(
             helper.make_node(
                 "DequantizeLinear",
-                [quantized, scale, zero],
+                [quantized, *parameters],
                 [target],
                 f"{prefix}/Dequantize",
                 **axis,
@@ -143,7 +168,7 @@ class QDQGraph:
         axis = {} if encoding.axis is None else {"axis": encoding.axis}
         if encoding.block_size is not None:
             axis["block_size"] = encoding.block_size
-        inputs = [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"]
+        inputs = [f"{name}_quantized", *site.parameters]
         site.nodes = [
             helper.make_node(
                 "DequantizeLinear", inputs, [marker.output[0]], f"{name}/Dequantize", **axis
@@ -153,11 +178,17 @@ class QDQGraph:
         return site
 
     def write_sites(self) -> None:
-        """Every site's initializers from its (possibly folded) encoding."""
+        """Every site's initializers from its (possibly folded) encoding, and its nodes' axis:
+        folding a batch norm makes a per-tensor weight scale per output channel (axis 0)."""
+        written = {node.name: node for node in self.graph.node}  # copies of site.nodes
         for site in self.sites.values():
             encoding = site.encoding
+            if encoding.axis is not None:
+                for node in site.nodes:
+                    _set_axis(written[node.name], encoding.axis)
             self.set_initializer(f"{site.name}_scale", encoding.scale.astype(np.float32))
-            self.set_initializer(f"{site.name}_zero_point", encoding.zero_point)
+            if encoding.zero_point is not None:
+                self.set_initializer(f"{site.name}_zero_point", encoding.zero_point)
             if site.weight:
                 self.set_initializer(f"{site.name}_quantized", encoding.values)
 
@@ -311,6 +342,12 @@ class QDQGraph:
         kernel.output[0] = f"{output}_without_bias"
         add = helper.make_node("Add", [kernel.output[0], name], [output], f"{kernel.name}/bias")
         self.graph.node.insert(list(self.graph.node).index(kernel) + 1, add)
+
+
+def _set_axis(node: onnx.NodeProto, axis: int) -> None:
+    kept = [attribute for attribute in node.attribute if attribute.name != "axis"]
+    del node.attribute[:]
+    node.attribute.extend([*kept, helper.make_attribute("axis", axis)])
 
 
 def _eight_bit(site: Site | None) -> bool:

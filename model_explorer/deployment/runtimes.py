@@ -3,16 +3,19 @@ TVM (tvm_relax.py), each behind its extra, and what each says it runs in integer
 
 A runtime is a registry entry (RUNTIMES); its builder opens a file and returns a `Session`:
 `run(inputs)` on a float32 array, and `kernels()`, the products (convolutions, matrix
-products) with the precision the runtime executes them in. onnxruntime runs with all graph
-optimisations (the fused QDQ kernels: QLinearConv, QGemm, QLinearMatMul, MatMulInteger...;
-a file with FP8 at the basic level, see `_holds_float8`);
-its kernels are read from the optimised graph it saves (`optimized_model_filepath`). OpenVINO
-compiles for the CPU with float32 as its inference precision (its default on CPUs with bf16
-would run the float parts in bf16), and reports each layer's runtime precision.
+products) with the precision the runtime executes them in. Each runtime opens a file as its
+user would by default (`onnxruntime`: an InferenceSession with default SessionOptions, all graph
+optimisations; `openvino`: compile_model for the CPU with no settings, so the inference
+precision the CPU plugin picks, bf16 on processors with it; `tvm`: tvm.compile's default
+build) and, named as `RUNTIME:SETTING`, under another setting of its `settings`
+(`onnxruntime:basic`, `openvino:f32`, `tvm:O3`), which a check runs beside the default.
+onnxruntime's kernels are read from the optimised graph it saves (`optimized_model_filepath`),
+OpenVINO's from its runtime model.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,10 +25,10 @@ import numpy as np
 
 from model_explorer.deployment.session import Kernel, Session, missing_package
 from model_explorer.deployment.tvm_relax import TvmSession
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, did_you_mean
 from model_explorer.registry import Registry
 
-RuntimeBuilder = Callable[[Path], Session]
+RuntimeBuilder = Callable[..., Session]
 RUNTIMES: Registry[RuntimeBuilder] = Registry("runtime")
 
 # onnxruntime's operators that compute a product of integers.
@@ -40,22 +43,35 @@ ORT_INTEGER_KERNELS = {
     "MatMulNBits",
 }
 ORT_FLOAT_KERNELS = {"Conv", "FusedConv", "NchwcConv", "Gemm", "MatMul", "FusedMatMul", "FusedGemm"}
+# onnxruntime's graph optimisation levels by setting; default: SessionOptions' own
+ORT_LEVELS = {
+    "extended": "ORT_ENABLE_EXTENDED",
+    "basic": "ORT_ENABLE_BASIC",
+    "disabled": "ORT_DISABLE_ALL",
+}
 
 
 class OnnxRuntimeSession(Session):
     name = "onnxruntime"
-    description = "ONNX Runtime, CPU execution provider, all graph optimisations (extra: onnx)"
+    description = "ONNX Runtime, CPU execution provider (extra: onnx)"
+    settings = {
+        "default": "default SessionOptions: graph optimisation level ORT_ENABLE_ALL",
+        **{name: f"graph optimisation level {level}" for name, level in ORT_LEVELS.items()},
+    }
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, setting: str = "default") -> None:
         try:
             import onnxruntime
         except ImportError:
             raise missing_package("runtime onnxruntime", "onnx") from None
+        self.setting = setting
+        self.version = onnxruntime.__version__
         self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_ort_")
         self.optimized = Path(self.folder.name) / "optimized.onnx"
         options = onnxruntime.SessionOptions()
-        if _holds_float8(path):
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        if setting in ORT_LEVELS:
+            level = getattr(onnxruntime.GraphOptimizationLevel, ORT_LEVELS[setting])
+            options.graph_optimization_level = level
         options.optimized_model_filepath = str(self.optimized)
         options.log_severity_level = 3  # its warning that the saved graph is machine-specific
         self.session = onnxruntime.InferenceSession(
@@ -80,19 +96,31 @@ class OnnxRuntimeSession(Session):
 
 class OpenVinoSession(Session):
     name = "openvino"
-    description = "OpenVINO on the CPU, float32 inference precision (extra: openvino)"
+    description = "OpenVINO on the CPU (extra: openvino)"
+    settings = {
+        "default": "compile_model for the CPU with no settings",
+        "f32": "compile_model for the CPU with float32 inference precision",
+    }
     _PRODUCTS = ("Convolution", "FullyConnected", "MatMul", "Deconvolution", "GroupConvolution")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, setting: str = "default") -> None:
         try:
-            import openvino  # noqa: F401 - the extra's presence, said as such
+            import openvino
+            import openvino.properties.hint as hints
         except ImportError:
             raise missing_package("runtime openvino", "openvino") from None
-        self.path = path
+        self.path, self.setting = path, setting
+        self.version = importlib.metadata.version("openvino")
+        config = {hints.inference_precision: openvino.Type.f32} if setting == "f32" else {}
         try:
-            self.compiled = openvino_cpu(str(path))
+            self.compiled = openvino.Core().compile_model(str(path), "CPU", config)
         except RuntimeError as error:
             raise UserError(f"runtime openvino cannot compile '{path}': {_reason(error)}") from None
+        self.precision = self.compiled.get_property(hints.inference_precision).to_string()
+
+    def described(self) -> str:
+        # the precision the CPU plugin chose: bf16 by default on a processor with it
+        return f"{super().described()} (inference precision {self.precision})"
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         # OpenVINO creates a layer's kernel when it first runs: a layer its CPU plugin has no
@@ -125,8 +153,9 @@ def _reason(error: RuntimeError) -> str:
 
 
 def openvino_cpu(source: Any) -> Any:
-    """`source` (a file or an openvino.Model) compiled for OpenVINO's CPU plugin in float32:
-    its default on CPUs with bf16 would run the float parts in bf16."""
+    """`source` (a file or an openvino.Model) compiled for OpenVINO's CPU plugin in float32, the
+    precision compare's openvino environment runs a float model in (its default on CPUs with
+    bf16 would run it in bf16)."""
     import openvino
     import openvino.properties.hint as hints
 
@@ -151,28 +180,32 @@ def _output_products(path: Path) -> dict[str, str]:
     return found
 
 
-RUNTIMES.register("onnxruntime")(OnnxRuntimeSession)
-RUNTIMES.register("openvino")(OpenVinoSession)
+for _session in (OnnxRuntimeSession, OpenVinoSession, TvmSession):
+    # what `model-explorer list runtimes` prints beside the name
+    _session.description += "; settings: " + ", ".join(_session.settings)
+    RUNTIMES.register(_session.name)(_session)
+    RUNTIMES.register_namespace(_session.name, placeholder="SETTING")(_session)
 
 
-RUNTIMES.register("tvm")(TvmSession)
-
-
-def _holds_float8(path: Path) -> bool:
-    """True for a file with FP8 tensors: onnxruntime (1.32) changes FP8 QDQ results with its
-    extended graph optimisations (up to 17 logits apart on the digits CNN, where its basic level
-    and the ONNX reference evaluator agree with the fake quantizer), so it runs those at the
-    basic level."""
-    import onnx
-
-    float8 = {onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E5M2}
-    model = onnx.load(str(path))
-    return any(tensor.data_type in float8 for tensor in model.graph.initializer)
+def runtime_setting(name: str, where: str = "--runtime") -> tuple[type[Session], str]:
+    """The Session class and setting a runtime's name stands for: `onnxruntime` (its default
+    setting) or `onnxruntime:basic`; an unknown runtime or setting is one sentence."""
+    runtime, _, setting = name.partition(":")
+    session: Any = RUNTIMES.get(runtime, where).builder
+    setting = setting or "default"
+    if setting not in session.settings:
+        raise UserError(
+            f"{where}: runtime {runtime} has no setting '{setting}'"
+            f"{did_you_mean(setting, session.settings)}; its settings: "
+            + ", ".join(session.settings)
+        )
+    return session, setting
 
 
 def open_session(runtime: str, path: Path, where: str = "--runtime") -> Session:
-    """The file at `path` opened by the runtime named `runtime`."""
-    return RUNTIMES.get(runtime, where).builder(path)
+    """The file at `path` opened by the runtime named `runtime` (`NAME` or `NAME:SETTING`)."""
+    session, setting = runtime_setting(runtime, where)
+    return session(path, setting)  # type: ignore[call-arg]
 
 
 def layer_of(node: str, layers: Iterable[str]) -> str:

@@ -27,9 +27,24 @@ class Kernel:
 
 
 class Session:
-    """An opened file: `run` a float32 batch, list its `kernels`."""
+    """An opened file: `run` a float32 batch, list its `kernels`. A runtime opens it under one
+    of its `settings` (name -> what it means), "default" being what its user gets without
+    choosing; `version` is the runtime's."""
 
     name = ""
+    settings: dict[str, str] = {"default": "the runtime's defaults"}
+    setting = "default"
+    version = ""
+
+    @property
+    def label(self) -> str:
+        """How the runtime and setting are named on the command line: `onnxruntime`,
+        `onnxruntime:basic`."""
+        return self.name if self.setting == "default" else f"{self.name}:{self.setting}"
+
+    def described(self) -> str:
+        """The runtime, its version and what its setting means, in words."""
+        return f"{self.name} {self.version}, {self.settings[self.setting]}"
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         raise NotImplementedError

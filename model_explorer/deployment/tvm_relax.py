@@ -16,6 +16,7 @@ the imported module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Callable
@@ -46,16 +47,21 @@ def import_tvm(where: str) -> Any:
 
 
 def compile_relax(
-    module: Any, target: str = DEFAULT_TARGET, opt_level: int = DEFAULT_OPT_LEVEL
+    module: Any, target: str = DEFAULT_TARGET, opt_level: int | None = DEFAULT_OPT_LEVEL
 ) -> Executor:
     """`module` (a Relax IRModule with one `main`) compiled for `target` (a kind, `llvm`, `cuda`,
     or TVM's JSON form, `{"kind": "llvm", "mcpu": "skylake-avx512"}`) with the target's default
-    Relax pipeline under `opt_level`; returns a function from float32 arrays to the outputs."""
+    Relax pipeline under `opt_level` (None: TVM's own default); returns a function from float32
+    arrays to the outputs."""
     import tvm
     from tvm import relax
 
     compiled_for = tvm.target.Target(json.loads(target) if target.startswith("{") else target)
-    with tvm.transform.PassContext(opt_level=opt_level):
+    # opt_level None: the PassContext a user's own tvm.compile runs in (opt_level 2)
+    context = (
+        contextlib.nullcontext() if opt_level is None else tvm.transform.PassContext(opt_level)
+    )
+    with context:
         executable = tvm.compile(
             module, target=compiled_for, relax_pipeline=relax.get_default_pipeline(compiled_for)
         )
@@ -132,12 +138,20 @@ def _widened(model: Any) -> Any:
 
 class TvmSession(Session):
     name = "tvm"
-    description = "Apache TVM (Relax, ONNX frontend), llvm on the CPU, opt_level 3 (extra: tvm)"
+    description = "Apache TVM (Relax, ONNX frontend), llvm on the CPU (extra: tvm)"
+    settings = {
+        "default": "tvm.compile for llvm as a user calls it (the default Relax pipeline, "
+        "PassContext opt_level 2)",
+        **{f"O{level}": f"PassContext opt_level {level}" for level in range(5)},
+    }
 
-    def __init__(self, path: Path) -> None:
-        import_tvm("runtime tvm")
+    def __init__(self, path: Path, setting: str = "default") -> None:
+        tvm = import_tvm("runtime tvm")
+        self.setting = setting
+        self.version = tvm.__version__
         self.module = onnx_module(path, "runtime tvm")
-        self.run_all = compile_relax(self.module)
+        level = None if setting == "default" else int(setting[1:])
+        self.run_all = compile_relax(self.module, opt_level=level)
         self.nodes = _product_nodes(path)
 
     def run(self, inputs: np.ndarray) -> np.ndarray:

@@ -20,7 +20,8 @@ import yaml
 
 from conftest import REPOSITORY, write_workload
 from model_explorer.cli import main
-from runtime_probes import SATURATING, integer_products
+from model_explorer.deployment.check import TOLERANCE
+from runtime_probes import SATURATING, default_precision, integer_products
 
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 pytest.importorskip("openvino", reason="the openvino extra is not installed")
@@ -38,12 +39,20 @@ INTEGER_KERNELS = (0.01, 0.98)
 # checkpoint's fronts, agreed on 96.9% of the samples at least, top-1 1.4 points apart at most
 # (every member with VNNI: 99.4% and 0.6).
 SATURATING_KERNELS = (0.03, 0.95)
+# OpenVINO's default on a processor with bf16 (runtime_probes.default_precision) runs the float
+# operations (the products it does not run on integers, the bias additions) in bf16: on the
+# digits_cnn front measured 0.56 points and 99.44% agreement at most (the check fails two of
+# six members there, naming openvino:f32), on the resnet20_digits members 0.28 and 99.17%.
+BF16 = (0.01, 0.98)
 
 
 def runtimes_here() -> dict[str, str]:
     """The runtimes to check, with how each runs integer products on this processor; one
     that cannot run the export's layers here (OpenVINO below AVX2) is left out, said once."""
     found = {runtime: integer_products(runtime) for runtime in ("onnxruntime", "openvino")}
+    precision = default_precision("openvino")
+    if precision != "f32" and not found["openvino"].startswith("unavailable"):
+        found["openvino"] = precision  # bf16, or unavailable at its defaults
     for runtime, how in found.items():
         if how.startswith("unavailable"):
             warnings.warn(f"{runtime} is not checked on this processor: {how}", stacklevel=2)
@@ -54,10 +63,30 @@ def backends(runtimes: dict[str, str]) -> list[str]:
     return [argument for runtime in runtimes for argument in ("--backend", runtime)]
 
 
+def evaluate_deployed(arguments: list[str], table_file: Path) -> pd.DataFrame:
+    """evaluate-individual --backend's table; its exit status says whether every check passed,
+    and a check fails exactly where a runtime's default scores more than half a point from the
+    recorded accuracy (one sentence each, naming the runtime)."""
+    status = main(["evaluate-individual", *arguments, "--output", str(table_file)])
+    table = pd.read_csv(table_file)
+    assert status == (0 if (table["check"] == "passed").all() else 1), table
+    defaults = [name for name in table if name.endswith("_accuracy") and ":" not in name]
+    runtimes = [
+        name for name in defaults if name not in ("recorded_accuracy", "fake_quant_accuracy")
+    ]
+    for _, row in table.iterrows():
+        off = [r for r in runtimes if abs(row[r] - row["recorded_accuracy"]) > TOLERANCE]
+        assert (row["check"] == "passed") == (not off), row
+        for runtime in off:
+            assert runtime.removesuffix("_accuracy") + " at its default settings" in row["check"]
+    return table
+
+
 def check_front(table: pd.DataFrame, runtimes: dict[str, str]) -> None:
     """Each runtime's top-1 within 0.5 percentage points of the fake-quantized model's and the
     same class on at least 99% of the samples where it ran no layer on integer kernels; within
-    1 point and 98% where it did (3 points and 95% where those saturate)."""
+    1 point and 98% where it did (3 points and 95% where those saturate, 1 point and 98% for
+    OpenVINO's bf16 default)."""
     assert len(table) >= 2
     # The rebuilt individual scores what the search recorded.
     assert (table["fake_quant_accuracy"] - table["recorded_accuracy"]).abs().max() < 1e-9
@@ -66,23 +95,11 @@ def check_front(table: pd.DataFrame, runtimes: dict[str, str]) -> None:
             integer = row[f"{runtime}_integer_layers"] > 0
             limits = SATURATING_KERNELS if how == SATURATING else INTEGER_KERNELS
             gap_limit, agreement_limit = limits if integer else FLOAT_KERNELS
+            if how == "bf16":
+                gap_limit, agreement_limit = BF16
             gap = abs(row[f"{runtime}_accuracy"] - row["fake_quant_accuracy"])
             assert gap <= gap_limit, (runtime, how, table)
             assert row[f"{runtime}_agreement"] >= agreement_limit, (runtime, how, table)
-
-
-@pytest.fixture(scope="module")
-def searched(trained_digits, tmp_path_factory):  # noqa: ANN001, ANN201
-    """(workload file, result file) of the default workload's shipped search."""
-    folder = tmp_path_factory.mktemp("deployment")
-    workload_file, checkpoint = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    data["workload"]["calibration"]["file"] = str(folder / "calibration.pt")
-    workload = write_workload(data, folder / "digits_cnn.yaml")
-    assert main(["calibrate", str(workload)]) == 0
-    result = folder / "result.pkl"
-    assert main(["explore", str(workload), "--output", str(result)]) == 0
-    return workload, result
 
 
 def test_every_front_member_of_the_default_search_holds_in_both_runtimes(
@@ -92,8 +109,7 @@ def test_every_front_member_of_the_default_search_holds_in_both_runtimes(
     table_file = tmp_path / "deployment.csv"
     runtimes = runtimes_here()
     arguments = [str(workload), str(result), "--front", *backends(runtimes)]
-    assert main(["evaluate-individual", *arguments, "--output", str(table_file)]) == 0
-    check_front(pd.read_csv(table_file), runtimes)
+    check_front(evaluate_deployed(arguments, table_file), runtimes)
 
 
 def test_the_cheapest_individuals_of_a_resnet20_search_hold_in_both_runtimes(
@@ -119,9 +135,8 @@ def test_the_cheapest_individuals_of_a_resnet20_search_hold_in_both_runtimes(
     assert main(["explore", workload, "--output", str(result)]) == 0
     table_file = tmp_path / "deployment.csv"
     runtimes = runtimes_here()
-    arguments = [workload, str(result), "-n", "4", *backends(runtimes), "--output", str(table_file)]
-    assert main(["evaluate-individual", *arguments]) == 0
-    check_front(pd.read_csv(table_file), runtimes)
+    arguments = [workload, str(result), "-n", "4", *backends(runtimes)]
+    check_front(evaluate_deployed(arguments, table_file), runtimes)
 
 
 def test_export_writes_the_file_and_reports_the_runtime_beside_the_search(
@@ -134,7 +149,7 @@ def test_export_writes_the_file_and_reports_the_runtime_beside_the_search(
     assert main(["export", f"{result}#{identifier}", "--onnx", str(target), *arguments]) == 0
     out = capsys.readouterr().out
     assert target.exists() and f"wrote {target}" in out
-    assert f"individual {identifier}: recorded" in out and "onnxruntime:" in out
+    assert f"individual {identifier}: recorded" in out and "  onnxruntime (onnxruntime " in out
 
 
 def _front_id(result: Path) -> int:
