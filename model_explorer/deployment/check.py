@@ -13,6 +13,8 @@ file was checked under goes into its `metadata_props` (export.write_metadata).
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -252,15 +254,26 @@ def check_individual(
     """Export the individual to `path`, run it with each runtime (at its default settings, and
     at any other setting named beside it) on the exploration data, score it beside the
     fake-quantized model and the recorded accuracy, and write what it was checked under into
-    the file's metadata."""
-    model, summary = export_individual(context, result, individual, path, pack)
-    scorer = Scorer(context, model, Path(path))
-    scores = [scorer.score(runtime) for runtime in with_defaults(runtimes)]
-    recorded = individual.values.get("accuracy")
-    check = DeploymentCheck(individual.id, recorded, scorer.fake_quant, summary, scores)
-    check.samples = len(scorer.expected)
-    check.failures = judge(check, scorer)
-    write_metadata(Path(path), check.metadata())
+    the file's metadata. The file is checked where it is staged beside `path` and moved there
+    when every runtime has run it: a file a runtime cannot read or run is never written."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".model_explorer_check_") as folder:
+        staged = Path(folder) / target.name
+        model, summary = export_individual(context, result, individual, staged, pack)
+        scorer = Scorer(context, model, staged)
+        try:
+            scores = [scorer.score(runtime) for runtime in with_defaults(runtimes)]
+            recorded = individual.values.get("accuracy")
+            check = DeploymentCheck(individual.id, recorded, scorer.fake_quant, summary, scores)
+            check.samples = len(scorer.expected)
+            check.failures = judge(check, scorer)
+        except UserError as error:
+            said = str(error).replace(str(staged), str(target))
+            raise UserError(f"{said}; {target} was not written") from None
+        write_metadata(staged, check.metadata())
+        os.replace(staged, target)
+    summary.path = target
     return check
 
 
