@@ -18,6 +18,7 @@ from torch import nn
 from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import QuantMultiheadAttention
 from model_explorer.quantization.layers import TRANSFORMED_LAYERS, TransformedLayer
+from model_explorer.quantization.own_forward import own_forward_class
 from model_explorer.quantization.quantizer import TensorQuantizer
 
 ATTENTION = "MultiheadAttention"
@@ -39,14 +40,17 @@ class Swap:
 
 
 def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[TransformedLayer] | None:
-    """The transformed class for `module`: its type's, or its float base's when a subclass keeps
-    the base's forward (a subclass with its own forward would not run ours)."""
+    """The transformed class for `module`: its type's, its float base's when a subclass keeps
+    the base's forward, or one made for a subclass with a forward of its own (own_forward.py:
+    its forward runs, its product quantized)."""
     cls = wanted.get(type(module))
     if cls is not None:
         return cls
     for base, quant in wanted.items():
-        if isinstance(module, base) and type(module).forward is base.forward:
-            return quant
+        if isinstance(module, base):
+            if type(module).forward is base.forward:
+                return quant
+            return own_forward_class(type(module), quant)
     return None
 
 

