@@ -105,7 +105,7 @@ def run_setting(
     start = time.monotonic()
     subprocess.run(
         [
-            sys.executable,
+            python,
             "-m",
             "pytest",
             "-q",
