@@ -1,7 +1,9 @@
 """Layers with a forward of their own: subclasses of the quantizable types that add work around
 their product (TensorFlow's SAME padding in EfficientNet-Lite's `Conv2dStaticSamePadding` and
 timm's `Conv2dSame`, the weight standardisation of timm's `StdConv2d`) and then call
-`F.conv2d` / `F.linear` themselves.
+`F.conv2d` / `F.linear` themselves; and Linear-like modules of other libraries, which are no
+nn.Linear but compute one with a 2-D weight of their own (transformers' `Conv1D`: x @ W + b,
+W stored (in, out)), found by what their forward computes (`linear_layout`).
 
 Swapping such a layer for the plain transformed layer would drop what its forward adds; leaving
 it alone would leave it in float. Instead it becomes an instance of a class made for it,
@@ -16,6 +18,10 @@ from __future__ import annotations
 
 from functools import cache
 from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.quantization.layers import FunctionalCall, TransformedLayer, layer_forward
 
@@ -58,4 +64,87 @@ def own_forward_class(own_type: type, transformed: type[TransformedLayer]) -> ty
         f"Transformed{own_type.__name__}",
         (OwnForward, transformed, own_type),
         {"own_type": own_type, "__module__": __name__},
+    )
+
+
+class _Products(TorchDispatchMode):
+    """Records how a product (mm, addmm, matmul) reads `weight`: as stored (in, out) or
+    transposed (out, in), following its views."""
+
+    def __init__(self, weight: Tensor) -> None:
+        super().__init__()
+        self.views: dict[int, bool] = {id(weight): False}  # id -> transposed
+        self.alive: list[Tensor] = [weight]
+        self.found: set[bool] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        tracked = [a for a in args if isinstance(a, Tensor) and id(a) in self.views]
+        if tracked and func.is_view and isinstance(out, Tensor):
+            flipped = name in ("t", "transpose", "permute")
+            self.views[id(out)] = self.views[id(tracked[0])] ^ flipped
+            self.alive.append(out)
+        elif name in ("mm", "addmm", "matmul", "bmm") and tracked:
+            operands = [a for a in args if isinstance(a, Tensor)][-2:]
+            if len(operands) == 2 and id(operands[1]) in self.views:
+                self.found.add(self.views[id(operands[1])])
+        return out
+
+
+def linear_layout(module: nn.Module) -> str | None:
+    """How a module that is no quantizable type uses its 2-D `weight` parameter, found by
+    running its forward on one sample of zeros: "in_out" where a product multiplies the input
+    by the weight as stored (transformers' Conv1D), "out_in" where by its transpose (what
+    F.linear does), None where its forward makes no such product (an embedding) or takes no
+    such input."""
+    weight = module._parameters.get("weight")
+    if not isinstance(weight, nn.Parameter) or weight.dim() != 2:
+        return None
+    for features, layout in ((weight.shape[0], "in_out"), (weight.shape[1], "out_in")):
+        probe = _Products(weight)
+        try:
+            with torch.no_grad(), probe:
+                type(module).forward(module, torch.zeros(1, features, dtype=weight.dtype))
+        except Exception:  # noqa: BLE001, S112 - a forward that takes no such input
+            continue
+        if probe.found == {layout == "out_in"}:
+            return layout
+    return None
+
+
+class LinearLike(OwnForward):
+    """Mixin of the layer class of a Linear-like module (a TransformedLinear running the
+    module's own forward). `stored` is its weight's layout: "in_out" (transformers' Conv1D)
+    puts the output channels along axis 1, where a per-channel weight quantizer then reads its
+    amax, and the input channels (blocks) along axis 0."""
+
+    stored = "out_in"
+
+    @classmethod
+    def from_float(cls, module: nn.Module, *quantizers: Any) -> Any:
+        layer = super().from_float(module, *quantizers)  # type: ignore[misc]
+        rows, columns = module.weight.shape  # type: ignore[union-attr]
+        transposed = cls.stored == "in_out"
+        layer.in_features, layer.out_features = (rows, columns) if transposed else (columns, rows)
+        if transposed and getattr(layer.weight_quantizer, "axis", None) == 0:
+            layer.weight_quantizer.axis = 1  # per output channel
+        return layer
+
+
+@cache
+def linear_like_class(own_type: type, layout: str) -> type:
+    """The transformed layer class for a Linear-like `own_type` (see `linear_layout`)."""
+    from model_explorer.quantization.layers import TransformedLinear
+
+    return type(
+        f"Transformed{own_type.__name__}",
+        (LinearLike, TransformedLinear, own_type),
+        {
+            "own_type": own_type,
+            "stored": layout,
+            "weight_block_axis": 0 if layout == "in_out" else 1,
+            "__module__": __name__,
+        },
     )

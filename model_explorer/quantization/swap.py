@@ -18,12 +18,24 @@ from torch import nn
 from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import QuantMultiheadAttention
 from model_explorer.quantization.layers import TRANSFORMED_LAYERS, TransformedLayer
-from model_explorer.quantization.own_forward import own_forward_class
+from model_explorer.quantization.own_forward import (
+    linear_layout,
+    linear_like_class,
+    own_forward_class,
+)
 from model_explorer.quantization.quantizer import TensorQuantizer
 
 ATTENTION = "MultiheadAttention"
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
 SWAPPABLE = (*TRANSFORMED_LAYERS, ATTENTION)
+
+# Modules handled as what they are (never probed as Linear-like): the quantizable types and
+# attention, whose projections are layers of their own.
+QUANTIZABLE_TYPES = (
+    *(cls.float_type for cls in TRANSFORMED_LAYERS.values()),
+    nn.MultiheadAttention,
+    TransformedLayer,
+)
 
 MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
 
@@ -51,6 +63,10 @@ def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[Transforme
             if type(module).forward is base.forward:
                 return quant
             return own_forward_class(type(module), quant)
+    if nn.Linear in wanted and not isinstance(module, QUANTIZABLE_TYPES):
+        layout = linear_layout(module)
+        if layout is not None:
+            return linear_like_class(type(module), layout)
     return None
 
 

