@@ -85,6 +85,17 @@ def cost_summary(result: ExplorationResult) -> str:
     return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
 
 
+def coverage_summary(result: ExplorationResult) -> str:
+    """The share of the weight MACs the search's model ran on quantized weights and the
+    layers left in float (quantization/coverage.py), as the result recorded it."""
+    from model_explorer.quantization.coverage import Coverage
+
+    coverage = result.problem.get("coverage")
+    if coverage is None:
+        return "not recorded (a result written before it was)"
+    return Coverage.from_dict(coverage).statement()
+
+
 def hypervolume_summary(result: ExplorationResult) -> str:
     """The normalised hypervolume with its reference point, as explore prints it."""
     reference = result.default_reference()
@@ -214,5 +225,6 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
         f"rejected early: {stats.get('early_rejected', 0)}; "
         f"stopped at the front: {stats.get('rejected_dominated', 0)}",
         f"- cost: {cost_summary(result)}",
+        f"- quantization coverage: {coverage_summary(result)}",
         f"- hypervolume (normalised): {hypervolume:.4f} (reference point {point}; ideal {ideal})",
     ]

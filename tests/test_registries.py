@@ -95,6 +95,7 @@ DOCUMENTED = {
         "ConcatenatedOutputs",
         "Clipping",
         "Compression",
+        "Coverage",
         "HighPrecision",
         "Sensitivity",
         "Activation",

@@ -253,8 +253,9 @@ def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="inspectors to run, in order (comma-separated or repeated; registered names or "
         "package.module:Class); default: every shipped inspector by Hailo's priority, highest "
-        "first, ties by name: BatchNorm, Norm, Compression, ConcatenatedOutputs, HighPrecision, "
-        "Activation, Clipping, Image, PostQuantAlgo, PreQuantAlgo, then Sensitivity (no "
+        "first, ties by name: BatchNorm, Norm, Compression, ConcatenatedOutputs, Coverage, "
+        "HighPrecision, Activation, Clipping, Image, PostQuantAlgo, PreQuantAlgo, then "
+        "Sensitivity (no "
         "priority: it evaluates the model many times)",
     )
     parser.add_argument(

@@ -69,10 +69,18 @@ def export_command(args: argparse.Namespace) -> int:
         f"({formats}), {summary.folded_batch_norms} batch norms folded, "
         f"{summary.quantized_outputs} outputs quantized for integer kernels"
     )
+    if summary.coverage is not None:
+        print(f"quantization coverage: {coverage_text(summary.coverage)}")
     if args.check:
         print_checks([check])
         return 0 if check.passed else 1
     return 0
+
+
+def coverage_text(coverage: dict) -> str:
+    from model_explorer.quantization.coverage import Coverage
+
+    return Coverage.from_dict(coverage).statement()
 
 
 def _known_runtimes(names: list[str], where: str) -> None:

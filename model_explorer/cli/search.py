@@ -41,6 +41,7 @@ def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
     from model_explorer.reporting import (
         cost_summary,
+        coverage_summary,
         front_heading,
         hypervolume_summary,
         pareto_table,
@@ -66,6 +67,8 @@ def explore_command(args: argparse.Namespace) -> int:
         f"{len(result.feasible())} feasible"
     )
     print(f"cost: {cost_summary(result)}")
+    if result.problem.get("coverage") is not None:
+        print(f"quantization coverage: {coverage_summary(result)}")
     if result.feasible():
         print(f"hypervolume: {hypervolume_summary(result)}")
     if result.baseline is not None:

@@ -155,17 +155,18 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 def calibrate_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
     from model_explorer.quantization.calibrators import CALIBRATORS
-    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.quantization.pipeline import calibrate_workload, report_coverage
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
     model, path, calibrated = calibrate_workload(
         context, force=args.force, if_missing=args.if_missing
     )
+    coverage = report_coverage(context, model)
     if not calibrated:
         print(
             f"{path} exists and matches the weights and the calibration settings; not "
-            "calibrating (drop --if-missing to redo)"
+            f"calibrating (drop --if-missing to redo); {coverage.statement()}"
         )
         return 0
     spec = workload.calibration
@@ -173,6 +174,6 @@ def calibrate_command(args: argparse.Namespace) -> int:
     method = CALIBRATORS.get(spec.method).builder.summary(spec.options)
     print(
         f"calibrated {len(model.layers)} input quantizers of {workload.model.type} on {samples} "
-        f"samples ({method}); wrote {path}"
+        f"samples ({method}); wrote {path}; {coverage.statement()}"
     )
     return 0

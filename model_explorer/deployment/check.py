@@ -170,8 +170,10 @@ def calibrated_individual(
     known to be the one the search used: what every runtime's form of it starts from."""
     from model_explorer.problems.rebuild import individual_problem
 
-    model = individual_problem(context, result, individual, where).model
+    problem = individual_problem(context, result, individual, where)
+    model = problem.model
     require_calibration(context, model.model)
+    model.coverage = getattr(problem, "coverage", None)  # what export says of it
     return model
 
 
@@ -189,6 +191,7 @@ def export_individual(
     inputs = next(iter(context.batches(ROLE)))[0]
     example = (inputs[:1] if isinstance(inputs, Tensor) else inputs).to(context.device)
     summary = export_qdq(model, example, path, pack)
+    summary.coverage = getattr(model, "coverage", None)
     recorded = individual.values.get("accuracy")
     write_metadata(
         Path(path),

@@ -44,6 +44,8 @@ class ExportSummary:
     quantized_outputs: int
     integer_biases: int
     formats: dict[str, int] = field(default_factory=dict)
+    # quantization/coverage.py's to_dict() of the model exported, where known
+    coverage: dict | None = None
 
 
 def quantizers_of(model: nn.Module) -> list[tuple[str, TensorQuantizer]]:

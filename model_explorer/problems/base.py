@@ -187,6 +187,8 @@ class ModelProblem(Problem):
 
     # Set by subclasses: their settings (problems/options.py).
     options: Any = None
+    # Set by the builders of quantization problems: quantization/coverage.py's to_dict().
+    coverage: dict[str, Any] | None = None
 
     @property
     def plan_costs(self) -> PlanCosts:
@@ -223,6 +225,8 @@ class ModelProblem(Problem):
             for name, layer in layers.items()
         }
         description = {**super().describe(), "metric": metric, "layer_types": types}
+        if self.coverage is not None:
+            description["coverage"] = self.coverage
         reference = self.hypervolume_reference()
         if reference is not None:
             description["hypervolume_reference"] = reference

@@ -9,7 +9,7 @@ from model_explorer.cost.energy.workload import build_energy_model
 from model_explorer.problems.options import BitOptions, EnergyAwareOptions, QuantizationOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.problems.registry import register_problem
-from model_explorer.quantization.pipeline import build_quantized_model
+from model_explorer.quantization.pipeline import build_quantized_model, report_coverage
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -20,12 +20,13 @@ def build_quantization_problem(
     context: WorkloadContext, options: BitOptions, minimum_accuracy: list[float] | None
 ) -> LayerwiseQuantizationProblem:
     model = build_quantized_model(context)
+    coverage = report_coverage(context, model)
     energy = (
         build_energy_model(context, list(model.layers))
         if "energy" in options.chosen_objectives
         else None
     )
-    return LayerwiseQuantizationProblem(
+    problem = LayerwiseQuantizationProblem(
         model,
         context.batches("exploration"),
         context.workload.metric,
@@ -33,6 +34,8 @@ def build_quantization_problem(
         minimum_accuracy,
         energy,
     )
+    problem.coverage = coverage.to_dict()
+    return problem
 
 
 @register_problem("energy_aware_quant_problem", options=EnergyAwareOptions)
@@ -42,6 +45,7 @@ def build_energy_problem(
     """The original tool's energy-aware problem: accuracy against DRAM energy by default, the
     energy recorded whatever the objectives."""
     model = build_quantized_model(context)
+    coverage = report_coverage(context, model)
     problem = LayerwiseQuantizationProblem(
         model,
         context.batches("exploration"),
@@ -51,4 +55,5 @@ def build_energy_problem(
         build_energy_model(context, list(model.layers)),
     )
     problem.name = "energy_aware_quant_problem"
+    problem.coverage = coverage.to_dict()
     return problem

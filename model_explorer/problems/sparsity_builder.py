@@ -8,7 +8,7 @@ from model_explorer.cost.energy.workload import build_energy_model
 from model_explorer.problems.options import JointOptions, SparsityOptions
 from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
-from model_explorer.quantization.pipeline import build_quantized_model
+from model_explorer.quantization.pipeline import build_quantized_model, report_coverage
 from model_explorer.sparsity import SparseModel
 
 if TYPE_CHECKING:
@@ -33,12 +33,13 @@ def build_joint_problem(
     context: WorkloadContext, options: JointOptions, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:
     quantized = build_quantized_model(context)
+    coverage = report_coverage(context, quantized)
     energy = (
         build_energy_model(context, list(quantized.layers))
         if "energy" in options.chosen_objectives
         else None
     )
-    return QuantizationSparsityProblem(
+    problem = QuantizationSparsityProblem(
         quantized,
         SparseModel.from_spec(quantized.model, context.workload.sparsity),
         context.batches("exploration"),
@@ -47,3 +48,5 @@ def build_joint_problem(
         minimum_accuracy=minimum_accuracy,
         energy=energy,
     )
+    problem.coverage = coverage.to_dict()
+    return problem

@@ -6,7 +6,7 @@ import fnmatch
 import hashlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -14,6 +14,7 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
 from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
+from model_explorer.quantization.coverage import Coverage, weight_coverage
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.recipe import calibration_recipe, recipe_difference
 from model_explorer.quantization.spec import CalibrationSpec
@@ -130,6 +131,41 @@ def check_recipe(context: WorkloadContext, data: dict, path: Path) -> None:
             "WORKLOAD` (it recalibrates a file that does not match) or point calibration.file "
             "at another file"
         )
+
+
+def report_coverage(context: WorkloadContext, model: QuantizedModel) -> Coverage:
+    """The share of the model's weight MACs that run on quantized weights, on one batch of the
+    calibration data (the exploration data where the workload has none), and a warning naming
+    each layer left in float above `quantization.coverage_warning` of them that the workload
+    did not exclude."""
+    role = "calibrate" if context.has_dataset("calibrate") else "exploration"
+    inputs = next(iter(context.batches(role)))[0]
+    with torch.no_grad():
+        coverage = weight_coverage(model, lambda: model(inputs))
+    spec = context.workload.quantization
+    warned = coverage.warned(
+        spec.coverage_warning, lambda name, kind: excluded_layer(spec, name, kind)
+    )
+    if warned:
+        named = ", ".join(f"{layer.name} ({layer.type}, {layer.share:.1%})" for layer in warned)
+        log.warning(
+            "%s: layers holding weights run in float, which quantization.include/exclude did "
+            "not leave out: %s; quantization.coverage_warning (%s) sets the share warned about",
+            coverage.statement(limit=0).split(";")[0],
+            named,
+            spec.coverage_warning,
+        )
+    return coverage
+
+
+def excluded_layer(spec: Any, name: str, kind: str) -> bool:
+    """Whether the workload left a layer out: by name, or by a quantizable type it did not
+    list in `layer_types`."""
+    from model_explorer.modules import selected
+    from model_explorer.quantization.spec import QUANTIZABLE_LAYERS
+
+    left_out_type = kind in QUANTIZABLE_LAYERS and kind not in spec.layer_types
+    return left_out_type or not selected(name, spec.include, spec.exclude)
 
 
 def check_weight_axis(model: QuantizedModel) -> None:

@@ -61,6 +61,10 @@ class QuantizationSpec(Spec):
     weight_cache: NonNegativeInt | None = None
     # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
     attention_matmuls: bool = False
+    # A layer holding weights whose products stay float (quantization/coverage.py) and that
+    # `include`/`exclude`/`layer_types` did not leave out is warned about, by name, above this
+    # share of the model's weight MACs.
+    coverage_warning: float = Field(0.01, ge=0, le=1)
 
     @field_validator("input", mode="before")
     @classmethod

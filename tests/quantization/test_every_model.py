@@ -26,6 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from model_explorer.cost import analyze_cost
 from model_explorer.models import create_model
 from model_explorer.quantization import QuantizedModel
+from model_explorer.quantization.coverage import weight_coverage
 
 PRODUCTS = {
     "mm",
@@ -173,6 +174,9 @@ def test_every_weight_product_is_quantized_and_costed(name: str) -> None:
     quantized = QuantizedModel(model)
     quantized.calibrate([x], method="max")
     assert raw_weight_products(quantized, x) == []
+    with torch.no_grad():  # the coverage statement says the same: every weight MAC quantized
+        coverage = weight_coverage(quantized, lambda: quantized(x))
+    assert coverage.float_layers == [] and coverage.share == 1.0, coverage.statement()
     quantized.bit_widths = [16] * len(quantized.bit_widths)
     with torch.no_grad():
         assert close(quantized(x), reference)

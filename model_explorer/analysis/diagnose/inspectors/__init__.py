@@ -8,7 +8,7 @@ from __future__ import annotations
 from model_explorer.analysis.diagnose.base import INSPECTORS
 from model_explorer.analysis.diagnose.inspectors.activation import Activation
 from model_explorer.analysis.diagnose.inspectors.algorithms import PostQuantAlgo, PreQuantAlgo
-from model_explorer.analysis.diagnose.inspectors.budget import Compression, Sensitivity
+from model_explorer.analysis.diagnose.inspectors.budget import Compression, Coverage, Sensitivity
 from model_explorer.analysis.diagnose.inspectors.clipping import Clipping
 from model_explorer.analysis.diagnose.inspectors.graph import BatchNorm, ConcatenatedOutputs
 from model_explorer.analysis.diagnose.inspectors.inputs import Image, Norm
@@ -32,6 +32,7 @@ __all__ = [
     "BatchNorm",
     "Clipping",
     "Compression",
+    "Coverage",
     "ConcatenatedOutputs",
     "HighPrecision",
     "Image",

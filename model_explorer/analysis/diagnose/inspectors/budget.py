@@ -21,6 +21,45 @@ from model_explorer.quantization.sensitivity import SensitivityTable, layer_sens
 
 
 @register_inspector
+class Coverage(BaseInspector):
+    """The share of the model's weight MACs that run on quantized weights, and every layer
+    holding weights that does not, by name and type (quantization/coverage.py: found by what
+    runs, whatever a layer's type). A float layer above `quantization.coverage_warning` of the
+    MACs that the workload did not leave out is a warning, saying how to quantize it or leave
+    it out by name; otherwise info."""
+
+    name = "Coverage"
+    priority = MEDIUM
+
+    def run(self, context: DiagnosisContext) -> list[Finding]:
+        import torch
+
+        from model_explorer.quantization.coverage import weight_coverage
+        from model_explorer.quantization.pipeline import excluded_layer
+
+        model = context.quantized_model
+        example = context.inputs[0].to(context.device)
+        with torch.no_grad():
+            coverage = weight_coverage(model, lambda: model(example))
+        spec = context.workload.quantization
+        warned = coverage.warned(spec.coverage_warning, lambda n, t: excluded_layer(spec, n, t))
+        evidence = coverage.to_dict()
+        if not warned:
+            return [self.finding("info", coverage.statement(), evidence=evidence)]
+        names = [layer.name for layer in warned]
+        return [
+            self.finding(
+                "warning",
+                f"{coverage.statement()}. {', '.join(names)} hold more than "
+                f"{spec.coverage_warning:.0%} of the MACs each and run in float, which the "
+                "workload did not ask for: add their type to quantization.layer_types, or "
+                "name them in quantization.exclude if they are to stay float",
+                evidence=evidence,
+            )
+        ]
+
+
+@register_inspector
 class Compression(BaseInspector):
     """Info: the weights' size at the workload's configured bit widths against float32 (layers
     left in float and other parameters counted at 32 bits), the compression ratio, the average

@@ -1,0 +1,183 @@
+"""How much of a model's weight arithmetic a QuantizedModel runs on quantized weights, and
+which layers holding weights it leaves in float.
+
+Found by what runs, not by module types: one forward pass with every quantizer off counts the
+multiply-accumulates of each product (convolution, matmul, linear: torch's FLOP formulas / 2)
+that reads a parameter of two or more dimensions, or a tensor computed from one (a view, a
+standardised weight), by the module owning the parameter; a second pass with the quantizers as
+they are counts those whose weight operand is still the float one (a weight quantizer's output
+is no longer the parameter's). A layer the swap did not find, whatever its type, shows up as
+float MACs under its name. `Coverage` is plain data (a result file's `problem.coverage`); torch
+is imported only to measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from typing import Any
+
+# Unquantized layers above this share of the weight MACs are warned about (the default of
+# `quantization.coverage_warning`).
+WARN_SHARE = 0.01
+
+
+@dataclass
+class FloatLayer:
+    """A module whose weight products run in float: its name, type, MACs and their share."""
+
+    name: str
+    type: str
+    macs: int
+    share: float
+
+
+@dataclass
+class Coverage:
+    """`quantized_macs` of `total_macs` weight MACs run on quantized weights; `float_layers`
+    are the modules whose weights do not, largest first."""
+
+    total_macs: int
+    quantized_macs: int
+    float_layers: list[FloatLayer] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        return self.quantized_macs / self.total_macs if self.total_macs else 1.0
+
+    def statement(self, limit: int = 5) -> str:
+        """One line: the share and the largest float layers."""
+        said = f"{self.share:.1%} of the weight MACs run on quantized weights"
+        if not self.float_layers:
+            return said
+        named = [f"{layer.name} ({layer.type}, {layer.share:.1%})" for layer in self.float_layers]
+        more = len(named) - limit
+        tail = f" and {more} more" if more > 0 else ""
+        return f"{said}; in float: {', '.join(named[:limit])}{tail}"
+
+    def warned(self, threshold: float, excluded: Callable[[str, str], bool]) -> list[FloatLayer]:
+        """The float layers above `threshold` of the MACs that the workload did not exclude
+        (`excluded(name, type)`)."""
+        return [
+            layer
+            for layer in self.float_layers
+            if layer.share > threshold and not excluded(layer.name, layer.type)
+        ]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Coverage:
+        layers = [FloatLayer(**layer) for layer in data["float_layers"]]
+        return cls(data["total_macs"], data["quantized_macs"], layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_macs": self.total_macs,
+            "quantized_macs": self.quantized_macs,
+            "share": self.share,
+            "float_layers": [asdict(layer) for layer in self.float_layers],
+        }
+
+
+@cache
+def _counter() -> type:
+    """The TorchDispatchMode counting weight MACs (made on first use: torch is imported only
+    to measure)."""
+    from torch import Tensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class _WeightProducts(TorchDispatchMode):
+        """Counts the MACs of products reading a tracked tensor (a parameter or a tensor computed
+        from one), by the parameter's owner; `forget` stops tracking a tensor (a quantizer's
+        output)."""
+
+        def __init__(self, owners: dict[int, str]) -> None:
+            super().__init__()
+            self.tracked = dict(owners)
+            self.alive: list[Tensor] = []
+            self.macs: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            inputs = _tensors((args, kwargs))
+            owners = [self.tracked[id(t)] for t in inputs if id(t) in self.tracked]
+            if not owners:
+                return out
+            if func.overloadpacket in flop_registry:
+                formula = flop_registry[func.overloadpacket]
+                macs = int(formula(*args, **kwargs, out_val=out)) // 2
+                self.macs[owners[0]] = self.macs.get(owners[0], 0) + macs
+            elif all(_weight_like(t, self.tracked) for t in inputs):
+                # computed from weights alone (a view, a standardised weight): that weight's;
+                # what an input takes part in (an embedding's lookup) is an activation
+                for tensor in _tensors(out):
+                    self.tracked[id(tensor)] = owners[0]
+                    self.alive.append(tensor)
+            return out
+
+        def forget(self, tensor: Any) -> None:
+            for item in _tensors(tensor):
+                self.tracked.pop(id(item), None)
+
+    return _WeightProducts
+
+
+def _weight_like(tensor: Any, tracked: dict[int, str]) -> bool:
+    from torch import nn
+
+    return id(tensor) in tracked or tensor.dim() == 0 or isinstance(tensor, nn.Parameter)
+
+
+def _tensors(value: Any) -> list[Any]:
+    from torch import Tensor
+    from torch.utils._pytree import tree_flatten
+
+    return [item for item in tree_flatten(value)[0] if isinstance(item, Tensor)]
+
+
+def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
+    """The coverage of `model` (a QuantizedModel) on the forward pass `run()` makes."""
+    from model_explorer.quantization.quantizer import WeightQuantizer
+
+    network = model.model
+    owners, types = {}, {}
+    for name, module in network.named_modules():
+        for parameter in module.parameters(recurse=False):
+            if parameter.dim() >= 2:
+                owners[id(parameter)] = name
+                own = getattr(module, "own_type", None) or getattr(module, "float_type", None)
+                types[name] = (own or type(module)).__name__
+    with model.preserved_settings():
+        model.set_enabled(False)
+        total = _count(owners, run, [])
+    quantizers = [m for m in network.modules() if isinstance(m, WeightQuantizer)]
+    left = _count(owners, run, quantizers)
+    total_macs = sum(total.values())
+    float_layers = sorted(
+        (
+            FloatLayer(name, types[name], macs, macs / total_macs if total_macs else 0.0)
+            for name, macs in left.items()
+            if macs
+        ),
+        key=lambda layer: -layer.macs,
+    )
+    return Coverage(total_macs, total_macs - sum(left.values()), float_layers)
+
+
+def _count(owners: dict[int, str], run: Callable[[], Any], quantizers: Sequence[Any]) -> dict:
+    counter = _counter()(owners)
+
+    def quantized(module: Any, args: tuple, output: Any) -> None:
+        if output is not args[0]:  # a quantizer that is off gives its input back
+            counter.forget(output)
+
+    handles = [quantizer.register_forward_hook(quantized) for quantizer in quantizers]
+    try:
+        with counter:
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return counter.macs

@@ -1,0 +1,96 @@
+"""The coverage statement: the share of a model's weight MACs that run on quantized weights,
+against MACs counted by hand, with every layer left in float named; the warning about those the
+workload did not leave out; and where the statement appears (calibrate, the result file)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+
+from conftest import write_workload
+from model_explorer.quantization import QuantizedModel
+from model_explorer.quantization.coverage import Coverage, weight_coverage
+from model_explorer.quantization.pipeline import excluded_layer
+from model_explorer.quantization.spec import QuantizationSpec
+
+
+class Hidden(nn.Module):
+    """A projection whose weight is no `weight` (a `kernel`): the swap cannot find it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(4, 8 * 6 * 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.flatten(1), self.kernel)
+
+
+def toy() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), Hidden(), nn.Linear(4, 2))
+
+
+def measured() -> tuple[QuantizedModel, Coverage]:
+    """The toy model quantized but its last layer (excluded), and its coverage."""
+    torch.manual_seed(0)
+    model = QuantizedModel(toy(), exclude=["3"])
+    x = torch.randn(5, 3, 8, 8)
+    model.calibrate([x], method="max")
+    with torch.no_grad():
+        return model, weight_coverage(model, lambda: model(x))
+
+
+def test_the_share_is_the_quantized_layers_macs_by_hand_and_the_rest_is_named() -> None:
+    model, coverage = measured()
+    conv = 5 * 8 * 6 * 6 * (3 * 3 * 3)  # outputs x MACs per output
+    hidden, linear = 5 * 4 * 288, 5 * 2 * 4
+    assert coverage.total_macs == conv + hidden + linear
+    assert coverage.quantized_macs == conv
+    assert [(layer.name, layer.type, layer.macs) for layer in coverage.float_layers] == [
+        ("2", "Hidden", hidden),
+        ("3", "Linear", linear),
+    ]
+    assert coverage.statement().startswith(f"{conv / (conv + hidden + linear):.1%} of the weight")
+    assert "in float: 2 (Hidden, " in coverage.statement()
+    # the quantizers' settings are as they were
+    assert all(quantizer.enabled for quantizer in model.quantizers.values())
+
+
+def test_a_float_layer_the_workload_did_not_leave_out_is_warned_about() -> None:
+    _, coverage = measured()
+    spec = QuantizationSpec(exclude=["3"])
+    warned = coverage.warned(0.01, lambda name, kind: excluded_layer(spec, name, kind))
+    assert [layer.name for layer in warned] == ["2"]  # Hidden; the excluded Linear is not
+    by_type = QuantizationSpec(layer_types=["Conv2d"])
+    assert excluded_layer(by_type, "3", "Linear") and not excluded_layer(by_type, "2", "Hidden")
+    assert coverage.warned(0.5, lambda name, kind: False) == []  # below the threshold
+
+
+def test_calibrate_states_the_coverage_and_the_result_file_records_it(
+    trained_digits, tmp_path: Path, capsys, caplog
+) -> None:
+    from model_explorer.cli import main
+    from model_explorer.results import ExplorationResult
+
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    body = data["workload"]
+    body["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    body["quantization"] = {"exclude": ["7"]}
+    body["exploration"]["nsga"].update(pop_size=4, offsprings=4, generations=1)
+    workload = str(write_workload(data, tmp_path / "w.yaml"))
+    with caplog.at_level(logging.WARNING):
+        assert main(["calibrate", workload]) == 0
+    out = capsys.readouterr().out
+    assert "of the weight MACs run on quantized weights; in float: 7 (Conv2d, " in out
+    assert not [r for r in caplog.records if "run in float" in r.getMessage()]  # excluded
+    result = tmp_path / "result.pkl"
+    assert main(["explore", workload, "--output", str(result)]) == 0
+    coverage = ExplorationResult.load(result).problem["coverage"]
+    assert [layer["name"] for layer in coverage["float_layers"]] == ["7"]
+    assert 0.5 < coverage["share"] < 1
+    assert "quantization coverage: " in capsys.readouterr().out
