@@ -125,6 +125,10 @@ def default_precision(runtime: str) -> str:
     still picks bf16 but oneDNN has no bf16 kernels left: unavailable."""
     if runtime != "openvino":
         return "f32"
+    if integer_products(runtime).startswith("unavailable"):
+        # below AVX2 (ONEDNN_MAX_CPU_ISA=AVX on a bf16 processor) its bf16 compile does not
+        # fail but crashes the process: not tried where f32 cannot run already
+        return integer_products(runtime)
     from model_explorer.deployment.runtimes import open_session
     from model_explorer.errors import UserError
 

@@ -238,6 +238,8 @@ def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) 
     for runtime in ("onnxruntime", "openvino", "tvm"):
         if runtime == "tvm" and importlib.util.find_spec("tvm") is None:
             continue
+        if default_precision(runtime).startswith("unavailable"):
+            continue  # OpenVINO at its defaults where this processor (or its emulation) cannot
         kernels = describe_kernels(open_session(runtime, target).kernels(), layers)
         assert sorted(kernels["integer"] + kernels["float"]) == sorted(layers), runtime
         if runtime == "tvm":  # its ONNX frontend dequantizes before every product
