@@ -71,6 +71,10 @@ def cost_command(args: argparse.Namespace) -> int:
     print(f"{label}: cost per {'leaf module' if args.leaf_modules else 'operation'}")
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(totals_text(report))
+    if plan is not None:
+        from model_explorer.quantization.coverage import plan_coverage
+
+        print(f"quantization coverage: {plan_coverage(report.rows, plan).statement()}")
     print("columns:\n" + conventions_text())
     if args.csv:
         with atomic_path(args.csv) as temporary:

@@ -79,6 +79,27 @@ class Coverage:
         }
 
 
+def plan_coverage(rows: Sequence[Any], plan: dict[str, Any]) -> Coverage:
+    """The coverage a plan gives a float model's cost table (cost/analyze.py rows): the weight
+    MACs (rows with parameters and MACs) of the layers the plan sets, against all of them; the
+    other modules with weight MACs are the float layers."""
+    by_module: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.params and row.macs:
+            by_module.setdefault(row.name, []).append(row)
+    macs = {name: sum(row.macs for row in found) for name, found in by_module.items()}
+    total = sum(macs.values())
+    float_layers = sorted(
+        (
+            FloatLayer(name, by_module[name][0].module_type, value, value / total)
+            for name, value in macs.items()
+            if name not in plan
+        ),
+        key=lambda layer: -layer.macs,
+    )
+    return Coverage(total, total - sum(layer.macs for layer in float_layers), float_layers)
+
+
 @cache
 def _counter() -> type:
     """The TorchDispatchMode counting weight MACs (made on first use: torch is imported only

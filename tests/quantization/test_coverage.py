@@ -14,7 +14,7 @@ from torch import nn
 
 from conftest import write_workload
 from model_explorer.quantization import QuantizedModel
-from model_explorer.quantization.coverage import Coverage, weight_coverage
+from model_explorer.quantization.coverage import Coverage, plan_coverage, weight_coverage
 from model_explorer.quantization.pipeline import excluded_layer
 from model_explorer.quantization.spec import QuantizationSpec
 
@@ -60,6 +60,18 @@ def test_the_share_is_the_quantized_layers_macs_by_hand_and_the_rest_is_named() 
     assert all(quantizer.enabled for quantizer in model.quantizers.values())
 
 
+def test_the_cost_table_with_a_plan_sees_the_layers_the_search_sees() -> None:
+    """The float model's cost table priced with the quantized model's plan gives the same
+    coverage as measuring the quantized model."""
+    from model_explorer.cost import analyze_cost
+    from model_explorer.plan import current_plan
+
+    model, coverage = measured()
+    report = analyze_cost(toy(), (5, 3, 8, 8), current_plan(model))
+    priced = plan_coverage(report.rows, current_plan(model))
+    assert priced.to_dict() == coverage.to_dict()
+
+
 def test_a_float_layer_the_workload_did_not_leave_out_is_warned_about() -> None:
     _, coverage = measured()
     spec = QuantizationSpec(exclude=["3"])
@@ -94,3 +106,7 @@ def test_calibrate_states_the_coverage_and_the_result_file_records_it(
     assert [layer["name"] for layer in coverage["float_layers"]] == ["7"]
     assert 0.5 < coverage["share"] < 1
     assert "quantization coverage: " in capsys.readouterr().out
+    front = ExplorationResult.load(result).pareto_front()[0].id
+    assert main(["cost", workload, "--individual", f"{result}#{front}"]) == 0
+    assert "quantization coverage: " in (out := capsys.readouterr().out)
+    assert "in float: 7 (Conv2d, " in out
