@@ -27,9 +27,11 @@ from model_explorer.quantization.layers import FunctionalCall, TransformedLayer,
 
 
 class OwnForward:
-    """Mixin (first base) of a layer class made by `own_forward_class`."""
+    """Mixin (first base) of a layer class made by `own_forward_class`; `weight_name` is the
+    parameter the quantized weight stands in for while the forward runs."""
 
     own_type: type
+    weight_name = "weight"
 
     def forward(self, *args: Any, functional: FunctionalCall | None = None, **kwargs: Any) -> Any:
         if functional is not None:  # its weight used by other code (functional.py)
@@ -38,12 +40,13 @@ class OwnForward:
             x = self.input_quantizer(args[0])  # type: ignore[attr-defined]
             weight = self.quantized_weight()  # type: ignore[attr-defined]
             parameters = self._parameters  # type: ignore[attr-defined]
-            stored = parameters["weight"]
-            parameters["weight"] = weight  # what `self.weight` reads while the forward runs
+            name = self.weight_name
+            stored = parameters[name]
+            parameters[name] = weight  # what the forward reads as its weight while it runs
             try:
                 return self.own_type.forward(self, x, *args[1:], **kwargs)
             finally:
-                parameters["weight"] = stored
+                parameters[name] = stored
 
     def to_float(self) -> Any:
         """The module as its own class again, over the same parameters."""
@@ -93,24 +96,30 @@ class _Products(TorchDispatchMode):
         return out
 
 
-def linear_layout(module: nn.Module) -> str | None:
-    """How a module that is no quantizable type uses its 2-D `weight` parameter, found by
-    running its forward on one sample of zeros: "in_out" where a product multiplies the input
-    by the weight as stored (transformers' Conv1D), "out_in" where by its transpose (what
-    F.linear does), None where its forward makes no such product (an embedding) or takes no
-    such input."""
-    weight = module._parameters.get("weight")
-    if not isinstance(weight, nn.Parameter) or weight.dim() != 2:
-        return None
-    for features, layout in ((weight.shape[0], "in_out"), (weight.shape[1], "out_in")):
-        probe = _Products(weight)
-        try:
-            with torch.no_grad(), probe:
-                type(module).forward(module, torch.zeros(1, features, dtype=weight.dtype))
-        except Exception:  # noqa: BLE001, S112 - a forward that takes no such input
-            continue
-        if probe.found == {layout == "out_in"}:
-            return layout
+def linear_layout(module: nn.Module) -> tuple[str, str] | None:
+    """Which 2-D parameter of its own a module that is no quantizable type multiplies its input
+    by, and how, found by running its forward on one sample of zeros: (name, "in_out") where a
+    product reads the parameter as stored (transformers' Conv1D: x @ W), (name, "out_in") where
+    transposed (what F.linear does); `weight` is tried first, then the others in order. None
+    where no product reads one (an embedding) or the forward takes no such input."""
+    candidates = sorted(
+        (
+            (name, parameter)
+            for name, parameter in module._parameters.items()
+            if isinstance(parameter, nn.Parameter) and parameter.dim() == 2
+        ),
+        key=lambda item: item[0] != "weight",
+    )
+    for name, weight in candidates:
+        for features, layout in ((weight.shape[0], "in_out"), (weight.shape[1], "out_in")):
+            probe = _Products(weight)
+            try:
+                with torch.no_grad(), probe:
+                    type(module).forward(module, torch.zeros(1, features, dtype=weight.dtype))
+            except Exception:  # noqa: BLE001, S112 - a forward that takes no such input
+                continue
+            if probe.found == {layout == "out_in"}:
+                return name, layout
     return None
 
 
@@ -125,7 +134,7 @@ class LinearLike(OwnForward):
     @classmethod
     def from_float(cls, module: nn.Module, *quantizers: Any) -> Any:
         layer = super().from_float(module, *quantizers)  # type: ignore[misc]
-        rows, columns = module.weight.shape  # type: ignore[union-attr]
+        rows, columns = module._parameters[cls.weight_name].shape  # type: ignore[union-attr]
         transposed = cls.stored == "in_out"
         layer.in_features, layer.out_features = (rows, columns) if transposed else (columns, rows)
         if transposed and getattr(layer.weight_quantizer, "axis", None) == 0:
@@ -134,17 +143,20 @@ class LinearLike(OwnForward):
 
 
 @cache
-def linear_like_class(own_type: type, layout: str) -> type:
-    """The transformed layer class for a Linear-like `own_type` (see `linear_layout`)."""
+def linear_like_class(own_type: type, weight_name: str, layout: str) -> type:
+    """The transformed layer class for a Linear-like `own_type` whose parameter `weight_name`
+    is its weight (see `linear_layout`); under another name than `weight`, `weight` reads it."""
     from model_explorer.quantization.layers import TransformedLinear
 
+    namespace: dict[str, Any] = {
+        "own_type": own_type,
+        "stored": layout,
+        "weight_name": weight_name,
+        "weight_block_axis": 0 if layout == "in_out" else 1,
+        "__module__": __name__,
+    }
+    if weight_name != "weight":
+        namespace["weight"] = property(lambda self: self._parameters[weight_name])
     return type(
-        f"Transformed{own_type.__name__}",
-        (LinearLike, TransformedLinear, own_type),
-        {
-            "own_type": own_type,
-            "stored": layout,
-            "weight_block_axis": 0 if layout == "in_out" else 1,
-            "__module__": __name__,
-        },
+        f"Transformed{own_type.__name__}", (LinearLike, TransformedLinear, own_type), namespace
     )

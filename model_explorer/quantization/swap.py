@@ -64,9 +64,9 @@ def _quant_class(module: nn.Module, wanted: dict[type, type]) -> type[Transforme
                 return quant
             return own_forward_class(type(module), quant)
     if nn.Linear in wanted and not isinstance(module, QUANTIZABLE_TYPES):
-        layout = linear_layout(module)
-        if layout is not None:
-            return linear_like_class(type(module), layout)
+        found = linear_layout(module)
+        if found is not None:
+            return linear_like_class(type(module), *found)
     return None
 
 

@@ -20,14 +20,14 @@ from model_explorer.quantization.spec import QuantizationSpec
 
 
 class Hidden(nn.Module):
-    """A projection whose weight is no `weight` (a `kernel`): the swap cannot find it."""
+    """A projection whose weight is one slice of a 3-D parameter: no layer the swap knows."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.kernel = nn.Parameter(torch.randn(4, 8 * 6 * 6))
+        self.kernels = nn.Parameter(torch.randn(1, 4, 8 * 6 * 6))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.flatten(1), self.kernel)
+        return F.linear(x.flatten(1), self.kernels[0])
 
 
 def toy() -> nn.Module:

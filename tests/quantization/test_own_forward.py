@@ -52,6 +52,18 @@ class GainLinear(nn.Linear):
         return F.linear(x, self.weight * self.gain, self.bias)
 
 
+class KernelLinear(nn.Module):
+    """No nn.Linear: a projection whose weight is called `kernel`, found by running it."""
+
+    def __init__(self, features: int, outputs: int) -> None:
+        super().__init__()
+        self.kernel = nn.Parameter(torch.randn(outputs, features) / features**0.5)
+        self.bias = nn.Parameter(torch.zeros(outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.kernel, self.bias)
+
+
 def own_layers() -> nn.Module:
     return nn.Sequential(
         SamePadConv(3, 8, 3, stride=2),
@@ -60,6 +72,7 @@ def own_layers() -> nn.Module:
         nn.ReLU(),
         nn.Flatten(),
         GainLinear(8 * 8 * 8, 10),
+        KernelLinear(10, 4),
     )
 
 
@@ -138,7 +151,7 @@ def test_each_layer_computes_its_own_forward_with_quantized_operands(name: str) 
         with torch.no_grad():
             expected = torch.func.functional_call(
                 original,
-                {"weight": layer.weight_quantizer(layer.weight)},
+                {layer.weight_name: layer.weight_quantizer(layer.weight)},
                 (layer.input_quantizer(inputs),),
             )
         assert torch.equal(out, expected), layer_name
@@ -152,8 +165,9 @@ def test_every_subclass_is_a_layer_and_restore_gives_the_modules_back() -> None:
         "0": "TransformedSamePadConv",
         "2": "TransformedStandardisedConv",
         "5": "TransformedGainLinear",
+        "6": "TransformedKernelLinear",
     }
-    assert len(model.bit_widths) == 6
+    assert len(model.bit_widths) == 8
     model.set_enabled(False)
     with torch.no_grad():
         assert torch.equal(model(x), reference)
@@ -165,6 +179,7 @@ def test_every_subclass_is_a_layer_and_restore_gives_the_modules_back() -> None:
         "ReLU",
         "Flatten",
         "GainLinear",
+        "KernelLinear",
     ]
     with torch.no_grad():
         assert torch.equal(restored(x), reference)
