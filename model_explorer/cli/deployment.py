@@ -70,17 +70,11 @@ def export_command(args: argparse.Namespace) -> int:
         f"{summary.quantized_outputs} outputs quantized for integer kernels"
     )
     if summary.coverage is not None:
-        print(f"quantization coverage: {coverage_text(summary.coverage)}")
+        print(f"quantization coverage: {summary.coverage.statement()}")
     if args.check:
         print_checks([check])
         return 0 if check.passed else 1
     return 0
-
-
-def coverage_text(coverage: dict) -> str:
-    from model_explorer.quantization.coverage import Coverage
-
-    return Coverage.from_dict(coverage).statement()
 
 
 def _known_runtimes(names: list[str], where: str) -> None:

@@ -163,18 +163,24 @@ def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
         )
 
 
-def calibrated_individual(
+def calibrated_problem(
     context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
-) -> nn.Module:
-    """The individual's QuantizedModel with its plan in effect, once its calibration file is
-    known to be the one the search used: what every runtime's form of it starts from."""
+) -> Any:
+    """The individual's problem, its QuantizedModel (`.model`) with its plan in effect, once
+    its calibration file is known to be the one the search used: what every runtime's form of
+    it starts from."""
     from model_explorer.problems.rebuild import individual_problem
 
     problem = individual_problem(context, result, individual, where)
-    model = problem.model
-    require_calibration(context, model.model)
-    model.coverage = getattr(problem, "coverage", None)  # what export says of it
-    return model
+    require_calibration(context, problem.model.model)
+    return problem
+
+
+def calibrated_individual(
+    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
+) -> nn.Module:
+    """The QuantizedModel of `calibrated_problem`."""
+    return calibrated_problem(context, result, individual, where).model
 
 
 def export_individual(
@@ -187,21 +193,22 @@ def export_individual(
 ) -> tuple[nn.Module, ExportSummary]:
     """The individual's model (its plan in effect) and its QDQ export at `path`, which says in
     its metadata which individual of which search it is."""
-    model = calibrated_individual(context, result, individual, where)
+    from model_explorer.quantization.coverage import Coverage
+
+    problem = calibrated_problem(context, result, individual, where)
+    model = problem.model
     inputs = next(iter(context.batches(ROLE)))[0]
     example = (inputs[:1] if isinstance(inputs, Tensor) else inputs).to(context.device)
-    summary = export_qdq(model, example, path, pack)
-    summary.coverage = getattr(model, "coverage", None)
     recorded = individual.values.get("accuracy")
-    write_metadata(
-        Path(path),
-        {
-            "model_explorer.individual": str(individual.id),
-            "model_explorer.problem": str(result.problem.get("name", "")),
-            "model_explorer.recorded_accuracy": "" if recorded is None else f"{recorded:.6f}",
-            "model_explorer.check": "not checked",
-        },
-    )
+    metadata = {
+        "model_explorer.individual": str(individual.id),
+        "model_explorer.problem": str(result.problem.get("name", "")),
+        "model_explorer.recorded_accuracy": "" if recorded is None else f"{recorded:.6f}",
+        "model_explorer.check": "not checked",
+    }
+    summary = export_qdq(model, example, path, pack, metadata)
+    coverage = getattr(problem, "coverage", None)
+    summary.coverage = None if coverage is None else Coverage.from_dict(coverage)
     return model, summary
 
 

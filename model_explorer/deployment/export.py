@@ -25,6 +25,7 @@ from model_explorer.onnx_export import (
     marker_index,
     trace_marked,
 )
+from model_explorer.quantization.coverage import Coverage
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
 OPSET = 21  # INT4/UINT4 and blocked DequantizeLinear
@@ -44,8 +45,8 @@ class ExportSummary:
     quantized_outputs: int
     integer_biases: int
     formats: dict[str, int] = field(default_factory=dict)
-    # quantization/coverage.py's to_dict() of the model exported, where known
-    coverage: dict | None = None
+    # the coverage of the model exported (quantization/coverage.py), where known
+    coverage: Coverage | None = None
 
 
 def quantizers_of(model: nn.Module) -> list[tuple[str, TensorQuantizer]]:
@@ -78,11 +79,16 @@ def trace(model: nn.Module, example: Tensor, quantizers: list[tuple[str, TensorQ
 
 
 def export_qdq(
-    model: nn.Module, example: Tensor, path: str | Path, pack: bool = True
+    model: nn.Module,
+    example: Tensor,
+    path: str | Path,
+    pack: bool = True,
+    metadata: dict[str, str] | None = None,
 ) -> ExportSummary:
     """Write `model` (a QuantizedModel, calibrated, its plan in effect) run on `example` to
-    `path` in QDQ form. `pack`: weights of up to 4 bits as INT4/UINT4 (else INT8, which more
-    runtimes run with integer kernels). Nothing is written when the export fails."""
+    `path` in QDQ form, `metadata` in its metadata_props. `pack`: weights of up to 4 bits as
+    INT4/UINT4 (else INT8, which more runtimes run with integer kernels). Nothing is written
+    when the export fails."""
     _refuse_sparsity(model)
     quantizers = quantizers_of(model)
     proto = trace(model, example, quantizers)
@@ -122,6 +128,7 @@ def export_qdq(
     graph.drop_unused_initializers()
     _declare_opset(proto)
     proto.producer_name, proto.producer_version = "model_explorer", __version__
+    _set_metadata(proto, metadata or {})
     onnx.checker.check_model(proto)
     _check_free_batch(proto, example)
     with atomic_path(Path(path)) as temporary:
@@ -161,13 +168,17 @@ def write_metadata(path: Path, props: dict[str, str]) -> None:
     that whoever receives the file can read which individual it is and what it was checked
     under (onnx.load(path).metadata_props; Netron shows them)."""
     proto = onnx.load(str(path))
+    _set_metadata(proto, props)
+    with atomic_path(path) as temporary:
+        onnx.save(proto, str(temporary))
+
+
+def _set_metadata(proto: onnx.ModelProto, props: dict[str, str]) -> None:
     kept = [entry for entry in proto.metadata_props if entry.key not in props]
     del proto.metadata_props[:]
     proto.metadata_props.extend(kept)
     for key, value in props.items():
         proto.metadata_props.add(key=key, value=value)
-    with atomic_path(path) as temporary:
-        onnx.save(proto, str(temporary))
 
 
 def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:

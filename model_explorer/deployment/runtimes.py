@@ -184,7 +184,10 @@ for _session in (OnnxRuntimeSession, OpenVinoSession, TvmSession):
     # what `model-explorer list runtimes` prints beside the name
     _session.description += "; settings: " + ", ".join(_session.settings)
     RUNTIMES.register(_session.name)(_session)
-    RUNTIMES.register_namespace(_session.name, placeholder="SETTING")(_session)
+    # a namespace's builder receives the item first: `RUNTIMES.resolve("onnxruntime:basic")`
+    RUNTIMES.register_namespace(_session.name, placeholder="SETTING")(
+        lambda setting, path, session=_session: session(path, setting)
+    )
 
 
 def runtime_setting(name: str, where: str = "--runtime") -> tuple[type[Session], str]:

@@ -18,10 +18,6 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any
 
-# Unquantized layers above this share of the weight MACs are warned about (the default of
-# `quantization.coverage_warning`).
-WARN_SHARE = 0.01
-
 
 @dataclass
 class FloatLayer:
@@ -46,9 +42,13 @@ class Coverage:
     def share(self) -> float:
         return self.quantized_macs / self.total_macs if self.total_macs else 1.0
 
+    @property
+    def headline(self) -> str:
+        return f"{self.share:.1%} of the weight MACs run on quantized weights"
+
     def statement(self, limit: int = 5) -> str:
         """One line: the share and the largest float layers."""
-        said = f"{self.share:.1%} of the weight MACs run on quantized weights"
+        said = self.headline
         if not self.float_layers:
             return said
         named = [f"{layer.name} ({layer.type}, {layer.share:.1%})" for layer in self.float_layers]

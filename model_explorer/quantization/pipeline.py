@@ -14,7 +14,7 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
 from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
-from model_explorer.quantization.coverage import Coverage, weight_coverage
+from model_explorer.quantization.coverage import Coverage, FloatLayer, weight_coverage
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.recipe import calibration_recipe, recipe_difference
 from model_explorer.quantization.spec import CalibrationSpec
@@ -140,22 +140,30 @@ def report_coverage(context: WorkloadContext, model: QuantizedModel) -> Coverage
     did not exclude."""
     role = "calibrate" if context.has_dataset("calibrate") else "exploration"
     inputs = next(iter(context.batches(role)))[0]
-    with torch.no_grad():
-        coverage = weight_coverage(model, lambda: model(inputs))
-    spec = context.workload.quantization
-    warned = coverage.warned(
-        spec.coverage_warning, lambda name, kind: excluded_layer(spec, name, kind)
-    )
+    coverage, warned = measure_coverage(model, inputs, context.workload.quantization)
     if warned:
         named = ", ".join(f"{layer.name} ({layer.type}, {layer.share:.1%})" for layer in warned)
         log.warning(
             "%s: layers holding weights run in float, which quantization.include/exclude did "
             "not leave out: %s; quantization.coverage_warning (%s) sets the share warned about",
-            coverage.statement(limit=0).split(";")[0],
+            coverage.headline,
             named,
-            spec.coverage_warning,
+            context.workload.quantization.coverage_warning,
         )
     return coverage
+
+
+def measure_coverage(
+    model: QuantizedModel, inputs: Any, spec: Any
+) -> tuple[Coverage, list[FloatLayer]]:
+    """`model`'s coverage on `inputs`, and its float layers that `spec` (the workload's
+    `quantization:`) warns about: above `coverage_warning` of the MACs and not left out."""
+    with torch.no_grad():
+        coverage = weight_coverage(model, lambda: model(inputs))
+    warned = coverage.warned(
+        spec.coverage_warning, lambda name, kind: excluded_layer(spec, name, kind)
+    )
+    return coverage, warned
 
 
 def excluded_layer(spec: Any, name: str, kind: str) -> bool:

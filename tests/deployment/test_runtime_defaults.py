@@ -300,17 +300,24 @@ def test_the_check_fails_where_a_default_differs_and_names_the_setting_that_hold
     assert all("\n" not in failure for failure in failures)
 
 
-def test_a_setting_is_checked_beside_the_default_and_written_into_the_file(
-    searched, tmp_path: Path, capsys
-) -> None:
+def export_checked(searched: tuple[Path, Path], target: Path, runtime: str) -> tuple[int, int]:
+    """`export --check RUNTIME` of the default search's first front member to `target`: the
+    exit status and the member's id."""
     from model_explorer.cli import main
     from model_explorer.results import ExplorationResult
 
     workload, result = searched
     identifier = ExplorationResult.load(result).pareto_front()[0].id
+    arguments = ["--onnx", str(target), "--workload", str(workload), "--check", runtime]
+    return main(["export", f"{result}#{identifier}", *arguments]), identifier
+
+
+def test_a_setting_is_checked_beside_the_default_and_written_into_the_file(
+    searched, tmp_path: Path, capsys
+) -> None:
     target = tmp_path / "chosen.onnx"
-    arguments = ["--workload", str(workload), "--check", "onnxruntime:basic"]
-    assert main(["export", f"{result}#{identifier}", "--onnx", str(target), *arguments]) == 0
+    status, identifier = export_checked(searched, target, "onnxruntime:basic")
+    assert status == 0
     out = capsys.readouterr().out
     assert "onnxruntime (onnxruntime " in out and "onnxruntime:basic (onnxruntime " in out
     props = {entry.key: entry.value for entry in onnx.load(str(target)).metadata_props}
@@ -323,8 +330,7 @@ def test_a_setting_is_checked_beside_the_default_and_written_into_the_file(
     assert abs(default["accuracy"] - float(props["model_explorer.recorded_accuracy"])) <= 0.005
     # an unknown setting is one sentence, before anything is written
     other = tmp_path / "other.onnx"
-    arguments[-1] = "onnxruntime:fastest"
-    assert main(["export", f"{result}#{identifier}", "--onnx", str(other), *arguments]) == 2
+    assert export_checked(searched, other, "onnxruntime:fastest")[0] == 2
     err = capsys.readouterr().err
     assert "runtime onnxruntime has no setting 'fastest'" in err and not other.exists()
 
@@ -341,16 +347,10 @@ class Unreadable(Session):
 def test_a_file_a_checked_runtime_cannot_read_is_never_written(
     searched, tmp_path: Path, capsys
 ) -> None:
-    from model_explorer.cli import main
-    from model_explorer.results import ExplorationResult
-
-    workload, result = searched
-    identifier = ExplorationResult.load(result).pareto_front()[0].id
     target = tmp_path / "chosen.onnx"
     RUNTIMES.register("unreadable")(Unreadable)
     try:
-        arguments = ["--onnx", str(target), "--workload", str(workload), "--check", "unreadable"]
-        assert main(["export", f"{result}#{identifier}", *arguments]) == 2
+        assert export_checked(searched, target, "unreadable")[0] == 2
     finally:
         RUNTIMES._entries.pop("unreadable")
     (line,) = capsys.readouterr().err.strip().splitlines()

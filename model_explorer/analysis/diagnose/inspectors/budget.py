@@ -32,17 +32,11 @@ class Coverage(BaseInspector):
     priority = MEDIUM
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
-        import torch
+        from model_explorer.quantization.pipeline import measure_coverage
 
-        from model_explorer.quantization.coverage import weight_coverage
-        from model_explorer.quantization.pipeline import excluded_layer
-
-        model = context.quantized_model
-        example = context.inputs[0].to(context.device)
-        with torch.no_grad():
-            coverage = weight_coverage(model, lambda: model(example))
         spec = context.workload.quantization
-        warned = coverage.warned(spec.coverage_warning, lambda n, t: excluded_layer(spec, n, t))
+        example = context.inputs[0].to(context.device)
+        coverage, warned = measure_coverage(context.quantized_model, example, spec)
         evidence = coverage.to_dict()
         if not warned:
             return [self.finding("info", coverage.statement(), evidence=evidence)]
