@@ -128,8 +128,9 @@ class TransformedLayer:
         return {name: module for name, module in slots.items() if not isinstance(module, Inline)}
 
     def to_float(self) -> nn.Module:
-        """The float layer over the same parameters."""
-        layer = rebuild(self, self.float_type)  # type: ignore[arg-type]
+        """The float layer over the same parameters: of its float type, or of the module's own
+        class where it runs its own forward (own_forward.py)."""
+        layer = rebuild(self, getattr(self, "own_type", self.float_type))  # type: ignore[arg-type]
         for name in SLOTS:
             del layer._modules[name]
         return layer

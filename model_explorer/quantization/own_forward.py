@@ -48,16 +48,6 @@ class OwnForward:
             finally:
                 parameters[name] = stored
 
-    def to_float(self) -> Any:
-        """The module as its own class again, over the same parameters."""
-        from model_explorer.modules import rebuild
-        from model_explorer.quantization.layers import SLOTS
-
-        layer = rebuild(self, self.own_type)  # type: ignore[arg-type]
-        for name in SLOTS:
-            del layer._modules[name]
-        return layer
-
 
 @cache
 def own_forward_class(own_type: type, transformed: type[TransformedLayer]) -> type:
