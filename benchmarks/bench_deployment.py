@@ -16,9 +16,9 @@ import torch
 from bench_quantized_forward import build, interleaved_medians, sample_shape
 
 from model_explorer.deployment.export import export_qdq
-from model_explorer.deployment.runtimes import describe_kernels, open_session
 from model_explorer.onnx_export import export_onnx
 from model_explorer.quantization import QuantizedModel
+from model_explorer.runtimes import describe_kernels, open_runtime
 
 
 def quantized(model: torch.nn.Module, x: torch.Tensor, weight_bits: int) -> QuantizedModel:
@@ -53,7 +53,7 @@ def main() -> None:
         print(f"{name:<22}{size / 1e6:>8.2f}{size / float_size:>9.3f}")
     inputs = x.numpy()
     for runtime in ("onnxruntime", "openvino"):
-        sessions = {name: open_session(runtime, path) for name, path in files.items()}
+        sessions = {name: open_runtime(runtime, path) for name, path in files.items()}
         variants = {name: (lambda s=s: s.run(inputs), None) for name, s in sessions.items()}
         times = interleaved_medians(variants, args.repeats)
         print(f"\n{runtime}: {'ms':>7} {'x float':>8}  integer products")

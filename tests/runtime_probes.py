@@ -95,19 +95,19 @@ def _probe_file(path: Path) -> np.ndarray:
 @cache
 def integer_products(runtime: str) -> str:
     """EXACT, SATURATING, or 'unavailable: <the runtime's sentence>' for `runtime` (a name of
-    model_explorer.deployment.runtimes.RUNTIMES) on this processor, against onnx's reference
+    model_explorer.runtimes.RUNTIMES) on this processor, against onnx's reference
     evaluator of the same file."""
     from onnx.reference import ReferenceEvaluator
 
-    from model_explorer.deployment.runtimes import open_session
     from model_explorer.errors import UserError
+    from model_explorer.runtimes import open_runtime
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "probe.onnx"
         inputs = _probe_file(path)
         expected = ReferenceEvaluator(str(path)).run(None, {"input": inputs})[0]
         try:  # OpenVINO's integer kernels, its float parts at float32 whatever its default
-            actual = open_session(f"{runtime}:f32" if runtime == "openvino" else runtime, path)
+            actual = open_runtime(f"{runtime}:f32" if runtime == "openvino" else runtime, path)
             actual = actual.run(inputs)
         except UserError as error:
             return f"unavailable: {error}"
@@ -129,14 +129,14 @@ def default_precision(runtime: str) -> str:
         # below AVX2 (ONEDNN_MAX_CPU_ISA=AVX on a bf16 processor) its bf16 compile does not
         # fail but crashes the process: not tried where f32 cannot run already
         return integer_products(runtime)
-    from model_explorer.deployment.runtimes import open_session
     from model_explorer.errors import UserError
+    from model_explorer.runtimes import open_runtime
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "probe.onnx"
         inputs = _probe_file(path)
         try:
-            session = open_session(runtime, path)
+            session = open_runtime(runtime, path)
             session.run(inputs)
         except UserError as error:
             return f"unavailable: {error}"

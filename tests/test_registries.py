@@ -44,7 +44,7 @@ from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
 DOCUMENTED = {
-    "runtimes": {"onnxruntime", "openvino", "tvm"},
+    "runtimes": {"onnxruntime", "openvino", "tvm", "litert"},
     "models": {
         "digits_cnn",
         "lenet5",
@@ -119,15 +119,19 @@ DOCUMENTED = {
 }
 FORMS = {
     "models": ["torchvision:<name>", "package.module:factory"],
-    "runtimes": ["onnxruntime:SETTING", "openvino:SETTING", "tvm:SETTING"],
+    "runtimes": ["litert:SETTING", "onnxruntime:SETTING", "openvino:SETTING", "tvm:SETTING"],
     "environments": [
+        "litert:SETTING",
+        "onnxruntime:SETTING",
+        "openvino:SETTING",
+        "tvm:SETTING",
+        "deployed-litert:RESULTS#ID",
         "deployed:RESULTS#ID",
+        "deployed-onnxruntime:RESULTS#ID",
         "deployed-openvino:RESULTS#ID",
         "deployed-tvm:RESULTS#ID",
         "threads=N",
-        "deployed-litert:RESULTS#ID",
         "quantized:RESULTS#ID",
-        "tvm:LEVEL[:TARGET]",
         "package.module:factory",
     ],
     "inspectors": ["package.module:Class"],

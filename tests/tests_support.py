@@ -193,21 +193,25 @@ def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[
     return context, model
 
 
-def localise_perturbed(environment: type, layer: str, samples: int) -> dict:
-    """compare's localisation of eager against `environment` (a class) run on digits_cnn with
-    `layer`'s weight shifted by half its standard deviation inside that environment only: the
-    planted fault whose layer a runtime's own intermediates must name."""
-    from model_explorer.analysis.compare import compare
+def localise_perturbed(spec: str, layer: str, samples: int) -> dict:
+    """compare's localisation of eager against the environment `spec` names, run on digits_cnn
+    with `layer`'s weight shifted by half its standard deviation inside that environment only:
+    the planted fault whose layer a runtime's own intermediates must name."""
+    from model_explorer.analysis.compare import compare, environment
     from model_explorer.models import create_model
 
-    class Perturbed(environment):  # type: ignore[misc, valid-type]
-        def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
-            weight = model.get_submodule(layer).weight
-            with torch.no_grad():
-                weight += 0.5 * weight.std()
-            super().prepare(model, example)
+    perturbed = environment(spec)
+    perturbed.name = "perturbed"
+    prepare = perturbed.prepare
 
+    def perturb_then_prepare(model: nn.Module, example: torch.Tensor) -> None:
+        weight = model.get_submodule(layer).weight
+        with torch.no_grad():
+            weight += 0.5 * weight.std()
+        prepare(model, example)
+
+    perturbed.prepare = perturb_then_prepare  # type: ignore[method-assign]
     torch.manual_seed(0)
     model = create_model("digits_cnn").eval()
-    comparison = compare(model, torch.randn(samples, 1, 8, 8), ["eager", Perturbed("perturbed")])
+    comparison = compare(model, torch.randn(samples, 1, 8, 8), ["eager", perturbed])
     return comparison.localisations[("eager", "perturbed")]

@@ -79,10 +79,16 @@ def export_command(args: argparse.Namespace) -> int:
 
 def _known_runtimes(names: list[str], where: str) -> None:
     """Unknown runtime names or settings are refused before anything is exported."""
-    from model_explorer.deployment.runtimes import runtime_setting
+    from model_explorer.runtimes import runtime_setting
 
     for name in names:
-        runtime_setting(name, where)
+        runtime, _ = runtime_setting(name, where)
+        if runtime.reads != "onnx":
+            raise UserError(
+                f"{where} {name}: runtime {runtime.name} converts a PyTorch model and cannot run "
+                f"the exported ONNX file; compare the individual in it with --env "
+                f"deployed-{runtime.name}:RESULTS#ID"
+            )
 
 
 def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:

@@ -89,7 +89,7 @@ def _environments() -> Any:
 
 
 def _runtimes() -> Any:
-    from model_explorer.deployment.runtimes import RUNTIMES
+    from model_explorer.runtimes import RUNTIMES
 
     return RUNTIMES
 

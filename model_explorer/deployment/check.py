@@ -23,14 +23,15 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
-from model_explorer.deployment.runtimes import (
-    Session,
-    describe_kernels,
-    open_session,
-    runtime_setting,
-)
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
+from model_explorer.runtimes import (
+    Runtime,
+    as_input,
+    describe_kernels,
+    open_runtime,
+    runtime_setting,
+)
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -127,19 +128,15 @@ class Recorded(nn.Module):
 
 
 class RuntimeModule(nn.Module):
-    """A runtime session as a module: batches in (floats as float32, token ids as they are),
-    its output as a tensor out."""
+    """An activated runtime as a module: batches in (floats as float32, token ids as they
+    are), its output as a tensor out."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__()
-        self.session = session
+        self.runtime = runtime
 
     def forward(self, x: Tensor) -> Tensor:
-        inputs = x.detach().cpu()
-        if inputs.is_floating_point():
-            inputs = inputs.float()
-        output = self.session.run(inputs.numpy())
-        return torch.from_numpy(output).to(x.device)
+        return torch.from_numpy(self.runtime.run(as_input(x))).to(x.device)
 
 
 def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
@@ -236,20 +233,23 @@ class Scorer:
         self.fake_quant = float(context.evaluate(reference, ROLE))  # type: ignore[arg-type]
         self.expected = torch.cat(reference.classes)
 
-    def score(self, runtime: str) -> RuntimeScore:
-        session = open_session(runtime, self.path, "--check")
-        recorded = Recorded(RuntimeModule(session))
-        accuracy = float(self.context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
+    def score(self, name: str) -> RuntimeScore:
+        runtime = open_runtime(name, self.path, "--check")
+        try:
+            recorded = Recorded(RuntimeModule(runtime))
+            accuracy = float(self.context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
+            kernels = describe_kernels(runtime.kernels(), self.layers)
+        finally:
+            runtime.deactivate()
         agreement = (torch.cat(recorded.classes) == self.expected).float().mean().item()
-        kernels = describe_kernels(session.kernels(), self.layers)
         return RuntimeScore(
-            session.label,
+            runtime.label,
             accuracy,
             agreement,
             kernels["integer"],
             kernels["float"],
-            session.described(),
-            session.version,
+            runtime.described(),
+            runtime.version,
         )
 
 
@@ -319,12 +319,12 @@ def _off_default(score: RuntimeScore, target: float, scorer: Scorer) -> str:
         f"{score.runtime} at its default settings ({score.settings}) scores "
         f"{score.accuracy:.4f} against the recorded {target:.4f}"
     )
-    session, _ = runtime_setting(score.runtime, "--check")
-    for setting in [name for name in session.settings if name != "default"]:  # type: ignore[attr-defined]
+    runtime, _ = runtime_setting(score.runtime, "--check")
+    for setting in [name for name in runtime.settings if name != "default"]:
         other = scorer.score(f"{score.runtime}:{setting}")
         if abs(other.accuracy - target) <= TOLERANCE:
             return (
-                f"{said}; at {other.runtime} ({session.settings[setting]}) it scores "  # type: ignore[attr-defined]
+                f"{said}; at {other.runtime} ({runtime.settings[setting]}) it scores "
                 f"{other.accuracy:.4f}, so what the default does beyond that setting causes "
                 "the difference: run the file so, or check another individual."
             )

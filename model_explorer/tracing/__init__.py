@@ -2,6 +2,7 @@
 (tracing/operators.py) and told to consumers (tracing/tracer.py)."""
 
 from model_explorer.tracing.operators import Operator, operator_of
+from model_explorer.tracing.outputs import operator_outputs
 from model_explorer.tracing.tracer import (
     Consumer,
     Opaque,
@@ -20,6 +21,7 @@ __all__ = [
     "Tracer",
     "Wrapper",
     "operator_of",
+    "operator_outputs",
     "root_of",
     "trace",
 ]

@@ -57,9 +57,7 @@ def test_litert_intermediates_line_up_with_eager_in_a_residual_model() -> None:
 
 
 def test_a_layer_perturbed_inside_litert_is_localised_there() -> None:
-    from model_explorer.analysis.compare.environments.litert import LiteRtEnvironment
-
-    found = localise_perturbed(LiteRtEnvironment, "7", samples=16)
+    found = localise_perturbed("litert", "7", samples=16)
     assert found["intermediates_of"] == ["eager", "perturbed"]
     assert found["first"]["name"] == "7/Conv2D#0"
 

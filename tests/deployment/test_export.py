@@ -16,10 +16,10 @@ from onnx import TensorProto, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from model_explorer.deployment.export import OPSET, export_qdq  # noqa: E402
-from model_explorer.deployment.runtimes import describe_kernels, open_session  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.formats.integer import integer_bounds  # noqa: E402
 from model_explorer.onnx_export import export_onnx  # noqa: E402
+from model_explorer.runtimes import describe_kernels, open_runtime  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
 
@@ -174,7 +174,7 @@ def test_asymmetric_inputs_are_uint8_with_their_zero_points(
         export_qdq(model, inputs[:1], path)
         atol = 0.1 if bits == 8 else 1e-4
         np.testing.assert_allclose(run_reference(path, inputs[:60]), expected, atol=atol)
-        outputs = open_session("onnxruntime", path).run(inputs[:60].numpy())
+        outputs = open_runtime("onnxruntime", path).run(inputs[:60].numpy())
         np.testing.assert_array_equal(outputs.argmax(1), expected.argmax(1))
         stored = {t.name: t for t in onnx.load(str(path)).graph.initializer}
         for name, layer in model.layers.items():
@@ -244,7 +244,7 @@ def test_onnxruntime_runs_eight_bit_layers_on_integer_kernels(digits, tmp_path: 
     set_formats(model, {"*": ("int8", "int8")})
     path = tmp_path / "model.onnx"
     export_qdq(model, inputs[:1], path)
-    session = open_session("onnxruntime", path)
+    session = open_runtime("onnxruntime", path)
     kernels = describe_kernels(session.kernels(), model.layers)
     assert sorted(kernels["integer"]) == ["0", "12", "14", "3"]
     assert kernels["float"] == ["7"]
@@ -254,10 +254,10 @@ def test_onnxruntime_runs_eight_bit_layers_on_integer_kernels(digits, tmp_path: 
     set_formats(model, {"*": ("int8", "int4")})
     export_qdq(model, inputs[:1], path)
     assert (
-        describe_kernels(open_session("onnxruntime", path).kernels(), model.layers)["integer"] == []
+        describe_kernels(open_runtime("onnxruntime", path).kernels(), model.layers)["integer"] == []
     )
     export_qdq(model, inputs[:1], path, pack=False)
-    integer = describe_kernels(open_session("onnxruntime", path).kernels(), model.layers)["integer"]
+    integer = describe_kernels(open_runtime("onnxruntime", path).kernels(), model.layers)["integer"]
     assert sorted(integer) == ["0", "12", "14", "3"]
 
 

@@ -28,9 +28,12 @@ from model_explorer.deployment.check import (  # noqa: E402
     judge,
 )
 from model_explorer.deployment.export import ExportSummary, export_qdq  # noqa: E402
-from model_explorer.deployment.runtimes import RUNTIMES, open_session  # noqa: E402
-from model_explorer.deployment.session import Session  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
+from model_explorer.runtimes import (  # noqa: E402
+    RUNTIMES,
+    Runtime,  # noqa: E402
+    open_runtime,
+)
 from runtime_probes import SATURATING, default_precision, integer_products  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
@@ -214,10 +217,10 @@ def test_every_exportable_form_holds_at_each_runtimes_defaults(
             continue  # said by the probes (OpenVINO below AVX2, or limited below bf16)
         if runtime == "tvm" and case in TVM_UNREADABLE:
             with pytest.raises(UserError, match="TVM's ONNX frontend cannot read") as error:
-                open_session(runtime, path)
+                open_runtime(runtime, path)
             assert "\n" not in str(error.value)
             continue
-        outputs = open_session(runtime, path).run(inputs.numpy())
+        outputs = open_runtime(runtime, path).run(inputs.numpy())
         agreement = float((outputs.argmax(1) == expected).mean())
         assert agreement >= expected_agreement(runtime, model_name, case), (runtime, agreement)
 
@@ -246,7 +249,7 @@ def test_fp8_sites_name_their_type_without_a_zero_point(digits, tmp_path: Path) 
     )
 
 
-class Planted(Session):
+class Planted(Runtime):
     """A runtime with a default and an 'exact' setting, for the check's judgement."""
 
     name = "planted"
@@ -335,12 +338,12 @@ def test_a_setting_is_checked_beside_the_default_and_written_into_the_file(
     assert "runtime onnxruntime has no setting 'fastest'" in err and not other.exists()
 
 
-class Unreadable(Session):
+class Unreadable(Runtime):
     """A runtime that cannot read any file, as TVM 0.27 cannot read FP8."""
 
     name = "unreadable"
 
-    def __init__(self, path: Path, setting: str = "default") -> None:
+    def activate(self, path: Path) -> None:
         raise UserError(f"runtime unreadable: cannot read '{path}': no FP8 here")
 
 

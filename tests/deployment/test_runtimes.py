@@ -228,7 +228,7 @@ def test_compare_sets_the_runtime_beside_the_individual_it_was_exported_from(
 
 
 def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) -> None:
-    from model_explorer.deployment.runtimes import describe_kernels, open_session
+    from model_explorer.runtimes import describe_kernels, open_runtime
 
     workload, result = searched
     target = tmp_path / "chosen.onnx"
@@ -240,7 +240,7 @@ def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) 
             continue
         if default_precision(runtime).startswith("unavailable"):
             continue  # OpenVINO at its defaults where this processor (or its emulation) cannot
-        kernels = describe_kernels(open_session(runtime, target).kernels(), layers)
+        kernels = describe_kernels(open_runtime(runtime, target).kernels(), layers)
         assert sorted(kernels["integer"] + kernels["float"]) == sorted(layers), runtime
         if runtime == "tvm":  # its ONNX frontend dequantizes before every product
             assert kernels["integer"] == []

@@ -1,17 +1,14 @@
 """Environments of `compare`: named ways to run the same model on the same inputs, each a
-registered entry (fixed names, `threads=N`, `quantized:RESULTS#ID`, `deployed:RESULTS#ID`,
-`package.module:factory`)."""
+registered entry (fixed names, `threads=N`, every runtime of runtimes/ as `NAME` and
+`NAME:SETTING`, `quantized:RESULTS#ID`, `deployed-NAME:RESULTS#ID`, `package.module:factory`)."""
 
 from __future__ import annotations
 
 # Explicit imports register the shipped environments.
 from model_explorer.analysis.compare.environments import deployed as _deployed  # noqa: F401
 from model_explorer.analysis.compare.environments import eager as _eager  # noqa: F401
-from model_explorer.analysis.compare.environments import litert as _litert  # noqa: F401
-from model_explorer.analysis.compare.environments import onnx as _onnx  # noqa: F401
-from model_explorer.analysis.compare.environments import openvino as _openvino  # noqa: F401
 from model_explorer.analysis.compare.environments import quantized as _quantized  # noqa: F401
-from model_explorer.analysis.compare.environments import tvm as _tvm  # noqa: F401
+from model_explorer.analysis.compare.environments import runtime as _runtime  # noqa: F401
 from model_explorer.analysis.compare.environments import user as _user  # noqa: F401
 from model_explorer.analysis.compare.environments.base import (
     ENVIRONMENTS,
@@ -29,8 +26,8 @@ from model_explorer.analysis.compare.environments.eager import (
     TorchEnvironment,
     compiler,
 )
-from model_explorer.analysis.compare.environments.onnx import OnnxRuntimeEnvironment
 from model_explorer.analysis.compare.environments.quantized import QuantizedEnvironment
+from model_explorer.analysis.compare.environments.runtime import RuntimeEnvironment
 from model_explorer.analysis.compare.environments.user import CallableEnvironment, UserEnvironment
 
 __all__ = [
@@ -40,8 +37,8 @@ __all__ = [
     "CudaEnvironment",
     "Environment",
     "EnvironmentSkipped",
-    "OnnxRuntimeEnvironment",
     "QuantizedEnvironment",
+    "RuntimeEnvironment",
     "ThreadsEnvironment",
     "TorchEnvironment",
     "UserEnvironment",

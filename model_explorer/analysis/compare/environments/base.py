@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from model_explorer.errors import UserError
 from model_explorer.registry import Registry
-from model_explorer.tracing import Consumer, OperatorCall, trace
+from model_explorer.tracing import operator_outputs  # noqa: F401 - environments take it from here
 
 
 class EnvironmentSkipped(Exception):
@@ -69,26 +69,6 @@ def logits(output: Any, where: str = "compare") -> Tensor:
     if output.dim() > 2:
         output = output.movedim(1, -1).reshape(-1, output.shape[1])
     return output.reshape(len(output), -1)
-
-
-class _OperatorOutputs(Consumer):
-    def __init__(self) -> None:
-        self.outputs: dict[str, Tensor] = {}
-
-    def after(self, call: OperatorCall) -> None:
-        found = call.outputs
-        if found and found[0].is_floating_point():
-            # A copy: a later in-place operator (ReLU(inplace=True)) must not change it.
-            self.outputs[call.name] = found[0].detach().to("cpu", torch.float64, copy=True)
-
-
-def operator_outputs(model: nn.Module, inputs: Tensor) -> dict[str, Tensor]:
-    """Every operator's output of one forward of `model`, by the tracer's names
-    (`<module path>/<Opcode>#<n>`, as the hooks and the cost table name them; a QuantizedModel's
-    as in the model it wraps), as float64 copies on the CPU, in execution order."""
-    found = _OperatorOutputs()
-    trace(model, [found], inputs)
-    return found.outputs
 
 
 EnvironmentBuilder = Callable[[str, Any], Environment]

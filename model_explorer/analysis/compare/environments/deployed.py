@@ -1,7 +1,8 @@
-"""`deployed:RESULTS#ID`, `deployed-openvino:RESULTS#ID` and `deployed-tvm:RESULTS#ID`: one
-individual of a result exported as a QDQ ONNX file (as `model-explorer export` writes it) and run
-by onnxruntime, OpenVINO or Apache TVM, so that compare sets what a runtime computes beside the
-fake-quantized individual (`quantized:RESULTS#ID`) and the float model."""
+"""`deployed-NAME:RESULTS#ID` for every registered runtime (`deployed:RESULTS#ID`: onnxruntime):
+one individual of a result in the form the runtime reads (the QDQ ONNX file `model-explorer
+export` writes, or its quantizers as PyTorch's quantize/dequantize operators for a runtime that
+converts PyTorch), so that compare sets what a runtime computes beside the fake-quantized
+individual (`quantized:RESULTS#ID`) and the float model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from model_explorer.analysis.compare.environments.base import (
@@ -18,13 +20,17 @@ from model_explorer.analysis.compare.environments.base import (
     EnvironmentSkipped,
     logits,
 )
+from model_explorer.analysis.compare.environments.runtime import made
 from model_explorer.errors import UserError
+from model_explorer.runtimes import RUNTIMES, Runtime, RuntimeUnavailable, as_input
+
+FORM = {"onnx": "QDQ ONNX", "pytorch": "quantize/dequantize operators"}
 
 
 class DeployedEnvironment(Environment):
-    """The individual exported to a temporary QDQ file, run by `runtime` on the CPU."""
+    """The individual deployed to `runtime` (its default setting) on the CPU."""
 
-    def __init__(self, name: str, context: Any, reference: str, runtime: str) -> None:
+    def __init__(self, name: str, context: Any, reference: str, runtime: type[Runtime]) -> None:
         super().__init__(name)
         from model_explorer.exploration.reevaluate import check_same_model
         from model_explorer.results import load_individual
@@ -34,33 +40,31 @@ class DeployedEnvironment(Environment):
             raise UserError(f"{where}: a deployed environment needs the workload of the result")
         self.result, self.individual = load_individual(reference, where)
         check_same_model(context.workload, self.result)
-        self.context, self.runtime, self.where = context, runtime, where
+        self.context, self.runtime_class, self.where = context, runtime, where
         self.description = (
-            f"{self.result.problem['name']} individual {self.individual.id}, QDQ ONNX in {runtime}"
+            f"{self.result.problem['name']} individual {self.individual.id}, "
+            f"{FORM[runtime.reads]} in {runtime.name}"
         )
         self.folder: tempfile.TemporaryDirectory[str] | None = None
-        self.module: Any = None
-        self.reference = reference
+        self.runtime: Runtime | None = None
         self._stand_in: Any = None
         self._prepared: tuple[nn.Module, Tensor] | None = None
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
-        from model_explorer.deployment.check import RuntimeModule, export_individual
-        from model_explorer.deployment.runtimes import open_session
+        from model_explorer.deployment.deploy import Chosen, deploy
 
         self._prepared = (model, example)
+        self.runtime = made(self.runtime_class, "default")
         self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_deployed_")
-        path = Path(self.folder.name) / "model.onnx"
+        chosen = Chosen(self.context, self.result, self.individual, example, self.where)
         try:
-            export_individual(self.context, self.result, self.individual, path, where=self.where)
-            self.module = RuntimeModule(open_session(self.runtime, path, self.where))
-        except UserError as error:
-            if "not installed" in str(error):
-                raise EnvironmentSkipped(str(error)) from None
-            raise
+            deploy(self.runtime, chosen, Path(self.folder.name))
+        except RuntimeUnavailable as error:
+            raise EnvironmentSkipped(str(error)) from None
 
     def run(self, inputs: Tensor) -> Tensor:
-        return logits(self.module(inputs), self.name)
+        assert self.runtime is not None
+        return logits(torch.from_numpy(self.runtime.run(as_input(inputs))), self.name)
 
     def stand_in(self) -> Environment | None:
         """The fake-quantized individual the file was exported from: localisation then shows
@@ -77,7 +81,9 @@ class DeployedEnvironment(Environment):
         return self._stand_in
 
     def close(self) -> None:
-        self.module = None
+        if self.runtime is not None:
+            self.runtime.deactivate()
+            self.runtime = None
         if self._stand_in is not None:
             self._stand_in.close()
             self._stand_in = None
@@ -86,16 +92,18 @@ class DeployedEnvironment(Environment):
             self.folder = None
 
 
-@ENVIRONMENTS.register_namespace("deployed", placeholder="RESULTS#ID")
-def deployed_environment(reference: str, name: str, context: Any = None) -> Environment:
-    return DeployedEnvironment(name, context, reference, "onnxruntime")
+def register_deployed_environments() -> None:
+    """`deployed-NAME:RESULTS#ID` for every registered runtime not yet among the environments
+    (runs at import; again after a runtime registered later); `deployed:` for onnxruntime."""
+    for entry in RUNTIMES.entries():
+        if ENVIRONMENTS.namespace(f"deployed-{entry.name}:x") is not None:
+            continue
+        for prefix in ["deployed"] * (entry.name == "onnxruntime") + [f"deployed-{entry.name}"]:
+            ENVIRONMENTS.register_namespace(prefix, placeholder="RESULTS#ID")(
+                lambda reference, name, context=None, runtime=entry.builder: DeployedEnvironment(
+                    name, context, reference, runtime
+                )
+            )
 
 
-@ENVIRONMENTS.register_namespace("deployed-openvino", placeholder="RESULTS#ID")
-def deployed_openvino_environment(reference: str, name: str, context: Any = None) -> Environment:
-    return DeployedEnvironment(name, context, reference, "openvino")
-
-
-@ENVIRONMENTS.register_namespace("deployed-tvm", placeholder="RESULTS#ID")
-def deployed_tvm_environment(reference: str, name: str, context: Any = None) -> Environment:
-    return DeployedEnvironment(name, context, reference, "tvm")
+register_deployed_environments()

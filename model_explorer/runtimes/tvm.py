@@ -1,5 +1,6 @@
-"""Apache TVM as a runtime: a Relax module (imported from an ONNX file or from torch.export)
-compiled with the target's default Relax pipeline and run by Relax's virtual machine.
+"""Apache TVM as a runtime: a Relax module (imported from an ONNX file or from torch.export, as
+DeltaNN runs its models: it used Relay, which TVM 0.27 no longer has) compiled with the target's
+default Relax pipeline and run by Relax's virtual machine.
 
 TVM 0.27 has only Relax (Relay is gone). Its default CPU pipeline (`relax.get_default_pipeline`
 for an `llvm` target: legalise the operators to TensorIR, fold constants, fuse operators, lower
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.deployment.session import Kernel, Session, missing_package
 from model_explorer.errors import UserError, first_line
+from model_explorer.runtimes.base import (
+    Kernel,
+    Runtime,
+    RuntimeUnavailable,
+    missing_package,
+    register_runtime,
+)
 
 DEFAULT_TARGET = "llvm"
 DEFAULT_OPT_LEVEL = 3
@@ -136,26 +144,85 @@ def _widened(model: Any) -> Any:
     return model
 
 
-class TvmSession(Session):
+@register_runtime
+class Tvm(Runtime):
+    """Settings `default` (tvm.compile as a user calls it) and `O0`..`O4` (the PassContext's
+    opt_level), each for `llvm` or, as `O3:TARGET`, another target (`O3:cuda`,
+    `O3:{"kind": "llvm", "mcpu": "skylake-avx512"}`: TVM 0.27 takes a target's options in its
+    JSON form only); `3` and `3:TARGET` name the levels too."""
+
     name = "tvm"
-    description = "Apache TVM (Relax, ONNX frontend), llvm on the CPU (extra: tvm)"
+    description = "Apache TVM (Relax, ONNX frontend or torch.export), llvm on the CPU (extra: tvm)"
+    extra = "tvm"
     settings = {
         "default": "tvm.compile for llvm as a user calls it (the default Relax pipeline, "
         "PassContext opt_level 2)",
         **{f"O{level}": f"PassContext opt_level {level}" for level in range(5)},
     }
+    compare_setting = f"O{DEFAULT_OPT_LEVEL}"
 
-    def __init__(self, path: Path, setting: str = "default") -> None:
-        tvm = import_tvm("runtime tvm")
-        self.setting = setting
-        self.version = tvm.__version__
-        self.module = onnx_module(path, "runtime tvm")
-        level = None if setting == "default" else int(setting[1:])
-        self.run_all = compile_relax(self.module, opt_level=level)
+    def require(self) -> None:
+        self.version = import_tvm(f"runtime {self.name}").__version__
+        level, _, target = self.setting.partition(":")
+        self.opt_level = None if level == "default" else int(level[1:])
+        self.target = target or DEFAULT_TARGET
+
+    @classmethod
+    def parse_setting(cls, text: str, where: str) -> str:
+        level, colon, target = text.partition(":")
+        if re.fullmatch(r"[0-4]", level):
+            level = f"O{level}"
+        if level and level not in cls.settings:
+            raise UserError(
+                f"{where}: the optimisation level must be 0 to 4 (tvm:LEVEL or tvm:LEVEL:TARGET, "
+                f"e.g. tvm:3:llvm; O3 for 3 too; or tvm:default), not '{level}'"
+            )
+        level = level or "default"
+        return f"{level}:{target.strip()}" if colon and target.strip() else level
+
+    def setting_description(self) -> str:
+        level = self.setting.partition(":")[0]
+        return f"{self.settings[level]}, target {self.target}"
+
+    def activate(self, path: Path) -> None:
+        self.module = onnx_module(path, f"runtime {self.name}")
+        self.run_all = self._compiled(self.module)
         self.nodes = _product_nodes(path)
+
+    def activate_model(self, model: Any, example: Any, folder: Path) -> None:
+        """The model captured by torch.export (the batch axis free) and imported by Relax's
+        frontend for exported programs."""
+        from tvm.relax.frontend.torch import from_exported_program
+
+        program = _exported(model, example)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.module = from_exported_program(program, keep_params_as_input=False)
+        self.run_all = self._compiled(self.module)
+        self.nodes = []
+
+    def _compiled(self, module: Any) -> Executor:
+        try:
+            return compile_relax(module, self.target, self.opt_level)
+        except Exception as error:  # TVM's own errors for a target it cannot build or run
+            raise RuntimeUnavailable(
+                f"runtime {self.name}: TVM cannot compile for '{self.target}' here: "
+                f"{first_line(error)}"
+            ) from None
+
+    def infer(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
+        return {str(index): value for index, value in enumerate(self.run_all(inputs))}
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         return self.run_all(inputs)[0]
+
+    def tap(self, model: Any, example: Any, folder: Path) -> Any:
+        """The marked export through TVM's ONNX frontend, its outputs named as the file's."""
+        import onnx
+
+        infer, names = super().tap(model, example, folder)
+        outputs = [output.name for output in onnx.load(str(folder / "tapped.onnx")).graph.output]
+        return lambda array: dict(zip(outputs, infer(array).values(), strict=True)), names
 
     def kernels(self) -> list[Kernel]:
         """The products of the imported module with the dtype they read, named after the ONNX
@@ -166,6 +233,26 @@ class TvmSession(Session):
             Kernel(name, operator, "f32" if dtype.startswith("float") else dtype)
             for name, (operator, dtype) in zip(names, found, strict=True)
         ]
+
+    def deactivate(self) -> None:
+        self.run_all = self.module = None
+
+
+def _exported(model: Any, example: Any) -> Any:
+    """`model` captured by torch.export with the batch axis free (an example of one sample is
+    repeated: torch.export specialises an axis of size 1)."""
+    import torch
+
+    if len(example) < 2:
+        example = example.repeat(2, *[1] * (example.dim() - 1))
+    batch = torch.export.Dim("batch", min=1)
+    try:
+        with torch.no_grad():
+            return torch.export.export(model.eval(), (example,), dynamic_shapes=({0: batch},))
+    except Exception as error:  # torch.export raises many kinds for what it cannot capture
+        raise RuntimeUnavailable(
+            f"torch.export cannot capture the model for TVM: {first_line(error)}"
+        ) from None
 
 
 def _product_nodes(path: Path) -> list[str]:

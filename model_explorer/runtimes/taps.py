@@ -11,17 +11,13 @@ runs: its values are each module's, as eager computes them, in the runtime's ari
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import onnx
-import torch
 from torch import Tensor, nn
 
-from model_explorer.analysis.compare.environments.base import operator_outputs
 from model_explorer.onnx_export import drop_marker_domain, mark, marker_index, trace_marked
+from model_explorer.tracing import operator_outputs
 
 
 def last_operators(model: nn.Module, example: Tensor) -> dict[str, str]:
@@ -74,34 +70,3 @@ def tapped_export(model: nn.Module, example: Tensor, path: Path) -> list[tuple[s
     drop_marker_domain(proto)
     onnx.save(proto, str(path))
     return tapped
-
-
-Runner = Callable[[Path], Callable[[np.ndarray], dict[str, np.ndarray]]]
-
-
-class TappedModel:
-    """A model's marked export, written and opened by a runtime on first use: `runner(path)`
-    returns a function from a float32 batch to every graph output by name."""
-
-    def __init__(self, model: nn.Module, example: Tensor, runner: Runner) -> None:
-        self.source = (model, example)
-        self.runner = runner
-        self.folder: tempfile.TemporaryDirectory[str] | None = None
-        self.opened: tuple[Callable[[np.ndarray], dict[str, np.ndarray]], list] | None = None
-
-    def intermediates(self, inputs: Tensor) -> dict[str, Tensor]:
-        """Every module's output as the runtime computes it, by the tracer's names."""
-        if self.opened is None:
-            self.folder = tempfile.TemporaryDirectory(prefix="model_explorer_taps_")
-            path = Path(self.folder.name) / "tapped.onnx"
-            names = tapped_export(*self.source, path)
-            self.opened = (self.runner(path), names)
-        run, names = self.opened
-        values = run(inputs.detach().to("cpu", torch.float32).numpy())
-        return {name: torch.from_numpy(values[output]).to(torch.float64) for output, name in names}
-
-    def close(self) -> None:
-        self.opened = None
-        if self.folder is not None:
-            self.folder.cleanup()
-            self.folder = None
