@@ -152,7 +152,10 @@ class Tvm(Runtime):
     JSON form only); `3` and `3:TARGET` name the levels too."""
 
     name = "tvm"
-    description = "Apache TVM (Relax, ONNX frontend or torch.export), llvm on the CPU (extra: tvm)"
+    description = (
+        "Apache TVM (Relax, ONNX frontend or torch.export), llvm on the CPU or tvm:SETTING:TARGET "
+        "(extra: tvm)"
+    )
     extra = "tvm"
     settings = {
         "default": "tvm.compile for llvm as a user calls it (the default Relax pipeline, "
