@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from model_explorer.formats.element_types import ELEMENTS
 from model_explorer.formats.registry import FormatFamily, Placement, register_format
 from model_explorer.schema import Bits, PositiveInt, Spec
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-# Storage bits of the element types (the numerics in elements.py, which import torch).
-ELEMENT_BITS = {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4, "int8": 8}
 
 # Bits of the scale a group-wise integer format stores per group (an FP16 scale, as deployed
 # INT4 weights hold it); MX and NVFP4 store 8-bit scales (E8M0, E4M3) per block.
@@ -111,7 +109,6 @@ class _FP8(FormatFamily):
 
     def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
         from model_explorer.formats import blocks
-        from model_explorer.formats.elements import ELEMENTS
 
         amax = _needs_amax(self.name, amax)
         return blocks.fp8_fake_quantize(x, amax, ELEMENTS[self.element], placement.axis)
@@ -154,10 +151,10 @@ class _MX(FormatFamily):
         return getattr(options, "element", self.elements[0])
 
     def bits(self, options: Any) -> float:
-        return ELEMENT_BITS[self._element(options)] + BLOCK_SCALE_BITS / options.block_size
+        return ELEMENTS[self._element(options)].bits + BLOCK_SCALE_BITS / options.block_size
 
     def element_bits(self, options: Any) -> int:
-        return ELEMENT_BITS[self._element(options)]
+        return ELEMENTS[self._element(options)].bits
 
     def spelling(self, options: Any) -> str:
         element = self._element(options)
@@ -174,7 +171,6 @@ class _MX(FormatFamily):
 
     def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
         from model_explorer.formats import blocks
-        from model_explorer.formats.elements import ELEMENTS
 
         element = ELEMENTS[self._element(options)]
         return blocks.mx_fake_quantize(x, element, options.block_size, placement.block_axis)
