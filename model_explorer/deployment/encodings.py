@@ -178,7 +178,8 @@ def _grouped(quantizer, weight: Tensor, form: QDQForm, pack: bool) -> Encoding: 
 def _float8(quantizer, weight: Tensor | None, form: QDQForm, pack: bool) -> Encoding:  # noqa: ANN001
     """Scaled FP8: values / (amax / max_normal) cast to the element (saturating), as
     QuantizeLinear with a float8 zero point computes them."""
-    element_name = str(form.element)
+    assert form.element is not None
+    element_name = form.element
     element = ELEMENTS[element_name]
     if weight is not None:
         quantizer.quantize_weight(weight.detach())

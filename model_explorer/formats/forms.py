@@ -21,7 +21,8 @@ class QDQForm:
     """A format's ONNX QDQ storage, or why it has none (`storage` None, `reason` saying why).
 
     "integer": the integer format per tensor or per channel, stored from the quantizer's own
-    integer levels and scales; "integer_groups": a weight's `bits`-bit integers with one FP16
+    integer levels and scales (its cached parameters: no other numerics can declare it);
+    "integer_groups": a weight's `bits`-bit integers with one FP16
     scale per `group_size` values along the layer's input channels (DequantizeLinear's blocked
     form); "float8": `element` (e4m3 or e5m2) scaled so that the amax maps to its largest
     value, per tensor or per channel.
