@@ -1,7 +1,9 @@
 """How each quantizer is written in ONNX's QDQ form: the integer or FP8 type its values are
 stored in, its scales (per tensor, per channel with `axis`, or per block with `block_size`, as
 DequantizeLinear of opset 21 takes them), the integer range it uses and, for a weight, the
-stored values themselves, computed with the quantizer's own numerics.
+stored values themselves, computed with the quantizer's own numerics. Which storage a format
+has is its family's word (`FormatFamily.qdq_form`, formats/forms.py: integer, group-wise integer
+weights, FP8, or none with the reason); this module writes each storage and names no format.
 
 Storage types: a weight of up to 4 bits is INT4/UINT4 (two values a byte), up to 8 bits
 INT8/UINT8, wider INT16/UINT16; activations are INT8/UINT8 up to 8 bits (the types integer
@@ -13,13 +15,14 @@ ReluQuantRewrite, which treats every zero point other than INT8's and UINT8's as
 its range) delete a Relu before the QuantizeLinear, and the file scores chance where its basic
 level scores what the search recorded (docs/upstream/onnxruntime-relu-fp8.md). Formats whose
 scales ONNX cannot hold (MX's shared E8M0 exponents, NVFP4's two-level scales, group-wise
-integer scales of an activation, computed at run time) are refused.
+integer scales of an activation, computed at run time) declare no storage and are refused.
 An asymmetric activation is UINT8 (UINT16 above 8 bits) with its zero point: the levels 0 to
 2**bits - 1 that QuantizeLinear's saturate(round(x / scale) + zero_point) gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -29,7 +32,9 @@ from onnx import TensorProto
 from torch import Tensor
 
 from model_explorer.errors import UserError
+from model_explorer.formats import FORMATS
 from model_explorer.formats.elements import ELEMENTS, cast_element_
+from model_explorer.formats.forms import QDQForm, Storage
 from model_explorer.formats.integer import ZERO_AMAX, channel_view, integer_bounds
 from model_explorer.formats.layout import block_amax, merge_blocks, split_blocks
 
@@ -48,7 +53,6 @@ _FLOAT8_TYPES = {
     "e4m3": (TensorProto.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn),
     "e5m2": (TensorProto.FLOAT8E5M2, ml_dtypes.float8_e5m2),
 }
-EXPORTABLE = "int (per tensor, per channel; group-wise on weights), fp8_e4m3, fp8_e5m2"
 
 
 @dataclass
@@ -98,22 +102,24 @@ def storage_bits(num_bits: int, weight: bool, pack: bool = True) -> int:
 
 def encode(quantizer, weight: Tensor | None, where: str, pack: bool = True) -> Encoding:  # noqa: ANN001
     """The QDQ form of `quantizer` (a TensorQuantizer): of a weight when `weight` is given (the
-    float weight it quantizes), else of the activation it quantizes."""
+    float weight it quantizes), else of the activation it quantizes. The storage is what the
+    format's family declares (`FormatFamily.qdq_form`); this module only writes it."""
     chosen = quantizer.format
-    if chosen.classic:
-        return _integer(quantizer, weight, pack)
-    if chosen.family == "int" and weight is not None:
-        return _grouped(quantizer, weight, chosen.options, pack)
-    if chosen.family.startswith("fp8"):
-        return _float8(quantizer, weight, chosen.family[4:])
-    reason = (
-        "its group scales are computed from each input at run time"
-        if chosen.family == "int"
-        else "ONNX has no type for its block scales"
-    )
-    raise UserError(
-        f"{where}: format {chosen.spelling} has no ONNX QDQ form ({reason}); ONNX export "
-        f"takes {EXPORTABLE}"
+    form = chosen.qdq_form(weight is not None)
+    if form.storage is None:
+        raise UserError(
+            f"{where}: format {chosen.spelling} has no ONNX QDQ form ({form.reason}); ONNX "
+            f"export takes {exportable()}"
+        )
+    return _WRITERS[form.storage](quantizer, weight, form, pack)
+
+
+def exportable() -> str:
+    """The formats ONNX's QDQ form takes, as their families say (`qdq_takes`)."""
+    return ", ".join(
+        entry.name + (f" ({entry.builder.qdq_takes})" if entry.builder.qdq_takes else "")
+        for entry in FORMATS.entries()
+        if entry.builder.qdq_takes is not None
     )
 
 
@@ -121,7 +127,7 @@ def _storage(num_bits: int, unsigned: bool, weight: bool, pack: bool) -> tuple[i
     return _INTEGER_TYPES[(storage_bits(num_bits, weight, pack), unsigned)]
 
 
-def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa: ANN001
+def _integer(quantizer, weight: Tensor | None, form: QDQForm, pack: bool) -> Encoding:  # noqa: ANN001
     if weight is not None:
         quantizer.quantize_weight(weight.detach())  # amax follows the weight
     params = quantizer.params()
@@ -142,20 +148,21 @@ def _integer(quantizer, weight: Tensor | None, pack: bool) -> Encoding:  # noqa:
     return encoding
 
 
-def _grouped(quantizer, weight: Tensor, options, pack: bool) -> Encoding:  # noqa: ANN001
-    """Group-wise integers: one FP16-rounded scale per group of `group_size` values along the
-    layer's input channels (the groups as the format forms them, formats/layout.py), the scales
-    held by DequantizeLinear's blocked form."""
-    low, high = integer_bounds(options.num_bits, quantizer.unsigned, quantizer.narrow_range)
+def _grouped(quantizer, weight: Tensor, form: QDQForm, pack: bool) -> Encoding:  # noqa: ANN001
+    """Group-wise integers of a weight: one FP16-rounded scale per group of `group_size` values
+    along the layer's input channels (the groups as the format forms them, formats/layout.py),
+    the scales held by DequantizeLinear's blocked form."""
+    assert form.bits is not None and form.group_size is not None
+    low, high = integer_bounds(form.bits, quantizer.unsigned, quantizer.narrow_range)
     axis = quantizer.block_axis % weight.dim()
     values = weight.detach().float().cpu()
-    blocks, dim = split_blocks(values, options.group_size, axis)
+    blocks, dim = split_blocks(values, form.group_size, axis)
     amax = block_amax(blocks, dim)
     scale = (amax / high).clamp_(max=torch.finfo(torch.float16).max).half().float()
     zero = (amax <= ZERO_AMAX) | (scale == 0)
     scale = torch.where(zero, 1.0, scale)
     levels = (blocks / scale).round_().clamp_(low, high).masked_fill_(zero, 0)
-    onnx_type, dtype = _storage(options.num_bits, quantizer.unsigned, True, pack)
+    onnx_type, dtype = _storage(form.bits, quantizer.unsigned, True, pack)
     return Encoding(
         onnx_type,
         dtype,
@@ -168,9 +175,11 @@ def _grouped(quantizer, weight: Tensor, options, pack: bool) -> Encoding:  # noq
     )
 
 
-def _float8(quantizer, weight: Tensor | None, element_name: str) -> Encoding:  # noqa: ANN001
+def _float8(quantizer, weight: Tensor | None, form: QDQForm, pack: bool) -> Encoding:  # noqa: ANN001
     """Scaled FP8: values / (amax / max_normal) cast to the element (saturating), as
     QuantizeLinear with a float8 zero point computes them."""
+    assert form.element is not None
+    element_name = form.element
     element = ELEMENTS[element_name]
     if weight is not None:
         quantizer.quantize_weight(weight.detach())
@@ -205,3 +214,11 @@ def _plain(scale: Tensor, axis: int | None) -> np.ndarray:
 
 def _stored(levels: Tensor, dtype: type) -> np.ndarray:
     return levels.to(torch.int32).numpy().astype(dtype)
+
+
+# The writer of each storage a family may declare (formats/forms.py).
+_WRITERS: dict[Storage, Callable[..., Encoding]] = {
+    "integer": _integer,
+    "integer_groups": _grouped,
+    "float8": _float8,
+}

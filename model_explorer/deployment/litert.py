@@ -1,7 +1,9 @@
 """A quantized model in the form LiteRT's converter (litert-torch) reads a quantized graph: every
 quantizer as a pair of PyTorch's `quantized_decomposed` quantize/dequantize operators (what
 PyTorch's PT2E quantization leaves in a graph, and what litert-torch lowers to LiteRT's QUANTIZE
-and DEQUANTIZE), with the scales and integers of the QDQ ONNX export (encodings.py).
+and DEQUANTIZE), with the scales and integers of the QDQ ONNX export (encodings.py): a format
+has this form where its family declares the integer storage (formats/forms.py), per tensor or
+per channel; any other is refused in one sentence.
 
 Three things make the file compute what the fake quantizer does:
 - the encodings are computed once, eagerly, before the converter traces (it cannot run numpy);

@@ -1,18 +1,18 @@
 """The built-in quantizer formats: integers (per tensor, per channel or per group), FP8, the OCP
-Microscaling formats and NVFP4, each registered in FORMATS with its options and its cost."""
+Microscaling formats and NVFP4, each registered in FORMATS with its options, its cost and its
+modelopt and ONNX QDQ forms."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from model_explorer.formats.element_types import ELEMENTS
+from model_explorer.formats.forms import E8M0, QDQForm, modelopt_bits, modelopt_dynamic_blocks
 from model_explorer.formats.registry import FormatFamily, Placement, register_format
 from model_explorer.schema import Bits, PositiveInt, Spec
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-# Storage bits of the element types (the numerics in elements.py, which import torch).
-ELEMENT_BITS = {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4, "int8": 8}
 
 # Bits of the scale a group-wise integer format stores per group (an FP16 scale, as deployed
 # INT4 weights hold it); MX and NVFP4 store 8-bit scales (E8M0, E4M3) per block.
@@ -44,9 +44,38 @@ class IntFormat(FormatFamily):
         "symmetric integers, amax based (NVIDIA TensorQuantizer), per tensor or channel: "
         "num_bits; group_size: one FP16 scale per group of input channels (int4_g128: 4.125)"
     )
+    qdq_takes = "per tensor, per channel; group-wise on weights"
 
     def calibrated(self, options: IntOptions) -> bool:
         return options.group_size is None
+
+    def classic(self, options: IntOptions) -> bool:
+        return options.group_size is None
+
+    def modelopt(self, options: IntOptions, placement: Placement) -> dict[str, Any]:
+        if options.group_size is None:
+            return {
+                "num_bits": options.num_bits,
+                "axis": placement.axis,
+                "unsigned": placement.unsigned,
+                "narrow_range": placement.narrow_range,
+            }
+        return {
+            "num_bits": options.num_bits,
+            "unsigned": placement.unsigned,
+            "narrow_range": placement.narrow_range,
+            # Static: right for a weight (its groups' max); modelopt calibrates an input's static
+            # groups once where ours take each group's max at run time, and its dynamic integer
+            # blocks need scale formats other than our FP16.
+            "block_sizes": {placement.block_axis: options.group_size, "type": "static"},
+        }
+
+    def qdq_form(self, options: IntOptions, weight: bool) -> QDQForm:
+        if options.group_size is None:
+            return QDQForm("integer")
+        if not weight:
+            return QDQForm.none("its group scales are computed from each input at run time")
+        return QDQForm("integer_groups", bits=options.num_bits, group_size=options.group_size)
 
     def bits(self, options: IntOptions) -> float:
         if options.group_size is None:
@@ -102,6 +131,7 @@ class NoOptions(Spec):
 class _FP8(FormatFamily):
     element = ""
     reads_amax = True
+    qdq_takes = ""
 
     def bits(self, options: Any) -> float:
         return 8.0
@@ -111,10 +141,15 @@ class _FP8(FormatFamily):
 
     def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
         from model_explorer.formats import blocks
-        from model_explorer.formats.elements import ELEMENTS
 
         amax = _needs_amax(self.name, amax)
         return blocks.fp8_fake_quantize(x, amax, ELEMENTS[self.element], placement.axis)
+
+    def modelopt(self, options: Any, placement: Placement) -> dict[str, Any]:
+        return {"num_bits": modelopt_bits(self.element), "axis": placement.axis}
+
+    def qdq_form(self, options: Any, weight: bool) -> QDQForm:
+        return QDQForm("float8", element=self.element)
 
 
 @register_format(NoOptions)
@@ -154,10 +189,10 @@ class _MX(FormatFamily):
         return getattr(options, "element", self.elements[0])
 
     def bits(self, options: Any) -> float:
-        return ELEMENT_BITS[self._element(options)] + BLOCK_SCALE_BITS / options.block_size
+        return ELEMENTS[self._element(options)].bits + BLOCK_SCALE_BITS / options.block_size
 
     def element_bits(self, options: Any) -> int:
-        return ELEMENT_BITS[self._element(options)]
+        return ELEMENTS[self._element(options)].bits
 
     def spelling(self, options: Any) -> str:
         element = self._element(options)
@@ -174,10 +209,16 @@ class _MX(FormatFamily):
 
     def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
         from model_explorer.formats import blocks
-        from model_explorer.formats.elements import ELEMENTS
 
         element = ELEMENTS[self._element(options)]
         return blocks.mx_fake_quantize(x, element, options.block_size, placement.block_axis)
+
+    def modelopt(self, options: Any, placement: Placement) -> dict[str, Any]:
+        element = self._element(options)
+        return modelopt_dynamic_blocks(element, options.block_size, E8M0, placement.block_axis)
+
+    def qdq_form(self, options: Any, weight: bool) -> QDQForm:
+        return QDQForm.none("ONNX has no type for its block scales")
 
 
 @register_format(MXFP8Options)
@@ -237,3 +278,10 @@ class NVFP4(FormatFamily):
         amax = _needs_amax(self.name, amax)
         # One scale per tensor: a per-channel amax (a weight's) contributes its largest value.
         return blocks.nvfp4_fake_quantize(x, amax.max(), options.block_size, placement.block_axis)
+
+    def modelopt(self, options: NVFP4Options, placement: Placement) -> dict[str, Any]:
+        scale = modelopt_bits("e4m3")
+        return modelopt_dynamic_blocks("e2m1", options.block_size, scale, placement.block_axis)
+
+    def qdq_form(self, options: NVFP4Options, weight: bool) -> QDQForm:
+        return QDQForm.none("ONNX has no type for its block scales")

@@ -1,8 +1,10 @@
 """The quantizer formats by name (`model-explorer list formats`), and a format with its options.
 
 A format family (an entry of FORMATS) says in one place what its options are, how it
-fake-quantizes a tensor, whether it reads a calibrated amax, and what one element costs in bits
-**with its scales counted** (a block of 32 MXFP4 elements shares one 8-bit scale: 4.25 bits).
+fake-quantizes a tensor, whether it reads a calibrated amax, what one element costs in bits
+**with its scales counted** (a block of 32 MXFP4 elements shares one 8-bit scale: 4.25 bits),
+and how other toolchains write it (forms.py: modelopt's attributes, the ONNX QDQ storage), so
+that a new format is its family and nothing else.
 A `QuantFormat` is a family with its options: what a quantizer applies and what one choice of
 a search's gene stands for. It is spelt in workloads and plans as a short name (`int8`,
 `int4_g128`, `fp8_e4m3`, `mxfp6_e3m2`, `mxfp4`, `nvfp4`, `mxfp4_b16` for another block size) or
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from model_explorer.errors import UserError, did_you_mean
+from model_explorer.formats.forms import QDQForm
 from model_explorer.registry import Registry
 
 if TYPE_CHECKING:  # the registry and the costs load without torch (results in a notebook)
@@ -45,11 +48,15 @@ class FormatFamily:
 
     `reads_amax`: reads an amax (per tensor or per channel) from calibration (inputs) or from
     the weight; block formats with dynamic scales read none. `description` is for `list`.
+    `qdq_takes`: what of the family ONNX's QDQ form holds, as refusals list it ("": all of it,
+    None: none). A family without `modelopt` or `qdq_form` of its own has no such form, and
+    the writers refuse it in one sentence.
     """
 
     name: str = ""
     description: str = ""
     reads_amax: bool = False
+    qdq_takes: str | None = None
 
     def calibrated(self, options: Any) -> bool:
         """Whether a quantizer in this format reads an amax."""
@@ -79,6 +86,19 @@ class FormatFamily:
     def calibration_bits(self, options: Any) -> int:
         """The bit width whose amax a calibrator that depends on widths should give."""
         return self.element_bits(options)
+
+    def classic(self, options: Any) -> bool:
+        """Whether the format is the integer one per tensor or per channel (see QuantFormat)."""
+        return False
+
+    def modelopt(self, options: Any, placement: Placement) -> dict[str, Any] | None:
+        """NVIDIA modelopt's quantizer attributes for this format at `placement` (None: modelopt
+        has no form of it)."""
+        return None
+
+    def qdq_form(self, options: Any, weight: bool) -> QDQForm:
+        """How ONNX's QDQ form stores this format on a weight or an activation, or why not."""
+        return QDQForm.none(f"the {self.name} family declares none")
 
 
 FORMATS: Registry[FormatFamily] = Registry("format")
@@ -136,10 +156,16 @@ class QuantFormat:
     def classic(self) -> bool:
         """The integer format per tensor or per channel: today's TensorQuantizer, whose results
         stay bit-identical (quantization/quantizer.py runs it with cached parameters)."""
-        return self.family == "int" and self.options.group_size is None
+        return self.entry.classic(self.options)
 
     def quantize(self, x: Tensor, amax: Tensor | None, placement: Placement) -> Tensor:
         return self.entry.quantize(x, self.options, amax, placement)
+
+    def modelopt(self, placement: Placement) -> dict[str, Any] | None:
+        return self.entry.modelopt(self.options, placement)
+
+    def qdq_form(self, weight: bool) -> QDQForm:
+        return self.entry.qdq_form(self.options, weight)
 
     def __str__(self) -> str:
         return self.spelling

@@ -6,63 +6,41 @@ from __future__ import annotations
 from typing import Any
 
 from model_explorer.errors import UserError
+from model_explorer.formats import FORMATS, Placement
 from model_explorer.quantization.model import QuantizedModel
 from model_explorer.quantization.quantizer import TensorQuantizer
 
-# An element type's (exponent bits, mantissa bits) as modelopt spells a float format's num_bits.
-_MODELOPT_ELEMENTS = {
-    "e4m3": (4, 3),
-    "e5m2": (5, 2),
-    "e3m2": (3, 2),
-    "e2m3": (2, 3),
-    "e2m1": (2, 1),
-}
 
-
-def modelopt_quantizer_config(quantizer: TensorQuantizer) -> dict[str, Any]:
-    """modelopt's attributes for a quantizer in its format: integers with `num_bits`, `axis`,
-    `unsigned`, `narrow_range` (group-wise: static `block_sizes` along the quantizer's block
-    axis); FP8 `num_bits` (4, 3) or (5, 2) with `axis`; MX and NVFP4 dynamic `block_sizes` with
-    their scale formats ((8, 0) E8M0, (4, 3) E4M3), as modelopt's own MX and NVFP4 configs have
-    them. modelopt's block axis is the one named here (the layer's input channels)."""
+def modelopt_quantizer_config(quantizer: TensorQuantizer, name: str = "") -> dict[str, Any]:
+    """modelopt's attributes for a quantizer in its format, as the format's family writes them
+    (`FormatFamily.modelopt`: integers with `num_bits`, `axis`, `unsigned`, `narrow_range`,
+    group-wise ones with static `block_sizes`; FP8 `num_bits` (4, 3) or (5, 2) with `axis`; MX
+    and NVFP4 dynamic `block_sizes` with their scale formats, as modelopt's own configs have
+    them). modelopt's block axis is the quantizer's (the layer's input channels). `name` is
+    the quantizer's, for a refusal."""
     chosen = quantizer.format
-    options = chosen.options
     if quantizer.asymmetric:
         raise UserError(
             "modelopt's integer quantizers are symmetric (no zero point): a configuration with "
             "quantization.input.asymmetric has no modelopt form; export it as ONNX QDQ instead"
         )
-    if chosen.classic:
-        return {
-            "num_bits": quantizer.num_bits,
-            "axis": quantizer.axis,
-            "unsigned": quantizer.unsigned,
-            "narrow_range": quantizer.narrow_range,
-        }
-    axis = quantizer.block_axis
-    if chosen.family == "int":
-        return {
-            "num_bits": options.num_bits,
-            "unsigned": quantizer.unsigned,
-            "narrow_range": quantizer.narrow_range,
-            # Static: right for a weight (its groups' max); modelopt calibrates an input's static
-            # groups once where ours take each group's max at run time, and its dynamic integer
-            # blocks need scale formats other than our FP16.
-            "block_sizes": {axis: options.group_size, "type": "static"},
-        }
-    if chosen.family.startswith("fp8"):
-        return {"num_bits": _MODELOPT_ELEMENTS[chosen.family[4:]], "axis": quantizer.axis}
-    if chosen.family == "nvfp4":
-        scale = {"scale_bits": (4, 3)}
-        element = (2, 1)
-    else:
-        scale = {"scale_bits": (8, 0)}
-        name = getattr(options, "element", {"mxfp4": "e2m1", "mxint8": "int8"}.get(chosen.family))
-        element = 8 if name == "int8" else _MODELOPT_ELEMENTS[name]
-    return {
-        "num_bits": element,
-        "block_sizes": {axis: options.block_size, "type": "dynamic", **scale},
-    }
+    config = chosen.modelopt(quantizer.placement)
+    if config is None:
+        where = f"quantizer '{name}': " if name else ""
+        raise UserError(
+            f"{where}format {chosen.spelling} has no modelopt form; choose one of "
+            f"{', '.join(_modelopt_families())} for a modelopt export"
+        )
+    return config
+
+
+def _modelopt_families() -> list[str]:
+    """The format families modelopt has a form of (at their default options)."""
+    return [
+        entry.name
+        for entry in FORMATS.entries()
+        if entry.builder.modelopt(entry.options(), Placement()) is not None
+    ]
 
 
 def _quantizer_entry(quantizer: TensorQuantizer, with_amax: bool) -> dict[str, Any]:
@@ -113,7 +91,7 @@ def modelopt_config(model: QuantizedModel, algorithm: str = "max") -> dict[str, 
         entries.append(
             {
                 "quantizer_name": name,
-                "cfg": modelopt_quantizer_config(quantizer),
+                "cfg": modelopt_quantizer_config(quantizer, name),
                 "enable": quantizer.enabled,
             }
         )
