@@ -277,3 +277,13 @@ def test_modelopt_rebuilds_a_model_in_a_format_from_the_exported_config(name: st
             expected = group_int_fake_quantize(layer.weight, 4, 8, 1, scale_dtype=None)
             assert torch.equal(layer.weight_quantizer(layer.weight), expected), index
     assert (mine - other).abs().max() <= 0.05 * other.abs().max()
+
+
+def test_a_misspelled_format_is_offered_every_family_once() -> None:
+    from model_explorer.formats.registry import example_spellings
+
+    spellings = example_spellings()
+    assert len(spellings) == len(set(spellings))
+    assert {parse_format(name).family for name in spellings} == set(FORMATS.names())
+    with pytest.raises(UserError, match="did you mean 'fp8_e4m3'"):
+        parse_format("fp8_e4n3")
