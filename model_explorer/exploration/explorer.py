@@ -88,7 +88,8 @@ class Explorer:
         seed: seeds the algorithm, the spread start and the surrogate.
         result_path: where the result is written after every generation (the checkpoint);
             none written when None.
-        workload: the workload as results store it (`search_definition`), kept in the result.
+        workload: the workload as results store it (`SearchDefinition.stored`), kept in the
+            result.
         baseline: the float model's accuracies, kept in the result.
         runner: where candidates are evaluated; in this process when None.
         progress: show progress bars.

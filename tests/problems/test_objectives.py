@@ -16,8 +16,7 @@ from bad_input_support import TINY, run_cli, write
 from pydantic import ValidationError
 
 from model_explorer.errors import WorkloadError
-from model_explorer.exploration.explore import search_definition
-from model_explorer.exploration.result_file import same_search
+from model_explorer.exploration.result_file import SearchDefinition
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 from model_explorer.problems import PROBLEMS
 from model_explorer.problems.objectives import (
@@ -188,10 +187,10 @@ def test_the_original_layout_means_the_same_workload(tmp_path: Path) -> None:
     assert new.problem.options.key("early_reject") == "workload.problem.early_reject"
     # A result stored in the original layout is the same search as the new spelling of it,
     # and another search is not.
-    assert same_search(TINY, search_definition(new))
+    assert SearchDefinition.of(new).matches(TINY)
     changed = new_layout(TINY)
     changed["workload"]["problem"]["num_bits_upper_limit"] = 7
-    assert not same_search(TINY, search_definition(Workload.from_dict(changed, check_paths=False)))
+    assert not SearchDefinition.of(Workload.from_dict(changed, check_paths=False)).matches(TINY)
 
 
 def test_settings_of_other_problems_in_extra_args_are_set_aside_as_the_original_did(
