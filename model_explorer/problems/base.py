@@ -64,7 +64,9 @@ class Constraint:
 @dataclass
 class Evaluation:
     """What one configuration measured: `values` holds every quantity by name (objectives,
-    constrained quantities and anything else worth keeping, e.g. bops and model size)."""
+    constrained quantities and anything else worth keeping, e.g. bops and model size); `plan`,
+    the per-layer plan the problem applied (None for a problem without one), so that whoever
+    records the evaluation does not derive it again."""
 
     values: dict[str, float]
     accuracies: list[float]
@@ -72,6 +74,7 @@ class Evaluation:
     finite: bool = True
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, dict[str, Any]] | None = None
 
 
 class Problem(ABC):
@@ -123,9 +126,16 @@ class Problem(ABC):
     def evaluate(
         self, genome: Sequence[float], front: Sequence[dict[str, float]] = ()
     ) -> tuple[list[Any], Evaluation]:
-        """The configuration of a genome and its Evaluation. With `front` (the values of the
-        search's fully evaluated front), scoring may stop once the candidate cannot join it."""
+        """The configuration of a genome and its Evaluation (see `evaluate_configuration`)."""
         configuration = self.decode(genome)
+        return configuration, self.evaluate_configuration(configuration, front)
+
+    def evaluate_configuration(
+        self, configuration: list[Any], front: Sequence[dict[str, float]] = ()
+    ) -> Evaluation:
+        """The Evaluation of a decoded configuration: a search decodes each genome once, for
+        its cache, and hands the configuration on. With `front` (the values of the search's
+        fully evaluated front), scoring may stop once the candidate cannot join it."""
         started = time.perf_counter()
         self.front = front
         try:
@@ -134,7 +144,7 @@ class Problem(ABC):
             self.front = ()
         evaluation.seconds = time.perf_counter() - started
         evaluation.values[FINITE] = 1.0 if evaluation.finite else 0.0
-        return configuration, evaluation
+        return evaluation
 
     def known_values(self, configuration: list[Any]) -> dict[str, float]:
         """The values of a configuration known without running the model (analytic costs);
@@ -288,9 +298,11 @@ class ModelProblem(Problem):
         return [best([minimum[0], *rivals])]
 
     @staticmethod
-    def evaluation(outcome: Any, values: dict[str, float], **extra: Any) -> Evaluation:
-        """An Evaluation of an Outcome, its accuracies under 'accuracy' (and 'accuracy_<i>'
-        for several outputs) beside `values`."""
+    def evaluation(
+        outcome: Any, values: dict[str, float], plan: dict[str, dict[str, Any]], **extra: Any
+    ) -> Evaluation:
+        """An Evaluation of an Outcome for the applied `plan`, its accuracies under 'accuracy'
+        (and 'accuracy_<i>' for several outputs) beside `values`."""
         accuracies = outcome.accuracies
         named = {"accuracy": sum(accuracies) / len(accuracies)}
         if len(accuracies) > 1:
@@ -301,4 +313,5 @@ class ModelProblem(Problem):
             complete=outcome.complete,
             finite=outcome.finite,
             extra={"samples": outcome.samples, **extra},
+            plan=plan,
         )

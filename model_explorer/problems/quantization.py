@@ -217,7 +217,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         spent = [(len(table.rows) + len(wider.rows) + 1) * self.batches.num_samples]
 
         def accepts(configuration: list[int]) -> bool:
-            _, evaluation = self.evaluate(configuration)
+            evaluation = self.evaluate_configuration(configuration)
             spent.append(int(evaluation.extra["samples"]))
             return evaluation.complete and self.feasible(evaluation.values)
 
@@ -268,4 +268,4 @@ class LayerwiseQuantizationProblem(ModelProblem):
         plan = self.plan(configuration)
         self.apply_plan(plan)
         costs = self.cost_values(plan)
-        return self.evaluation(self.score(costs), costs)
+        return self.evaluation(self.score(costs), costs, plan)
