@@ -11,17 +11,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from model_explorer.plan import PlanLayout
 from model_explorer.problems.objectives import (
-    OBJECTIVES,
     Measured,
     PlanCosts,
-    objective_info,
-    usable_objectives,
+    computed_objectives,
 )
 
 FINITE = "outputs_finite"
@@ -199,18 +198,33 @@ class ModelProblem(Problem):
     options: Any = None
     # Set by the builders of quantization problems: quantization/coverage.py's to_dict().
     coverage: dict[str, Any] | None = None
+    # The DRAM energy model (cost/energy), where the problem holds one.
+    energy: Any = None
 
     @property
     def plan_costs(self) -> PlanCosts:
-        """The cost models objectives read (none by default)."""
-        return PlanCosts()
+        """The cost models objectives read (none by default) and their own inputs."""
+        return PlanCosts(inputs=self.objective_inputs)
+
+    @cached_property
+    def recorded_objectives(self) -> list[Any]:
+        """The objectives this problem computes (problems/objectives.py `computed_objectives`):
+        every registered one its options provide for, and the workload's own."""
+        return computed_objectives(self.provides, self.options.chosen_objectives)
+
+    @cached_property
+    def objective_inputs(self) -> dict[str, Any]:
+        """The objectives' own inputs (`needs` that are functions of the problem), computed
+        once, on first use."""
+        functions = dict(i for e in self.recorded_objectives for i in e.info.inputs)
+        return {name: function(self) for name, function in functions.items()}
 
     @property
     def provides(self) -> set[str]:
         """What this problem gives objectives (problems/objectives.py NEEDS): its options'
         kinds, DRAM energies only when it holds an energy model."""
         provides = set(self.options.provides)
-        if self.plan_costs.energy is None:
+        if self.energy is None:
             provides.discard("energy")
         return provides
 
@@ -221,9 +235,9 @@ class ModelProblem(Problem):
         can compute, but the accuracy (recorded by `evaluation`), from what scoring measured."""
         costs = self.plan_costs
         return {
-            name: OBJECTIVES.get(name).builder(plan, costs, measured)
-            for name in usable_objectives(self.provides)
-            if name != "accuracy" and not objective_info(name).analytic
+            entry.name: entry.builder(plan, costs, measured)
+            for entry in self.recorded_objectives
+            if entry.name != "accuracy" and not entry.info.analytic
         }
 
     def describe(self) -> dict[str, Any]:
