@@ -130,6 +130,7 @@ FORMS = {
     "inspectors": ["package.module:Class"],
     "datasets": ["package.module:builder"],
     "metrics": ["package.module:Class"],
+    "objectives": ["package.module:function"],
 }
 
 
