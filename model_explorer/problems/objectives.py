@@ -105,8 +105,14 @@ def objective(
 def register_objective(
     name: str, *, maximize: bool, needs: Iterable[str | InputFunction], description: str
 ) -> Callable[[ObjectiveFunction], ObjectiveFunction]:
-    """Decorator registering `function(plan, costs, measured) -> float` as the objective
-    `name` (what `problem.objectives` calls it); the arguments as `objective`'s."""
+    """Decorator registering `function(plan, costs, measured) -> float` as an objective.
+
+    Args:
+        name: the name `problem.objectives` gives it.
+        maximize: whether more is better.
+        needs: what it reads (see `objective`): of NEEDS, and functions of the problem.
+        description: what it measures, in the user's words.
+    """
     return OBJECTIVES.register(name, info=_info(name, maximize, needs, description))
 
 
