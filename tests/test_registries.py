@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
@@ -235,14 +236,14 @@ def test_every_runner_builds_from_its_defaults(name: str) -> None:
     try:
         assert isinstance(runner, Runner)
         problem = Synthetic(genes=3)
-        configurations = [[8, 8, 8], [4, 5, 6]]
+        genomes = [np.array([8.0, 8.0, 8.0]), np.array([4.0, 5.0, 6.0])]
         if name == "serial":
             done = []
-            runner.evaluate(problem, configurations, lambda i, c, e: done.append((i, c)))
+            runner.evaluate(problem, genomes, lambda i, c, e: done.append((i, c)))
             assert done == [(0, [8, 8, 8]), (1, [4, 5, 6])]
         else:  # parallel runners rebuild the problem from a workload's recipe only
             with pytest.raises(ValueError, match="parallel runners evaluate problems built"):
-                runner.evaluate(problem, configurations, lambda *found: None)
+                runner.evaluate(problem, genomes, lambda *found: None)
     finally:
         runner.close()
 

@@ -2,9 +2,8 @@
 ask/tell loop.
 
 Every evaluation is recorded (not only survivors); a configuration is never evaluated twice
-(the cache is keyed by the decoded configuration, each genome decoded once and its
-configuration handed to the runner); the result file is rewritten atomically after every
-generation and doubles as the checkpoint.
+(the cache is keyed by the decoded configuration, each genome decoded once by its Problem);
+the result file is rewritten atomically after every generation and doubles as the checkpoint.
 
 Resuming replays the search from its seed: every algorithm of `exploration.algorithm` is
 deterministic given its seed and the objective values it is told, so the replay asks for exactly
@@ -125,7 +124,6 @@ class Explorer:
         self.result = ExplorationResult(workload or {}, problem.describe(), baseline, seed=seed)
         self._cache: dict[str, dict[str, Any]] = {}
         self._restored: dict[str, dict[str, Any]] = {}
-        self._decoded: dict[bytes, list[Any]] = {}
         self.on_generation: Callable[[int, ExplorationResult], None] | None = None
 
     def restore(self, previous: ExplorationResult) -> None:
@@ -136,14 +134,6 @@ class Explorer:
             data = {k: v for k, v in record.items() if k not in ("id", "generation", "index")}
             self._restored[configuration_key(record["configuration"])] = data
         self.result.baseline = previous.baseline
-
-    def configuration(self, genome: np.ndarray) -> list[Any]:
-        """The configuration a genome runs, decoded once per run: the screen, the cache and
-        the survivors ask for the same genomes again."""
-        raw = np.asarray(genome, dtype=float).tobytes()
-        if raw not in self._decoded:
-            self._decoded[raw] = self.problem.decode(genome)
-        return self._decoded[raw]
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ExplorationResult:
@@ -191,7 +181,7 @@ class Explorer:
         evaluated cost nothing and are told to the algorithm as they are, besides."""
         from model_explorer.exploration.surrogate import select
 
-        configurations = [self.configuration(g) for g in genomes]
+        configurations = [self.problem.configuration(g) for g in genomes]
         keys = [configuration_key(c) for c in configurations]
         seen = [i for i, key in enumerate(keys) if key in self._cache]
         new = [i for i, key in enumerate(keys) if key not in self._cache]
@@ -219,7 +209,7 @@ class Explorer:
 
         New records join the result in the order pymoo asked for them, whatever order the
         runner finishes them in, so serial, parallel and resumed runs record alike."""
-        configurations = [self.configuration(genome) for genome in genomes]
+        configurations = [self.problem.configuration(genome) for genome in genomes]
         keys = [configuration_key(c) for c in configurations]
         fresh: dict[str, dict[str, Any]] = {}  # key -> evaluation data new in this generation
         pending: list[int] = []
@@ -251,7 +241,7 @@ class Explorer:
 
             try:
                 self.runner.evaluate(
-                    self.problem, [configurations[i] for i in pending], done, self._front()
+                    self.problem, [genomes[i] for i in pending], done, self._front()
                 )
             finally:
                 bar.close()
@@ -304,7 +294,8 @@ class Explorer:
         return data
 
     def _close_generation(self, generation: int, algorithm: Algorithm) -> None:
-        survivors = {configuration_key(self.configuration(x)) for x in algorithm.pop.get("X")}
+        population = algorithm.pop.get("X")
+        survivors = {configuration_key(self.problem.configuration(x)) for x in population}
         self.result.generations.append(
             {
                 "generation": generation,

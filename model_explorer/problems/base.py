@@ -122,19 +122,24 @@ class Problem(ABC):
     def measure(self, configuration: list[Any]) -> Evaluation:
         """Apply a configuration and measure it."""
 
+    @cached_property
+    def _decoded(self) -> dict[bytes, list[Any]]:
+        return {}
+
+    def configuration(self, genome: Sequence[float]) -> list[Any]:
+        """The configuration a genome runs, decoded once per problem: the search asks for it
+        (its cache, the screen, the survivors) and `evaluate` runs it, both through here."""
+        raw = np.asarray(genome, dtype=float).tobytes()
+        if raw not in self._decoded:
+            self._decoded[raw] = self.decode(genome)
+        return self._decoded[raw]
+
     def evaluate(
         self, genome: Sequence[float], front: Sequence[dict[str, float]] = ()
     ) -> tuple[list[Any], Evaluation]:
-        """The configuration of a genome and its Evaluation (see `evaluate_configuration`)."""
-        configuration = self.decode(genome)
-        return configuration, self.evaluate_configuration(configuration, front)
-
-    def evaluate_configuration(
-        self, configuration: list[Any], front: Sequence[dict[str, float]] = ()
-    ) -> Evaluation:
-        """The Evaluation of a decoded configuration: a search decodes each genome once, for
-        its cache, and hands the configuration on. With `front` (the values of the search's
-        fully evaluated front), scoring may stop once the candidate cannot join it."""
+        """The configuration of a genome and its Evaluation. With `front` (the values of the
+        search's fully evaluated front), scoring may stop once the candidate cannot join it."""
+        configuration = self.configuration(genome)
         started = time.perf_counter()
         self.front = front
         try:
@@ -143,7 +148,7 @@ class Problem(ABC):
             self.front = ()
         evaluation.seconds = time.perf_counter() - started
         evaluation.values[FINITE] = 1.0 if evaluation.finite else 0.0
-        return evaluation
+        return configuration, evaluation
 
     def known_values(self, configuration: list[Any]) -> dict[str, float]:
         """The values of a configuration known without running the model (analytic costs);

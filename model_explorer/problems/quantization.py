@@ -215,7 +215,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         spent = [(len(table.rows) + len(wider.rows) + 1) * self.batches.num_samples]
 
         def accepts(configuration: list[int]) -> bool:
-            evaluation = self.evaluate_configuration(configuration)
+            _, evaluation = self.evaluate(configuration)
             spent.append(int(evaluation.extra["samples"]))
             return evaluation.complete and self.feasible(evaluation.values)
 

@@ -64,7 +64,7 @@ class KillsOnce:
     def worker_pid(self) -> int:
         raise NotImplementedError
 
-    def evaluate(self, problem, configurations, done, front=()) -> None:  # noqa: ANN001
+    def evaluate(self, problem, genomes, done, front=()) -> None:  # noqa: ANN001
         self.generations += 1
 
         def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
@@ -73,7 +73,7 @@ class KillsOnce:
                 self.killed = True
             done(position, configuration, evaluation)
 
-        super().evaluate(problem, configurations, kill_once, front)
+        super().evaluate(problem, genomes, kill_once, front)
 
 
 class KillingProcessRunner(KillsOnce, ProcessRunner):

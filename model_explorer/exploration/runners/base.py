@@ -1,17 +1,18 @@
-"""Runners evaluate a generation's new configurations: the contract, the registry and `runner:`
-settings.
+"""Runners evaluate a generation's new genomes: the contract, the registry and `runner:` settings.
 
-The Explorer decodes each genome once and hands runners the configurations. A runner reports
-each as it finishes, through `done(position, configuration, evaluation)`, in any completion
-order: the Explorer records in the order pymoo asked, so parallelism cannot change a result. A
-parallel runner evaluates in other processes, which build the problem themselves from the
-ProblemRecipe the runner is given (`attach`); tasks then carry only configurations.
+A runner reports each genome as it finishes, through `done(position, configuration,
+evaluation)`, in any completion order: the Explorer records in the order pymoo asked, so
+parallelism cannot change a result. A parallel runner evaluates in other processes, which build
+the problem themselves from the ProblemRecipe the runner is given (`attach`); tasks then carry
+only genomes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+
+import numpy as np
 
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.problems.base import Evaluation, Problem
@@ -34,10 +35,9 @@ class Runner:
         self.recipe = recipe
 
     def evaluate(
-        self, problem: Problem, configurations: Sequence[list[Any]], done: Done, front: Front = ()
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
     ) -> None:
-        """Evaluate every configuration (`problem.evaluate_configuration(configuration,
-        front)` wherever it runs)."""
+        """Evaluate every genome (`problem.evaluate(genome, front)` wherever it runs)."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 Imported only when a workload asks for `runner: {type: dask}` (see `dask.py`); Dask's
 `distributed` is the optional `dask` extra. A worker plugin installs the problem's recipe on
-every worker, also on one that joins or restarts later; tasks carry a configuration. When a worker
+every worker, also on one that joins or restarts later; tasks carry a genome. When a worker
 dies, the scheduler runs its tasks again on others (up to
 `distributed.scheduler.allowed-failures` times per task).
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 import dask
 import distributed
+import numpy as np
 from distributed.comm import get_address_host
 
 from model_explorer.errors import UserError
@@ -25,7 +26,7 @@ from model_explorer.exploration.runners.base import Done, Front, Runner
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.exploration.runners.worker import (
     cores_per_worker,
-    evaluate_configuration,
+    evaluate_genome,
     install,
     uninstall,
 )
@@ -130,29 +131,28 @@ class DaskRunner(Runner):
         return set(self.client.scheduler_info()["workers"])
 
     def evaluate(
-        self, problem: Problem, configurations: Sequence[list[Any]], done: Done, front: Front = ()
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
     ) -> None:
         recipe = self.attached_recipe()
         self._install(recipe)
         futures = {
             self.client.submit(
-                evaluate_configuration, recipe.key, configuration, list(front), pure=False
+                evaluate_genome, recipe.key, genome, list(front), pure=False
             ): position
-            for position, configuration in enumerate(configurations)
+            for position, genome in enumerate(genomes)
         }
         alive = self._alive()
         checked = time.monotonic()
         try:
             for future in distributed.as_completed(futures):
                 try:
-                    evaluation = future.result()
+                    configuration, evaluation = future.result()
                 except distributed.KilledWorker as error:
                     raise RuntimeError(
                         f"Dask gave up on an evaluation: every worker that ran it died ({error}); "
                         "the evaluations recorded so far are saved"
                     ) from None
-                position = futures[future]
-                done(position, configurations[position], evaluation)
+                done(futures[future], configuration, evaluation)
                 if time.monotonic() - checked > WORKER_CHECK_SECONDS:
                     alive, checked = self._report_departures(alive), time.monotonic()
             self._report_departures(alive)

@@ -1,8 +1,8 @@
 """The `processes` runner: local worker processes, each building the problem once.
 
 Each worker process receives the ProblemRecipe once (see `worker.py`), builds the problem from it
-and then receives only configurations. When a worker process dies, the pool breaks: the
-configurations not yet answered are evaluated again in a new pool.
+and then receives only genomes. When a worker process dies, the pool breaks: the genomes not yet
+answered are evaluated again in a new pool.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
-from typing import Any
+
+import numpy as np
 
 from model_explorer.exploration.runners.base import Done, Front, Runner, register_runner
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.exploration.runners.worker import (
     cores_per_worker,
-    evaluate_configuration,
+    evaluate_genome,
     install,
 )
 from model_explorer.problems.base import Problem
@@ -66,10 +67,10 @@ class ProcessRunner(Runner):
         return [] if self._pool is None else [p.pid for p in self._pool._processes.values()]
 
     def evaluate(
-        self, problem: Problem, configurations: Sequence[list[Any]], done: Done, front: Front = ()
+        self, problem: Problem, genomes: Sequence[np.ndarray], done: Done, front: Front = ()
     ) -> None:
         recipe = self.attached_recipe()
-        waiting = dict(enumerate(configurations))
+        waiting = dict(enumerate(genomes))
         for restart in range(self.restarts + 1):
             if self._attempt(self._pool_for(recipe), recipe.key, waiting, done, front):
                 return
@@ -93,25 +94,23 @@ class ProcessRunner(Runner):
     def _attempt(
         pool: ProcessPoolExecutor,
         key: str,
-        waiting: dict[int, list[Any]],
+        waiting: dict[int, np.ndarray],
         done: Done,
         front: Front = (),
     ) -> bool:
-        """Evaluate the waiting configurations; False when the pool broke (the rest stay
-        waiting)."""
+        """Evaluate the waiting genomes; False when the pool broke (the rest stay waiting)."""
         futures: dict[Future, int] = {}
         try:
-            for position, configuration in waiting.items():
-                futures[pool.submit(evaluate_configuration, key, configuration, list(front))] = (
-                    position
-                )
+            for position, genome in waiting.items():
+                futures[pool.submit(evaluate_genome, key, genome, list(front))] = position
             for future in as_completed(futures):
                 try:
-                    evaluation = future.result()
+                    configuration, evaluation = future.result()
                 except BrokenProcessPool:
                     continue
                 position = futures[future]
-                done(position, waiting.pop(position), evaluation)
+                del waiting[position]
+                done(position, configuration, evaluation)
         except BrokenProcessPool:
             pass  # broke while submitting
         finally:

@@ -2,8 +2,7 @@
 
 A worker process (a local process or a Dask worker) receives a ProblemRecipe once: plain data
 from which it builds the same Problem as the exploring process (model, data cache, calibration),
-keyed by the recipe's hash. Tasks then carry that key and one configuration; the model never
-travels.
+keyed by the recipe's hash. Tasks then carry that key and one genome; the model never travels.
 """
 
 from __future__ import annotations
@@ -70,13 +69,13 @@ def problem_of(recipe: ProblemRecipe) -> Problem:
     return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)
 
 
-def evaluate_configuration(
-    key: str, configuration: list[Any], front: list[dict[str, float]] | None = None
-) -> Evaluation:
-    """One task: the Evaluation of a configuration (see Problem.evaluate_configuration for
-    `front`)."""
+def evaluate_genome(
+    key: str, genome: Any, front: list[dict[str, float]] | None = None
+) -> tuple[list[Any], Evaluation]:
+    """One task: the decoded configuration and Evaluation of a genome (see Problem.evaluate
+    for `front`)."""
     with _LOCK:
-        return problem_for(key).evaluate_configuration(configuration, front or ())
+        return problem_for(key).evaluate(genome, front or ())
 
 
 def cores_per_worker(cores: int | None, workers: int) -> int:
