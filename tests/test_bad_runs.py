@@ -95,7 +95,7 @@ def _stopped_placeholder(tmp_path: Path, workload: Path, owner_pid: int) -> Path
 
     loaded = Workload.load(workload)
     path = tmp_path / result_path(loaded, None)
-    placeholder = claim(path, SearchDefinition.of(loaded), "results", numbered=True)
+    placeholder = claim(path, SearchDefinition.of(loaded).stored, "results", numbered=True)
     result = ExplorationResult.load(placeholder)
     result.owner = {**this_process(), "pid": owner_pid}
     result.save(placeholder)

@@ -234,7 +234,7 @@ def _claim_result_file(
         stem = default_result_stem(workload)
         warn_stopped_runs(sorted(workload.results_folder.glob(f"{stem}_*.pkl")), definition)
     numbered = output is None and workload.problem.results_file is None
-    return claim(result_path(workload, output), definition, where, numbered)
+    return claim(result_path(workload, output), definition.stored, where, numbered)
 
 
 def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:

@@ -117,8 +117,9 @@ def _unwritable(where: str, path: Path, error: OSError) -> UserError:
     return UserError(f"{where}: cannot write '{path}' ({reason}); choose a writable path")
 
 
-def claim(path: Path, definition: SearchDefinition, where: str, numbered: bool) -> Path:
-    """Create the result file exclusively, holding an empty unfinished result. With
+def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> Path:
+    """Create the result file exclusively, holding an empty unfinished result of `workload`
+    (as results store it). With
     `numbered` (a default name), a name already taken gets the next free suffix `-2`, `-3`,
     ...; otherwise an existing file is an error."""
     try:
@@ -141,7 +142,7 @@ def claim(path: Path, definition: SearchDefinition, where: str, numbered: bool) 
         except OSError as error:
             raise _unwritable(where, candidate, error) from None
     try:
-        ExplorationResult(definition.stored, {}, owner=this_process()).save(candidate)
+        ExplorationResult(workload, {}, owner=this_process()).save(candidate)
     except UserError:
         candidate.unlink(missing_ok=True)
         raise
