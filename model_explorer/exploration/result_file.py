@@ -119,9 +119,8 @@ def _unwritable(where: str, path: Path, error: OSError) -> UserError:
 
 def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> Path:
     """Create the result file exclusively, holding an empty unfinished result of `workload`
-    (as results store it). With
-    `numbered` (a default name), a name already taken gets the next free suffix `-2`, `-3`,
-    ...; otherwise an existing file is an error."""
+    (as results store it). With `numbered` (a default name), a name already taken gets the
+    next free suffix `-2`, `-3`, ...; otherwise an existing file is an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
