@@ -18,7 +18,8 @@ from model_explorer.errors import UserError
 from model_explorer.metrics import evaluate, needs_reference, reference_outputs
 from model_explorer.models import build_model
 from model_explorer.models.registry import model_info
-from model_explorer.workload import DATASET_ROLES, Workload, dataset_spec
+from model_explorer.roles import DATASET_ROLES
+from model_explorer.workload import Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 

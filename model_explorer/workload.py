@@ -41,6 +41,7 @@ from model_explorer.paths import workload_root
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
+from model_explorer.roles import DATASET_ROLES
 from model_explorer.schema import NonNegativeInt, Spec, validation_problems
 from model_explorer.sparsity.spec import SparsitySpec
 from model_explorer.training import RetrainingSpec
@@ -307,17 +308,6 @@ def _log_ignored(where: str, translation: Translation, problem: str) -> None:
         parts.append(f"{', '.join(translation.unused)} ({problem} does not use them)")
     if parts:
         log.info("%s: ignored: %s", where, "; ".join(parts))
-
-
-# Where each dataset role of the commands lives in the file.
-DATASET_ROLES = {
-    "calibrate": ("calibration", "calibrate"),
-    "exploration": ("exploration", "exploration"),
-    "baseline": ("exploration", "baseline"),
-    "train": ("retraining", "train"),
-    "validation": ("retraining", "validation"),
-    "reevaluate": ("reevaluation", "reevaluate"),
-}
 
 
 def dataset_spec(workload: Workload, role: str) -> tuple[DatasetSpec, str] | None:

@@ -89,12 +89,13 @@ def _dead_pid() -> int:
 
 def _stopped_placeholder(tmp_path: Path, workload: Path, owner_pid: int) -> Path:
     """What a run killed before its first save leaves: its claimed, empty result file."""
-    from model_explorer.exploration.explore import result_path, search_definition
+    from model_explorer.exploration.explore import result_path
+    from model_explorer.exploration.result_file import SearchDefinition
     from model_explorer.workload import Workload
 
     loaded = Workload.load(workload)
     path = tmp_path / result_path(loaded, None)
-    placeholder = claim(path, search_definition(loaded), "results", numbered=True)
+    placeholder = claim(path, SearchDefinition.of(loaded).stored, "results", numbered=True)
     result = ExplorationResult.load(placeholder)
     result.owner = {**this_process(), "pid": owner_pid}
     result.save(placeholder)

@@ -38,6 +38,7 @@ PUBLIC = [
     "model_explorer.problems:build_problem",
     "model_explorer.problems:register_problem",
     "model_explorer.problems.objectives:register_objective",
+    "model_explorer.problems.objectives:objective",
     "model_explorer.exploration.explorer:Explorer",
     "model_explorer.exploration.explore:explore",
     "model_explorer.results:ExplorationResult",

@@ -22,7 +22,6 @@ from model_explorer.analysis.compare.environments import ENVIRONMENTS, Environme
 from model_explorer.analysis.diagnose import DEFAULT_ORDER, INSPECTORS
 from model_explorer.analysis.hooks import ANALYSES, HookRunner, load_analysis
 from model_explorer.cli import main
-from model_explorer.cli.common import DATASET_ROLES as CLI_ROLES
 from model_explorer.cli.listing import REGISTRIES
 from model_explorer.cost.energy import (
     CSV_COLUMNS,
@@ -40,7 +39,6 @@ from model_explorer.models import create_model
 from model_explorer.problems import PROBLEMS
 from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_from_state
 from model_explorer.quantization.spec import CalibrationSpec
-from model_explorer.workload import DATASET_ROLES
 from tests_support import Synthetic
 
 DOCUMENTED = {
@@ -137,6 +135,7 @@ FORMS = {
     "inspectors": ["package.module:Class"],
     "datasets": ["package.module:builder"],
     "metrics": ["package.module:Class"],
+    "objectives": ["package.module:function"],
 }
 
 
@@ -176,10 +175,6 @@ def test_list_covers_every_kind_and_loads_optional_backends_only_when_used() -> 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "loaded: []" in done.stdout
-
-
-def test_the_cli_knows_the_workload_dataset_roles() -> None:
-    assert list(CLI_ROLES) == list(DATASET_ROLES)
 
 
 def test_default_order_runs_every_registered_inspector() -> None:

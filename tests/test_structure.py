@@ -139,6 +139,7 @@ BOTTOM = {
     "figures",
     "modules",
     "plan",
+    "roles",
     "tracing",
     "formats",
 }

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.cli.common import (
-    DATASET_ROLES,
     bit_width,
     command,
     load_workload,
@@ -18,6 +17,7 @@ from model_explorer.cli.common import (
     registered_input_shape,
 )
 from model_explorer.errors import UserError
+from model_explorer.roles import DATASET_ROLES
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         default="exploration",
-        choices=DATASET_ROLES,
+        choices=list(DATASET_ROLES),
         help="dataset role whose samples to run (default: exploration)",
     )
     parser.add_argument("--batch-size", type=positive_int, help="default: the dataset's")

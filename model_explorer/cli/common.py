@@ -8,10 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# The dataset roles of a workload (workload.DATASET_ROLES; a test keeps the two equal), named
-# here so that `--help` does not import torch.
-DATASET_ROLES = ("calibrate", "exploration", "baseline", "train", "validation", "reevaluate")
-
 
 @dataclass(frozen=True)
 class Command:

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from model_explorer.cli.common import (
-    DATASET_ROLES,
     bit_width,
     command,
     format_accuracy,
     load_workload,
 )
+from model_explorer.roles import DATASET_ROLES
 
 
 def _validate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dataset",
         action="append",
-        choices=DATASET_ROLES,
+        choices=list(DATASET_ROLES),
         help="dataset role to evaluate on (repeatable; default: baseline)",
     )
     parser.add_argument(

@@ -13,10 +13,10 @@ from model_explorer.errors import UserError
 from model_explorer.exploration.algorithms import check_available
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.result_file import (
+    SearchDefinition,
     check_writable,
     claim,
     release_if_empty,
-    same_search,
     saved,
     saved_evaluations,
     this_process,
@@ -66,17 +66,8 @@ def result_path(workload: Workload, output: str | None) -> Path:
     return workload.results_folder / f"{default_result_stem(workload)}_{stamp}.pkl"
 
 
-def search_definition(workload: Workload) -> dict:
-    """The workload as results store it: without `exploration.runner`, which changes where
-    candidates are evaluated, not what, so a run may resume under another runner. (Results
-    stored before a key existed match through `same_search`, which fills in defaults.)"""
-    data = workload.to_dict()
-    data["workload"].get("exploration", {}).pop("runner", None)
-    return data
-
-
-def find_checkpoint(workload: Workload, output: str | None) -> Path:
-    """The file to resume: the named one, or the newest unfinished result of this workload."""
+def find_checkpoint(workload: Workload, output: str | None, definition: SearchDefinition) -> Path:
+    """The file to resume: the named one, or the newest unfinished result of this search."""
     if output is not None or workload.problem.results_file is not None:
         path = result_path(workload, output)
         if not path.is_file():
@@ -85,7 +76,7 @@ def find_checkpoint(workload: Workload, output: str | None) -> Path:
     stem = default_result_stem(workload)
     folder = workload.results_folder
     candidates = sorted(folder.glob(f"{stem}_*.pkl"), key=lambda p: p.stat().st_mtime)
-    for path, _ in unfinished_results(reversed(candidates), search_definition(workload)):
+    for path, _ in unfinished_results(reversed(candidates), definition):
         return path
     raise UserError(
         f"--resume: no unfinished result of this workload in {folder}/ ({stem}_*.pkl); "
@@ -175,12 +166,13 @@ def explore(
     """
     options = options or ExploreOptions()
     spec: ExplorationSpec = workload.require("exploration")
+    definition = SearchDefinition.of(workload)
     context = context or WorkloadContext(workload)
     claimed = not options.resume
     if options.resume:
-        path, previous = _checkpoint(workload, options.output)
+        path, previous = _checkpoint(workload, definition, options.output)
     else:
-        path, previous = _claim_result_file(workload, options.output), None
+        path, previous = _claim_result_file(workload, definition, options.output), None
     owned = runner is None
     try:
         runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
@@ -193,7 +185,7 @@ def explore(
             baseline = measure_baseline(context)
             where = dataset_spec(workload, "baseline")[1]
             log.info("baseline accuracy on %s: %s", where, baseline)
-        return _search(workload, context, path, previous, baseline, runner, options)
+        return _search(workload, definition, context, path, previous, baseline, runner, options)
     except BaseException:
         if claimed:
             release_if_empty(path)  # a file that received nothing is not left behind
@@ -203,11 +195,13 @@ def explore(
             runner.close()
 
 
-def _checkpoint(workload: Workload, output: str | None) -> tuple[Path, ExplorationResult | None]:
+def _checkpoint(
+    workload: Workload, definition: SearchDefinition, output: str | None
+) -> tuple[Path, ExplorationResult | None]:
     """The result file `--resume` continues, and what it holds (None: nothing saved yet)."""
-    path = find_checkpoint(workload, output)
+    path = find_checkpoint(workload, output, definition)
     previous = ExplorationResult.load(path)
-    if not same_search(previous.workload, search_definition(workload)):
+    if not definition.matches(previous.workload):
         raise UserError(
             f"--resume: '{path}' was written for a different workload; resume with the same "
             "workload file, or start afresh without --resume"
@@ -226,7 +220,9 @@ def _checkpoint(workload: Workload, output: str | None) -> tuple[Path, Explorati
     return path, previous
 
 
-def _claim_result_file(workload: Workload, output: str | None) -> Path:
+def _claim_result_file(
+    workload: Workload, definition: SearchDefinition, output: str | None
+) -> Path:
     """The new run's result file, created now: before the first evaluation, so that an
     unwritable path fails at once; a default name is made unique."""
     if output is not None:
@@ -236,11 +232,9 @@ def _claim_result_file(workload: Workload, output: str | None) -> Path:
     else:
         where = f"the default result file in {workload.results_folder}/"
         stem = default_result_stem(workload)
-        warn_stopped_runs(
-            sorted(workload.results_folder.glob(f"{stem}_*.pkl")), search_definition(workload)
-        )
+        warn_stopped_runs(sorted(workload.results_folder.glob(f"{stem}_*.pkl")), definition)
     numbered = output is None and workload.problem.results_file is None
-    return claim(result_path(workload, output), search_definition(workload), where, numbered)
+    return claim(result_path(workload, output), definition.stored, where, numbered)
 
 
 def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:
@@ -277,6 +271,7 @@ def _seed_from_sensitivity(problem: Problem, workload: Workload, result: Explora
 
 def _search(
     workload: Workload,
+    definition: SearchDefinition,
     context: WorkloadContext,
     path: Path,
     previous: ExplorationResult | None,
@@ -291,7 +286,7 @@ def _search(
     _warn_unreachable(workload, baseline, minimum)
     built = build_problem(context, minimum)
     recipe = ProblemRecipe(
-        search_definition(workload), minimum, model_files(workload), str(workload.resolve("."))
+        definition.stored, minimum, model_files(workload), str(workload.resolve("."))
     )
     runner.attach(recipe)
     explorer = Explorer(
@@ -299,7 +294,7 @@ def _search(
         spec.nsga,
         seed=workload.seed,
         result_path=path,
-        workload=search_definition(workload),
+        workload=definition.stored,
         baseline=baseline,
         runner=runner,
         progress=options.progress,

@@ -2,8 +2,8 @@
 ask/tell loop.
 
 Every evaluation is recorded (not only survivors); a configuration is never evaluated twice
-(the cache is keyed by the decoded configuration); the result file is rewritten atomically
-after every generation and doubles as the checkpoint.
+(the cache is keyed by the decoded configuration, each genome decoded once by its Problem);
+the result file is rewritten atomically after every generation and doubles as the checkpoint.
 
 Resuming replays the search from its seed: every algorithm of `exploration.algorithm` is
 deterministic given its seed and the objective values it is told, so the replay asks for exactly
@@ -88,7 +88,8 @@ class Explorer:
         seed: seeds the algorithm, the spread start and the surrogate.
         result_path: where the result is written after every generation (the checkpoint);
             none written when None.
-        workload: the workload as results store it (`search_definition`), kept in the result.
+        workload: the workload as results store it (`SearchDefinition.stored`), kept in the
+            result.
         baseline: the float model's accuracies, kept in the result.
         runner: where candidates are evaluated; in this process when None.
         progress: show progress bars.
@@ -180,7 +181,8 @@ class Explorer:
         evaluated cost nothing and are told to the algorithm as they are, besides."""
         from model_explorer.exploration.surrogate import select
 
-        keys = [configuration_key(self.problem.decode(g)) for g in genomes]
+        configurations = [self.problem.configuration(g) for g in genomes]
+        keys = [configuration_key(c) for c in configurations]
         seen = [i for i, key in enumerate(keys) if key in self._cache]
         new = [i for i, key in enumerate(keys) if key not in self._cache]
         complete = [r for r in self.result.records if r["complete"]]
@@ -188,6 +190,7 @@ class Explorer:
             self.problem,
             complete,
             genomes[new],
+            [configurations[i] for i in new],
             self.strategy.evaluations,
             self.seed,
             self.strategy.optimism,
@@ -206,7 +209,7 @@ class Explorer:
 
         New records join the result in the order pymoo asked for them, whatever order the
         runner finishes them in, so serial, parallel and resumed runs record alike."""
-        configurations = [self.problem.decode(genome) for genome in genomes]
+        configurations = [self.problem.configuration(genome) for genome in genomes]
         keys = [configuration_key(c) for c in configurations]
         fresh: dict[str, dict[str, Any]] = {}  # key -> evaluation data new in this generation
         pending: list[int] = []
@@ -285,13 +288,14 @@ class Explorer:
             "seconds": evaluation.seconds,
             "extra": extra,
         }
-        plan = self.problem.plan(configuration)
+        plan = evaluation.plan if evaluation.plan is not None else self.problem.plan(configuration)
         if plan is not None:
             data["plan"] = plan
         return data
 
     def _close_generation(self, generation: int, algorithm: Algorithm) -> None:
-        survivors = {configuration_key(self.problem.decode(x)) for x in algorithm.pop.get("X")}
+        population = algorithm.pop.get("X")
+        survivors = {configuration_key(self.problem.configuration(x)) for x in population}
         self.result.generations.append(
             {
                 "generation": generation,

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +47,37 @@ def saved_evaluations(path: Path) -> int | None:
     return saved(result)
 
 
-def same_search(stored: dict[str, Any], definition: dict[str, Any]) -> bool:
-    """Whether a result's stored workload defines the search `definition` (a workload as
-    results store it, without its runner). Both are read as workloads, which are equal when
-    their settings are with every default filled in, so a result written in the original
-    layout (the problem's settings in `exploration:`) matches the same search written in this
-    project's."""
-    if stored == definition:
-        return True
-    try:
-        earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
-    except WorkloadError:
-        return False
-    return earlier == Workload.from_dict(definition, check_paths=False)
+@dataclass(frozen=True)
+class SearchDefinition:
+    """The search a workload defines, made once per run from the validated workload: `stored`,
+    the workload as results store it, and `settings`, the same with every default filled in,
+    which a stored result is compared with. Neither holds `exploration.runner`: it changes
+    where candidates are evaluated, not what, so a run may resume under another runner."""
+
+    stored: dict[str, Any]
+    settings: dict[str, Any]
+
+    @classmethod
+    def of(cls, workload: Workload) -> SearchDefinition:
+        return cls(_without_runner(workload.to_dict()), _without_runner(workload.to_dict(True)))
+
+    def matches(self, stored: dict[str, Any]) -> bool:
+        """Whether a result's stored workload defines this search. Only the stored one is read
+        as a workload, and only when it differs from `stored`: a result written in the original
+        layout (the problem's settings in `exploration:`), or before a key existed, matches
+        the same search written in this project's layout with that key at its default."""
+        if stored == self.stored:
+            return True
+        try:
+            earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
+        except WorkloadError:
+            return False
+        return _without_runner(earlier.to_dict(defaults=True)) == self.settings
+
+
+def _without_runner(data: dict[str, Any]) -> dict[str, Any]:
+    data["workload"].get("exploration", {}).pop("runner", None)
+    return data
 
 
 def _calibrator_options_only(stored: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +92,7 @@ def _calibrator_options_only(stored: dict[str, Any]) -> dict[str, Any]:
 
 
 def unfinished_results(
-    paths: Iterable[Path], definition: dict[str, Any]
+    paths: Iterable[Path], definition: SearchDefinition
 ) -> Iterator[tuple[Path, ExplorationResult]]:
     """The readable results among `paths` of the search `definition` that are not complete and
     that no other live process is writing, in the order of `paths`."""
@@ -84,7 +103,7 @@ def unfinished_results(
             continue
         if (
             not result.complete
-            and same_search(result.workload, definition)
+            and definition.matches(result.workload)
             and not running_elsewhere(result)
         ):
             yield path, result
@@ -98,10 +117,10 @@ def _unwritable(where: str, path: Path, error: OSError) -> UserError:
     return UserError(f"{where}: cannot write '{path}' ({reason}); choose a writable path")
 
 
-def claim(path: Path, definition: dict[str, Any], where: str, numbered: bool) -> Path:
-    """Create the result file exclusively, holding an empty unfinished result. With
-    `numbered` (a default name), a name already taken gets the next free suffix `-2`, `-3`,
-    ...; otherwise an existing file is an error."""
+def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> Path:
+    """Create the result file exclusively, holding an empty unfinished result of `workload`
+    (as results store it). With `numbered` (a default name), a name already taken gets the
+    next free suffix `-2`, `-3`, ...; otherwise an existing file is an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -122,7 +141,7 @@ def claim(path: Path, definition: dict[str, Any], where: str, numbered: bool) ->
         except OSError as error:
             raise _unwritable(where, candidate, error) from None
     try:
-        ExplorationResult(definition, {}, owner=this_process()).save(candidate)
+        ExplorationResult(workload, {}, owner=this_process()).save(candidate)
     except UserError:
         candidate.unlink(missing_ok=True)
         raise
@@ -146,7 +165,7 @@ def release_if_empty(path: Path) -> bool:
     return False
 
 
-def warn_stopped_runs(candidates: list[Path], definition: dict[str, Any]) -> None:
+def warn_stopped_runs(candidates: list[Path], definition: SearchDefinition) -> None:
     """Say once of each result of this workload whose run stopped before its first save."""
     for path, result in unfinished_results(candidates, definition):
         if saved(result) == 0:

@@ -91,14 +91,16 @@ def select(
     problem: Problem,
     records: list[dict[str, Any]],
     genomes: np.ndarray,
+    configurations: list[list[Any]],
     count: int,
     seed: int,
     optimism: float = 1.0,
 ) -> list[int]:
-    """Positions of the `count` most promising genomes (in the order they were picked)."""
+    """Positions of the `count` most promising genomes (in the order they were picked);
+    `configurations`: theirs, as the Explorer decoded them."""
     if len(genomes) <= count:
         return list(range(len(genomes)))
-    known = [problem.known_values(problem.decode(g)) for g in genomes]
+    known = [problem.known_values(configuration) for configuration in configurations]
     names = _unknown_quantities(problem, known[0])
     surrogate = Surrogate(problem, seed)
     if not surrogate.fit(records, names):

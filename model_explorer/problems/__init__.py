@@ -13,7 +13,8 @@ from model_explorer.problems.base import (
     Problem,
     Variable,
 )
-from model_explorer.problems.registry import PROBLEMS, build_problem, register_problem
+from model_explorer.problems.rebuild import build_problem
+from model_explorer.problems.registry import PROBLEMS, register_problem
 
 __all__ = [
     "PROBLEMS",

@@ -11,17 +11,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from model_explorer.plan import PlanLayout
 from model_explorer.problems.objectives import (
-    OBJECTIVES,
     Measured,
     PlanCosts,
-    objective_info,
-    usable_objectives,
+    computed_objectives,
 )
 
 FINITE = "outputs_finite"
@@ -64,7 +63,9 @@ class Constraint:
 @dataclass
 class Evaluation:
     """What one configuration measured: `values` holds every quantity by name (objectives,
-    constrained quantities and anything else worth keeping, e.g. bops and model size)."""
+    constrained quantities and anything else worth keeping, e.g. bops and model size); `plan`,
+    the per-layer plan the problem applied (None for a problem without one), so that whoever
+    records the evaluation does not derive it again."""
 
     values: dict[str, float]
     accuracies: list[float]
@@ -72,6 +73,7 @@ class Evaluation:
     finite: bool = True
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, dict[str, Any]] | None = None
 
 
 class Problem(ABC):
@@ -120,12 +122,24 @@ class Problem(ABC):
     def measure(self, configuration: list[Any]) -> Evaluation:
         """Apply a configuration and measure it."""
 
+    @cached_property
+    def _decoded(self) -> dict[bytes, list[Any]]:
+        return {}
+
+    def configuration(self, genome: Sequence[float]) -> list[Any]:
+        """The configuration a genome runs, decoded once per problem: the search asks for it
+        (its cache, the screen, the survivors) and `evaluate` runs it, both through here."""
+        raw = np.asarray(genome, dtype=float).tobytes()
+        if raw not in self._decoded:
+            self._decoded[raw] = self.decode(genome)
+        return self._decoded[raw]
+
     def evaluate(
         self, genome: Sequence[float], front: Sequence[dict[str, float]] = ()
     ) -> tuple[list[Any], Evaluation]:
         """The configuration of a genome and its Evaluation. With `front` (the values of the
         search's fully evaluated front), scoring may stop once the candidate cannot join it."""
-        configuration = self.decode(genome)
+        configuration = self.configuration(genome)
         started = time.perf_counter()
         self.front = front
         try:
@@ -189,18 +203,33 @@ class ModelProblem(Problem):
     options: Any = None
     # Set by the builders of quantization problems: quantization/coverage.py's to_dict().
     coverage: dict[str, Any] | None = None
+    # The DRAM energy model (cost/energy), where the problem holds one.
+    energy: Any = None
 
     @property
     def plan_costs(self) -> PlanCosts:
-        """The cost models objectives read (none by default)."""
-        return PlanCosts()
+        """The cost models objectives read (none by default) and their own inputs."""
+        return PlanCosts(inputs=self.objective_inputs)
+
+    @cached_property
+    def recorded_objectives(self) -> list[Any]:
+        """The objectives this problem computes (problems/objectives.py `computed_objectives`):
+        every registered one its options provide for, and the workload's own."""
+        return computed_objectives(self.provides, self.options.chosen_objectives)
+
+    @cached_property
+    def objective_inputs(self) -> dict[str, Any]:
+        """The objectives' own inputs (`needs` that are functions of the problem), computed
+        once, on first use."""
+        functions = dict(i for e in self.recorded_objectives for i in e.info.inputs)
+        return {name: function(self) for name, function in functions.items()}
 
     @property
     def provides(self) -> set[str]:
         """What this problem gives objectives (problems/objectives.py NEEDS): its options'
         kinds, DRAM energies only when it holds an energy model."""
         provides = set(self.options.provides)
-        if self.plan_costs.energy is None:
+        if self.energy is None:
             provides.discard("energy")
         return provides
 
@@ -211,9 +240,9 @@ class ModelProblem(Problem):
         can compute, but the accuracy (recorded by `evaluation`), from what scoring measured."""
         costs = self.plan_costs
         return {
-            name: OBJECTIVES.get(name).builder(plan, costs, measured)
-            for name in usable_objectives(self.provides)
-            if name != "accuracy" and not objective_info(name).analytic
+            entry.name: entry.builder(plan, costs, measured)
+            for entry in self.recorded_objectives
+            if entry.name != "accuracy" and not entry.info.analytic
         }
 
     def describe(self) -> dict[str, Any]:
@@ -288,9 +317,11 @@ class ModelProblem(Problem):
         return [best([minimum[0], *rivals])]
 
     @staticmethod
-    def evaluation(outcome: Any, values: dict[str, float], **extra: Any) -> Evaluation:
-        """An Evaluation of an Outcome, its accuracies under 'accuracy' (and 'accuracy_<i>'
-        for several outputs) beside `values`."""
+    def evaluation(
+        outcome: Any, values: dict[str, float], plan: dict[str, dict[str, Any]], **extra: Any
+    ) -> Evaluation:
+        """An Evaluation of an Outcome for the applied `plan`, its accuracies under 'accuracy'
+        (and 'accuracy_<i>' for several outputs) beside `values`."""
         accuracies = outcome.accuracies
         named = {"accuracy": sum(accuracies) / len(accuracies)}
         if len(accuracies) > 1:
@@ -301,4 +332,5 @@ class ModelProblem(Problem):
             complete=outcome.complete,
             finite=outcome.finite,
             extra={"samples": outcome.samples, **extra},
+            plan=plan,
         )

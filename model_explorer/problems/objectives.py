@@ -9,29 +9,42 @@ front. Every problem records every objective it can compute, chosen or not.
 
 What an objective needs: "bits" (the plan's bit widths), "thresholds" (its block thresholds),
 "energy" (per-layer DRAM energies) and "model" (a forward pass). A problem provides some of
-them; the objectives it can use are those whose needs it provides.
+them; the objectives it can use are those whose needs it provides. Anything else an objective
+needs is an input of its own: a function of the problem (its model, data and cost models),
+named among its needs and computed once per problem (`PlanCosts.inputs`).
+
+A workload names a registered objective, or a function of the user's code marked with
+`@objective` as `package.module:function`: an objective with a new input is then one module of
+the user's, the function that computes the input beside the objective that reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from model_explorer.errors import UserError
 from model_explorer.plan import Plan
-from model_explorer.registry import Registry
+from model_explorer.registry import Entry, Registry
 
 NEEDS = ("bits", "thresholds", "energy", "model")
+
+# An objective's own input: computed once from the problem (a ModelProblem: its model, batches,
+# options, plan_costs), read by the objective as `costs.inputs[<the function's name>]`.
+InputFunction = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
 class ObjectiveInfo:
     """An objective's direction (`maximize`, for the accuracy: the metric's own), what it
-    needs (of NEEDS) and what it measures, in the user's words."""
+    needs (of NEEDS), what it measures, in the user's words, and its own inputs (name ->
+    function of the problem)."""
 
     maximize: bool
     needs: frozenset[str]
     description: str
+    inputs: tuple[tuple[str, InputFunction], ...] = ()
 
     @property
     def analytic(self) -> bool:
@@ -47,6 +60,7 @@ class PlanCosts:
     bits: Any = None
     weighting: str = "bits_weighted_linear"
     energy: Any = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,34 +75,95 @@ class Measured:
 
 
 ObjectiveFunction = Callable[[Plan, PlanCosts, Measured], float]
-OBJECTIVES: Registry[ObjectiveFunction] = Registry("objective")
+OBJECTIVES: Registry[ObjectiveFunction] = Registry(
+    "objective", imports="objective function", import_form="package.module:function"
+)
+WHERE = "workload.problem.objectives"
+
+
+def objective(
+    *, maximize: bool, needs: Iterable[str | InputFunction], description: str
+) -> Callable[[ObjectiveFunction], ObjectiveFunction]:
+    """Decorator marking `function(plan, costs, measured) -> float` as an objective, which a
+    workload names as `package.module:function`.
+
+    Args:
+        maximize: whether more is better.
+        needs: what it reads: of NEEDS, "bits", "thresholds", "energy", "model" (a forward
+            pass), which a problem provides or not; and functions of the problem, its own
+            inputs, computed once per problem and read as `costs.inputs[function.__name__]`.
+        description: what it measures, in the user's words.
+    """
+
+    def decorator(function: ObjectiveFunction) -> ObjectiveFunction:
+        function.objective = _info(function.__name__, maximize, needs, description)  # type: ignore[attr-defined]
+        return function
+
+    return decorator
 
 
 def register_objective(
-    name: str, *, maximize: bool, needs: set[str], description: str
+    name: str, *, maximize: bool, needs: Iterable[str | InputFunction], description: str
 ) -> Callable[[ObjectiveFunction], ObjectiveFunction]:
     """Decorator registering `function(plan, costs, measured) -> float` as an objective.
 
     Args:
         name: the name `problem.objectives` gives it.
         maximize: whether more is better.
-        needs: what it reads, of NEEDS: "bits", "thresholds", "energy", "model" (a forward
-            pass); a problem that provides them all can compute it.
+        needs: what it reads (see `objective`): of NEEDS, and functions of the problem.
         description: what it measures, in the user's words.
     """
-    unknown = set(needs) - set(NEEDS)
+    return OBJECTIVES.register(name, info=_info(name, maximize, needs, description))
+
+
+def _info(
+    name: str, maximize: bool, needs: Iterable[str | InputFunction], description: str
+) -> ObjectiveInfo:
+    needs = list(needs)
+    unknown = [need for need in needs if isinstance(need, str) and need not in NEEDS]
     if unknown:
-        raise ValueError(f"objective '{name}' needs {sorted(unknown)}, which no problem provides")
-    return OBJECTIVES.register(name, info=ObjectiveInfo(maximize, frozenset(needs), description))
+        raise ValueError(
+            f"objective '{name}' needs {sorted(unknown)}, which no problem provides; name the "
+            "function that computes such an input among its needs instead"
+        )
+    inputs = tuple((need.__name__, need) for need in needs if not isinstance(need, str))
+    provided = frozenset(need for need in needs if isinstance(need, str))
+    return ObjectiveInfo(maximize, provided, description, inputs)
+
+
+def objective_entry(name: str, where: str = WHERE) -> Entry[ObjectiveFunction]:
+    """The objective a workload names: registered, or `package.module:function` of the
+    user's code marked with `@objective`."""
+    if name in OBJECTIVES or ":" not in name:
+        return OBJECTIVES.get(name, where)
+    function = OBJECTIVES.resolve(name, where)
+    info = getattr(function, "objective", None)
+    if not isinstance(info, ObjectiveInfo):
+        raise UserError(
+            f"{where}: '{name}' is not marked as an objective; decorate it with "
+            "@objective(maximize=..., needs=..., description=...) from "
+            "model_explorer.problems.objectives"
+        )
+    return Entry(name, function, info=info)
 
 
 def objective_info(name: str) -> ObjectiveInfo:
-    return OBJECTIVES.get(name).info
+    return objective_entry(name).info
 
 
 def usable_objectives(provides: set[str] | frozenset[str]) -> list[str]:
-    """The objectives a problem providing `provides` can compute, in registry order."""
+    """The registered objectives a problem providing `provides` can compute, in registry
+    order."""
     return [e.name for e in OBJECTIVES.entries() if e.info.needs <= set(provides)]
+
+
+def computed_objectives(
+    provides: set[str] | frozenset[str], chosen: Iterable[str]
+) -> list[Entry[ObjectiveFunction]]:
+    """What a problem records: every registered objective it can compute, chosen or not,
+    then the user's own that the workload chose (the options model checked that it can)."""
+    registered = [OBJECTIVES.get(name) for name in usable_objectives(provides)]
+    return registered + [objective_entry(name) for name in chosen if name not in OBJECTIVES]
 
 
 @register_objective(

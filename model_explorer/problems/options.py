@@ -22,7 +22,12 @@ from pydantic_core import PydanticCustomError
 
 from model_explorer.errors import UserError, did_you_mean
 from model_explorer.formats import parse_format
-from model_explorer.problems.objectives import OBJECTIVES, usable_objectives
+from model_explorer.problems.objectives import (
+    OBJECTIVES,
+    objective_entry,
+    objective_info,
+    usable_objectives,
+)
 from model_explorer.schema import (
     Bits,
     Fraction,
@@ -63,7 +68,11 @@ class ProblemOptions(Spec):
             )
         _refuse_repeated(value, "repeated_objectives", "; name each objective once")
         usable = usable_objectives(cls.provides)
-        unknown = [name for name in value if name not in usable]
+        unknown = [
+            name
+            for name in value
+            if name not in usable and not (_imported(name) and _needs(name) <= cls.provides)
+        ]
         if unknown:
             strange = [name for name in unknown if name not in OBJECTIVES]
             raise PydanticCustomError(
@@ -81,6 +90,11 @@ class ProblemOptions(Spec):
     def chosen_objectives(self) -> list[str]:
         """The objectives to explore: those the workload names, else the problem's default."""
         return list(self.objectives or self.default_objectives)
+
+    @property
+    def chosen_needs(self) -> frozenset[str]:
+        """What the chosen objectives need of the problem (problems/objectives.py NEEDS)."""
+        return frozenset().union(*(objective_info(n).needs for n in self.chosen_objectives))
 
     def key(self, name: str) -> str:
         """Where the setting `name` is written in the workload file (for messages)."""
@@ -230,6 +244,21 @@ def _format(value: Any, where: str) -> Any:
     except UserError as error:
         text = str(error).partition(": ")[2] or str(error)
         raise PydanticCustomError("unknown_format", "{text}", {"text": text}) from None
+
+
+def _imported(name: str) -> bool:
+    """Whether `name` is the user's objective, `package.module:function`."""
+    return ":" in name and name not in OBJECTIVES
+
+
+def _needs(name: str) -> frozenset[str]:
+    """What the user's objective `name` needs of the problem, or a pydantic error in the
+    sentence that says why it cannot be imported."""
+    try:
+        return objective_entry(name).info.needs
+    except UserError as error:
+        text = str(error).partition(": ")[2] or str(error)
+        raise PydanticCustomError("unknown_objective", "{text}", {"text": text}) from None
 
 
 def explored_bits(options: ProblemOptions | None) -> tuple[int, int] | None:

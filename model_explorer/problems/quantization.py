@@ -18,11 +18,9 @@ from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.checks import check_layer_bounds
 from model_explorer.problems.objectives import (
-    OBJECTIVES,
     Measured,
     PlanCosts,
     objective_info,
-    usable_objectives,
 )
 from model_explorer.problems.options import BitOptions, ProblemOptions, QuantizationOptions
 from model_explorer.quantization import QuantizedModel
@@ -245,7 +243,9 @@ class LayerwiseQuantizationProblem(ModelProblem):
 
     @property
     def plan_costs(self) -> PlanCosts:
-        return PlanCosts(self.costs, self.options.bit_weighting_function, self.energy)
+        return PlanCosts(
+            self.costs, self.options.bit_weighting_function, self.energy, self.objective_inputs
+        )
 
     def cost_values(self, plan: Plan) -> dict[str, float]:
         """Every objective known without the model (problems/objectives.py) of a plan's bit
@@ -253,9 +253,9 @@ class LayerwiseQuantizationProblem(ModelProblem):
         energy in uJ."""
         costs, measured = self.plan_costs, Measured()
         return {
-            name: OBJECTIVES.get(name).builder(plan, costs, measured)
-            for name in usable_objectives(self.provides)
-            if objective_info(name).analytic
+            entry.name: entry.builder(plan, costs, measured)
+            for entry in self.recorded_objectives
+            if entry.info.analytic
         }
 
     def known_values(self, configuration: list[Any]) -> dict[str, float]:
@@ -268,4 +268,4 @@ class LayerwiseQuantizationProblem(ModelProblem):
         plan = self.plan(configuration)
         self.apply_plan(plan)
         costs = self.cost_values(plan)
-        return self.evaluation(self.score(costs), costs)
+        return self.evaluation(self.score(costs), costs, plan)

@@ -23,7 +23,7 @@ def build_quantization_problem(
     coverage = report_coverage(context, model)
     energy = (
         build_energy_model(context, list(model.layers))
-        if "energy" in options.chosen_objectives
+        if "energy" in options.chosen_needs
         else None
     )
     problem = LayerwiseQuantizationProblem(

@@ -1,5 +1,6 @@
-"""The problem of a result, rebuilt from the workload, with an individual's plan in effect: what
-retraining, re-evaluation and comparison of a result's individuals start from."""
+"""Problems built from a workload's context: the workload's own (`build_problem`), and a
+result's, rebuilt with an individual's plan in effect: what retraining, re-evaluation and
+comparison of a result's individuals start from."""
 
 from __future__ import annotations
 
@@ -8,11 +9,36 @@ from typing import TYPE_CHECKING
 
 from model_explorer.errors import UserError
 from model_explorer.problems.base import Problem
-from model_explorer.problems.registry import build_problem
+from model_explorer.problems.registry import PROBLEMS
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
     from model_explorer.results import ExplorationResult, Individual
+
+
+def build_problem(
+    context: WorkloadContext,
+    minimum_accuracy: list[float] | None = None,
+    name: str | None = None,
+    where: str = "workload.problem.problem_function",
+) -> Problem:
+    """A problem built by its registered builder (problems/registry.py).
+
+    Args:
+        context: the WorkloadContext whose model and data the problem uses.
+        minimum_accuracy: the limit each output's metric must keep (see `explore`'s
+            `minimum_accuracy`), or None for no constraint.
+        name: the problem to build; the workload's `problem_function` when None. The
+            workload's options apply when it names the same problem, the defaults otherwise.
+        where: the key path named when `name` is unknown.
+    """
+    spec = context.workload.problem
+    name = name or spec.problem_function
+    entry = PROBLEMS.get(name, where)
+    options = spec.options if name == spec.problem_function else None
+    if options is None and entry.options is not None:
+        options = entry.options()
+    return entry.builder(context, options, minimum_accuracy)
 
 
 def rebuild_problem(

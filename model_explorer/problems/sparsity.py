@@ -122,7 +122,7 @@ class SparsityThresholdProblem(ModelProblem):
         outcome = self.score()
         blocks, layers = block_values(self.model)
         values = {**blocks, **self.measured_values(plan, Measured(blocks=blocks))}
-        return self.evaluation(outcome, values, **layers)
+        return self.evaluation(outcome, values, plan, **layers)
 
 
 class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
@@ -189,4 +189,4 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
         }
         measured = self.measured_values(plan, Measured(blocks=blocks, kept=kept))
         values = {**self.cost_values(plan), **blocks, **measured}
-        return self.evaluation(outcome, values, **layers)
+        return self.evaluation(outcome, values, plan, **layers)

@@ -36,7 +36,7 @@ def build_joint_problem(
     coverage = report_coverage(context, quantized)
     energy = (
         build_energy_model(context, list(quantized.layers))
-        if "energy" in options.chosen_objectives
+        if "energy" in options.chosen_needs
         else None
     )
     problem = QuantizationSparsityProblem(

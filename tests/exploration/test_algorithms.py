@@ -22,8 +22,7 @@ from pymoo.optimize import minimize
 from model_explorer.errors import UserError
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.algorithms import AlgorithmSpec, ties_in_seeded_order
-from model_explorer.exploration.explore import search_definition
-from model_explorer.exploration.result_file import same_search
+from model_explorer.exploration.result_file import SearchDefinition
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.exploration.strategies import StrategySpec, build_strategy
 from model_explorer.problems import Constraint, Evaluation, Objective, Problem, Variable
@@ -374,8 +373,8 @@ def test_another_algorithm_is_recorded_and_named_in_the_cost_line(tiny, tmp_path
     assert stored["workload"]["exploration"]["algorithm"] == {"type": "smsemoa"}
     # A result stored before the key existed is the same search as the default algorithm's.
     tiny["workload"]["exploration"]["algorithm"] = "nsga2"
-    definition = search_definition(Workload.from_dict(tiny, check_paths=False))
-    older = copy.deepcopy(definition)
+    definition = SearchDefinition.of(Workload.from_dict(tiny, check_paths=False))
+    older = copy.deepcopy(definition.stored)
     del older["workload"]["exploration"]["algorithm"]
-    assert same_search(older, definition)
-    assert not same_search(stored, definition)
+    assert definition.matches(older)
+    assert not definition.matches(stored)

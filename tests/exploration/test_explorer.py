@@ -239,16 +239,15 @@ def test_hypervolume_matches_a_hand_computed_front() -> None:
 
 
 def test_a_result_stored_with_every_calibration_option_is_the_same_search() -> None:
-    from model_explorer.exploration.explore import search_definition
-    from model_explorer.exploration.result_file import same_search
+    from model_explorer.exploration.result_file import SearchDefinition
     from model_explorer.workload import Workload
 
     body = {"model": {"type": "lenet5"}, "calibration": {"method": "mse"}}
-    definition = search_definition(Workload.from_dict({"workload": body}, check_paths=False))
+    definition = SearchDefinition.of(Workload.from_dict({"workload": body}, check_paths=False))
     # Results written before calibrators were a registry stored percentile and num_bins,
     # with their defaults, whatever the method.
-    older = copy.deepcopy(definition)
+    older = copy.deepcopy(definition.stored)
     older["workload"]["calibration"].update(percentile=99.99, num_bins=2048)
-    assert same_search(older, definition)
+    assert definition.matches(older)
     older["workload"]["calibration"]["num_bins"] = 1024  # mse's own option, changed
-    assert not same_search(older, definition)
+    assert not definition.matches(older)

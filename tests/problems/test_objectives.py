@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,7 @@ from bad_input_support import TINY, run_cli, write
 from pydantic import ValidationError
 
 from model_explorer.errors import WorkloadError
-from model_explorer.exploration.explore import search_definition
-from model_explorer.exploration.result_file import same_search
+from model_explorer.exploration.result_file import SearchDefinition
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 from model_explorer.problems import PROBLEMS
 from model_explorer.problems.objectives import (
@@ -133,6 +133,81 @@ def test_an_objective_registered_from_outside_is_searched_and_recorded(
         OBJECTIVES._entries.pop("widest_weight")
 
 
+# A user's objective with an input no problem provides: one module, named in the workload.
+LATENCY = '''"""Latency from a per-layer table: an objective with an input of its own."""
+
+from model_explorer.plan import WEIGHT_BITS
+from model_explorer.problems.objectives import objective
+
+TABLES = []
+
+
+def layer_latency(problem):
+    """Nanoseconds per weight bit of each layer, computed once per problem."""
+    TABLES.append(problem)
+    return {name: float(index + 1) for index, name in enumerate(problem.model.layers)}
+
+
+@objective(maximize=False, needs={"bits", layer_latency}, description="latency from a table")
+def latency_ns(plan, costs, measured):
+    table = costs.inputs["layer_latency"]
+    return sum(table[layer] * settings[WEIGHT_BITS] for layer, settings in plan.items())
+
+
+def unmarked(plan, costs, measured):
+    return 0.0
+'''
+
+
+@pytest.fixture
+def latency_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    folder = tmp_path / "user_code"
+    folder.mkdir()
+    (folder / "latency_objective.py").write_text(LATENCY)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "latency_objective", raising=False)
+    yield
+    sys.modules.pop("latency_objective", None)
+
+
+def test_a_users_objective_with_its_own_input_is_one_module(
+    latency_module: None, tiny: dict, tmp_path: Path, capsys
+) -> None:
+    data = new_layout(tiny)
+    data["workload"]["problem"]["objectives"] = ["accuracy", "latency_objective:latency_ns"]
+    path = write(data, tmp_path / "w.yaml")
+    output = tmp_path / "r.pkl"
+    assert run_cli(capsys, "explore", path, "--output", output, "-s").status == 0
+    result = ExplorationResult.load(output)
+    assert dict(result.objectives) == {"accuracy": True, "latency_objective:latency_ns": False}
+    tables = sys.modules["latency_objective"].TABLES
+    assert len(tables) == 1  # the input is computed once per problem
+    table = {name: index + 1.0 for index, name in enumerate(tables[0].model.layers)}
+    for individual in result.individuals:
+        plan = result.plan_of(individual)
+        expected = sum(table[layer] * settings[WEIGHT_BITS] for layer, settings in plan.items())
+        assert individual.values["latency_objective:latency_ns"] == expected
+        assert "weighted_bits" in individual.values
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("latency_objective:latency_s", "module 'latency_objective' has no attribute 'latency_s'"),
+        ("latency_objective:unmarked", "'latency_objective:unmarked' is not marked as an"),
+        ("no_such_module:latency_ns", "cannot import 'no_such_module'"),
+    ],
+)
+def test_a_wrong_user_objective_is_one_sentence_naming_the_key(
+    latency_module: None, name: str, words: str, tmp_path: Path, capsys
+) -> None:
+    data = new_layout(TINY)
+    data["workload"]["problem"]["objectives"] = ["accuracy", name]
+    run_cli(capsys, "validate", write(data, tmp_path / "w.yaml")).one_error(
+        "workload.problem.objectives:", words
+    )
+
+
 @pytest.mark.parametrize(
     ("problem", "objectives", "words"),
     [
@@ -188,10 +263,10 @@ def test_the_original_layout_means_the_same_workload(tmp_path: Path) -> None:
     assert new.problem.options.key("early_reject") == "workload.problem.early_reject"
     # A result stored in the original layout is the same search as the new spelling of it,
     # and another search is not.
-    assert same_search(TINY, search_definition(new))
+    assert SearchDefinition.of(new).matches(TINY)
     changed = new_layout(TINY)
     changed["workload"]["problem"]["num_bits_upper_limit"] = 7
-    assert not same_search(TINY, search_definition(Workload.from_dict(changed, check_paths=False)))
+    assert not SearchDefinition.of(Workload.from_dict(changed, check_paths=False)).matches(TINY)
 
 
 def test_settings_of_other_problems_in_extra_args_are_set_aside_as_the_original_did(
