@@ -17,8 +17,8 @@ import torch
 from prepared import prepared_context
 
 from model_explorer.context import WorkloadContext
-from model_explorer.exploration.explore import ExploreOptions, explore
 from model_explorer.metrics import evaluate
+from model_explorer.operations.explore import ExploreOptions, explore
 from model_explorer.workload import Workload
 
 
@@ -26,7 +26,7 @@ def interleaved_times(context: WorkloadContext, result) -> tuple[float, float]:
     """Median seconds of a candidate evaluation (full, no early rejection; a fresh model, so
     weights are quantized as the search first meets each bit width) and of a float forward
     pass over the same subset, timed alternately for every recorded candidate in order."""
-    from model_explorer.problems import build_problem
+    from model_explorer.operations.rebuild import build_problem
 
     problem = build_problem(context, None, result.problem["name"])
     model = context.build_model()

@@ -41,14 +41,14 @@ import numpy as np
 from peer_result import Scoring
 from prepared import prepared_context
 
-from model_explorer.exploration.explore import (
+from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
+from model_explorer.operations.explore import (
     measure_baseline,
     minimum_accuracy,
     sensitivity_start,
 )
-from model_explorer.exploration.explorer import Explorer
-from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
-from model_explorer.problems import build_problem
+from model_explorer.operations.rebuild import build_problem
 from model_explorer.quantization.sensitivity import layer_sensitivity
 from model_explorer.results.front import ideal_box, indicator
 

@@ -22,7 +22,7 @@ import torch
 from prepared import prepared_context
 
 from model_explorer.metrics import evaluate
-from model_explorer.problems import build_problem
+from model_explorer.operations.rebuild import build_problem
 
 
 def measure(path: str, candidates: int) -> None:

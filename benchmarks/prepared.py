@@ -4,7 +4,7 @@ when missing, as `make run` makes them."""
 from __future__ import annotations
 
 from model_explorer.context import WorkloadContext
-from model_explorer.quantization.pipeline import calibrate_workload
+from model_explorer.operations.pipeline import calibrate_workload
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 

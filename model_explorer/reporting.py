@@ -187,7 +187,7 @@ def _write_figures(result: ExplorationResult, out: Path) -> list[Path]:
     )
     energy_file = (energy or {}).get("dram_analysis_file")
     if energy_file and Path(energy_file).is_file():
-        from model_explorer.cost.energy.workload import read_energy_csv
+        from model_explorer.operations.energy import read_energy_csv
 
         rows = read_energy_csv(energy_file)
         written.append(plotting.save(plotting.plot_dram_energy(rows), out / "dram_energy.png"))

@@ -21,12 +21,12 @@ from torch import nn
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
-from model_explorer.exploration.reevaluate import check_same_model, primary_cost
 from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.models import load_checkpoint, save_checkpoint
+from model_explorer.operations.rebuild import individual_problem, rebuild_problem
+from model_explorer.operations.reevaluate import check_same_model, primary_cost
 from model_explorer.plan import plan_of
 from model_explorer.problems import Problem
-from model_explorer.problems.rebuild import individual_problem, rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
 from model_explorer.training import TrainingResult, train
 from model_explorer.workload import Workload

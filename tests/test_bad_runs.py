@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from bad_input_support import run_cli, write
 
-from model_explorer.exploration import explore as explore_module
-from model_explorer.exploration.result_file import claim, this_process
 from model_explorer.fileio import atomic_path, file_mode
+from model_explorer.operations import explore as explore_module
+from model_explorer.operations.result_file import claim, this_process
 from model_explorer.results import ExplorationResult
 
 
@@ -89,8 +89,8 @@ def _dead_pid() -> int:
 
 def _stopped_placeholder(tmp_path: Path, workload: Path, owner_pid: int) -> Path:
     """What a run killed before its first save leaves: its claimed, empty result file."""
-    from model_explorer.exploration.explore import result_path
-    from model_explorer.exploration.result_file import SearchDefinition
+    from model_explorer.operations.explore import result_path
+    from model_explorer.operations.result_file import SearchDefinition
     from model_explorer.workload import Workload
 
     loaded = Workload.load(workload)

@@ -16,7 +16,7 @@ from model_explorer.analysis.diagnose.diagnosis import write_recommended_workloa
 from model_explorer.cli import main
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import WorkloadError
-from model_explorer.exploration.explore import result_path
+from model_explorer.operations.explore import result_path
 from model_explorer.workload import Workload
 
 

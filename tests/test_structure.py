@@ -110,6 +110,30 @@ def test_no_import_circle_in_the_package() -> None:
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the package's rooms (its subpackages and top modules)."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(_room(module), set()).update(
+            _room(target) for target in targets if _room(target) != _room(module)
+        )
+    return rooms
+
+
+def test_no_import_circle_between_packages() -> None:
+    """The workload reads every package's settings and the context reads the workload: a
+    package whose modules also take the context would close a loop (what is done to a
+    workload lives in operations/, above the context)."""
+    planted = {"p.spec": set(), "p.run": {"w"}, "w": {"p.spec"}}
+    assert circles(
+        package_graph(
+            {f"model_explorer.{k}": {f"model_explorer.{t}" for t in v} for k, v in planted.items()}
+        )
+    )
+    found = circles(package_graph(import_graph()))
+    assert not found, "package circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
 def test_no_module_over_400_lines() -> None:
     long = {
         name: len(path.read_text().splitlines())

@@ -180,7 +180,7 @@ def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[
     import yaml
 
     from model_explorer.context import WorkloadContext
-    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.operations.pipeline import calibrate_workload
     from model_explorer.workload import Workload
 
     workload_file, checkpoint = trained_digits

@@ -195,7 +195,7 @@ def _workload_samples(args: argparse.Namespace) -> tuple[Any, Any]:
     workload = load_workload(args)
     context = WorkloadContext(workload)
     if args.quantized:
-        from model_explorer.quantization.pipeline import build_quantized_model
+        from model_explorer.operations.pipeline import build_quantized_model
 
         model = build_quantized_model(context)
         if args.bits:

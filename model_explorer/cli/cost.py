@@ -110,7 +110,7 @@ def _energy_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def energy_analysis_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
-    from model_explorer.cost.energy.workload import (
+    from model_explorer.operations.energy import (
         analyze_energy,
         default_csv_path,
         write_energy_csv,
@@ -172,7 +172,7 @@ def _blocks_arguments(parser: argparse.ArgumentParser) -> None:
 def blocks_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
     from model_explorer.fileio import atomic_path
-    from model_explorer.sparsity.report import present_blocks, total_blocks
+    from model_explorer.operations.sparsity_report import present_blocks, total_blocks
 
     workload = load_workload(args)
     context = WorkloadContext(workload)

@@ -92,7 +92,7 @@ def _known_runtimes(names: list[str], where: str) -> None:
 
 
 def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
-    from model_explorer.exploration.reevaluate import check_same_model
+    from model_explorer.operations.reevaluate import check_same_model
     from model_explorer.workload import Workload
 
     if path is None:
@@ -131,8 +131,8 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
 
     from model_explorer.context import WorkloadContext
     from model_explorer.deployment.check import check_individual
-    from model_explorer.exploration.reevaluate import best_feasible, check_same_model
     from model_explorer.fileio import atomic_path
+    from model_explorer.operations.reevaluate import best_feasible, check_same_model
 
     _known_runtimes(args.backend, "--backend")
     check_same_model(workload, result)

@@ -38,7 +38,7 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
     help="search per-layer settings with NSGA-II",
 )
 def explore_command(args: argparse.Namespace) -> int:
-    from model_explorer.exploration.explore import ExploreOptions, Interrupted, explore
+    from model_explorer.operations.explore import ExploreOptions, Interrupted, explore
     from model_explorer.reporting import (
         cost_summary,
         coverage_summary,
@@ -144,12 +144,12 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
     "a reevaluation_accuracy column.",
 )
 def evaluate_individual_command(args: argparse.Namespace) -> int:
-    from model_explorer.exploration.reevaluate import (
+    from model_explorer.fileio import atomic_path
+    from model_explorer.operations.reevaluate import (
         primary_cost,
         reevaluate,
         reevaluation_path,
     )
-    from model_explorer.fileio import atomic_path
     from model_explorer.results import ExplorationResult
 
     workload = load_workload(args)

@@ -83,7 +83,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     context = WorkloadContext(workload)
     models: list = [("float", context.build_model())]
     if args.bits or args.plan:
-        from model_explorer.quantization.pipeline import build_quantized_model
+        from model_explorer.operations.pipeline import build_quantized_model
         from model_explorer.quantization.plan_file import apply_plan_file
 
         for bits in args.bits or []:
@@ -154,8 +154,8 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def calibrate_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
+    from model_explorer.operations.pipeline import calibrate_workload, report_coverage
     from model_explorer.quantization.calibrators import CALIBRATORS
-    from model_explorer.quantization.pipeline import calibrate_workload, report_coverage
 
     workload = load_workload(args)
     context = WorkloadContext(workload)

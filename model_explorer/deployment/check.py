@@ -142,7 +142,7 @@ class RuntimeModule(nn.Module):
 def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
     """The calibration file must exist and hold a calibration of these weights: an export
     writes its scales, so a stale file would deploy what the search never scored."""
-    from model_explorer.quantization.pipeline import calibration_file, weights_fingerprint
+    from model_explorer.operations.pipeline import calibration_file, weights_fingerprint
 
     path = calibration_file(context)
     if not path.exists():
@@ -166,7 +166,7 @@ def calibrated_problem(
     """The individual's problem, its QuantizedModel (`.model`) with its plan in effect, once
     its calibration file is known to be the one the search used: what every runtime's form of
     it starts from."""
-    from model_explorer.problems.rebuild import individual_problem
+    from model_explorer.operations.rebuild import individual_problem
 
     problem = individual_problem(context, result, individual, where)
     require_calibration(context, problem.model.model)

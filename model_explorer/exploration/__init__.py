@@ -1,7 +1,8 @@
 """The search: NSGA-II over a Problem, every evaluation recorded, resumable.
 
-Importing the package does no work (the workload schema imports its settings from here): the
-names below load their modules on first use.
+Importing the package does no work (the workload schema imports its settings from here, and
+pymoo is imported only when a search is made): the names below load their modules on first use.
+`explore()`, which runs a workload's search, is operations/explore.py.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any
 _LAZY = {
     "Explorer": "model_explorer.exploration.explorer",
     "make_algorithm": "model_explorer.exploration.explorer",
-    "ExploreOptions": "model_explorer.exploration.explore",
-    "explore": "model_explorer.exploration.explore",
     "Runner": "model_explorer.exploration.runners",
     "SerialRunner": "model_explorer.exploration.runners",
     "ProcessRunner": "model_explorer.exploration.runners",

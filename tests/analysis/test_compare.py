@@ -167,7 +167,7 @@ def test_a_user_environment_by_import_path_is_localised_and_plotted(
 
 def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
     from model_explorer.context import WorkloadContext
-    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.operations.pipeline import calibrate_workload
     from model_explorer.workload import Workload
 
     source, _ = trained_digits
@@ -180,7 +180,7 @@ def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
 
 def _result_with_uniform_bits(workload: Path, bits: list[int], path: Path) -> Path:
     from model_explorer.context import WorkloadContext
-    from model_explorer.problems import build_problem
+    from model_explorer.operations.rebuild import build_problem
     from model_explorer.results import ExplorationResult, Individual
     from model_explorer.workload import Workload
 

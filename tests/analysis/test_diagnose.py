@@ -624,9 +624,9 @@ def test_decay_rates_by_hand() -> None:
 def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     clean: dict, tmp_path: Path
 ) -> None:
-    from model_explorer.exploration.explore import ExploreOptions, explore, minimum_accuracy
     from model_explorer.metrics import score
-    from model_explorer.quantization.pipeline import calibrate_workload
+    from model_explorer.operations.explore import ExploreOptions, explore, minimum_accuracy
+    from model_explorer.operations.pipeline import calibrate_workload
 
     data, body = _variant(clean)
     body["exploration"]["initialization"] = "sensitivity"
@@ -679,7 +679,7 @@ def test_last_accepted_bisects_a_path() -> None:
 def test_sensitivity_initialization_needs_a_quantization_problem(
     trained_digits, tmp_path: Path
 ) -> None:
-    from model_explorer.exploration.explore import ExploreOptions, explore
+    from model_explorer.operations.explore import ExploreOptions, explore
 
     workload_file, _ = trained_digits
     data = yaml.safe_load(Path(workload_file).read_text())

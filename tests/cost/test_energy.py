@@ -16,9 +16,9 @@ from conftest import REPOSITORY
 from model_explorer.cli import main
 from model_explorer.cost.energy import CSV_COLUMNS, Accelerator, analytic_energy, energy_layers
 from model_explorer.cost.energy.model import EnergyModel
-from model_explorer.cost.energy.workload import read_energy_csv, write_energy_csv
 from model_explorer.cost.graph import layer_producers
 from model_explorer.models import create_model
+from model_explorer.operations.energy import read_energy_csv, write_energy_csv
 from model_explorer.results import ExplorationResult
 
 

@@ -22,9 +22,9 @@ from pymoo.optimize import minimize
 from model_explorer.errors import UserError
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.algorithms import AlgorithmSpec, ties_in_seeded_order
-from model_explorer.exploration.result_file import SearchDefinition
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.exploration.strategies import StrategySpec, build_strategy
+from model_explorer.operations.result_file import SearchDefinition
 from model_explorer.problems import Constraint, Evaluation, Objective, Problem, Variable
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload

@@ -239,7 +239,7 @@ def test_hypervolume_matches_a_hand_computed_front() -> None:
 
 
 def test_a_result_stored_with_every_calibration_option_is_the_same_search() -> None:
-    from model_explorer.exploration.result_file import SearchDefinition
+    from model_explorer.operations.result_file import SearchDefinition
     from model_explorer.workload import Workload
 
     body = {"model": {"type": "lenet5"}, "calibration": {"method": "mse"}}

@@ -171,7 +171,7 @@ def _measured_pairs(kind: str, expected: Any, measured: Any) -> Iterator[tuple[s
 @contextmanager
 def measured_through(measurements: Measurements) -> Iterator[None]:
     """The search's three kinds of measurement pass through `measurements` while it runs."""
-    import model_explorer.exploration.explore as explore_module
+    import model_explorer.operations.explore as explore_module
     import model_explorer.quantization.sensitivity as sensitivity
     from model_explorer.problems import Evaluation, Problem
 

@@ -13,8 +13,8 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.errors import UserError, WorkloadError
-from model_explorer.exploration.explore import ExploreOptions, explore
 from model_explorer.exploration.runners import ProcessRunner, RunnerSpec, build_runner
+from model_explorer.operations.explore import ExploreOptions, explore
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 from tests_support import without_times

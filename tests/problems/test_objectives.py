@@ -17,7 +17,7 @@ from bad_input_support import TINY, run_cli, write
 from pydantic import ValidationError
 
 from model_explorer.errors import WorkloadError
-from model_explorer.exploration.result_file import SearchDefinition
+from model_explorer.operations.result_file import SearchDefinition
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS
 from model_explorer.problems import PROBLEMS
 from model_explorer.problems.objectives import (

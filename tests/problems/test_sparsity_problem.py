@@ -10,7 +10,7 @@ import yaml
 from conftest import REPOSITORY
 from model_explorer.cli import main
 from model_explorer.context import WorkloadContext
-from model_explorer.problems import build_problem
+from model_explorer.operations.rebuild import build_problem
 from model_explorer.results import ExplorationResult
 from model_explorer.sparsity import threshold_steps
 from model_explorer.workload import Workload

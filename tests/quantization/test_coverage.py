@@ -13,9 +13,9 @@ import yaml
 from torch import nn
 
 from conftest import write_workload
+from model_explorer.operations.pipeline import excluded_layer
 from model_explorer.quantization import QuantizedModel
 from model_explorer.quantization.coverage import Coverage, plan_coverage, weight_coverage
-from model_explorer.quantization.pipeline import excluded_layer
 from model_explorer.quantization.spec import QuantizationSpec
 
 

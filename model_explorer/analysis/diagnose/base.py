@@ -140,12 +140,12 @@ class DiagnosisContext:
     def quantized_model(self) -> Any:
         """The workload's QuantizedModel, calibrated from `calibration.file`, or calibrated here
         (not saved) when the file does not exist yet."""
-        from model_explorer.quantization.pipeline import (
+        from model_explorer.operations.pipeline import (
             build_quantized_model,
             calibrate_in_memory,
             calibration_file,
         )
-        from model_explorer.quantization.pipeline import quantized_model as uncalibrated
+        from model_explorer.operations.pipeline import quantized_model as uncalibrated
 
         spec = self.workload.require("calibration")
         if spec.file is not None and calibration_file(self.context).exists():

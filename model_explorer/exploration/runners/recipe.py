@@ -12,13 +12,15 @@ from typing import Any
 @dataclass(frozen=True)
 class ProblemRecipe:
     """What defines a problem: the workload (as plain data), the minimum accuracy the exploring
-    process derived from its baseline, the hashes of the files the model is built from, and
-    the folder the workload's relative paths start from (its root, where it was read)."""
+    process derived from its baseline, the hashes of the files the model is built from, the
+    folder the workload's relative paths start from (its root, where it was read), and the
+    `package.module:function` that builds the problem from the recipe in a worker."""
 
     workload: dict[str, Any]
     minimum_accuracy: list[float] | None = None
     files: dict[str, str] = field(default_factory=dict)
     root: str | None = None
+    builder: str = ""
 
     @property
     def key(self) -> str:

@@ -7,6 +7,7 @@ keyed by the recipe's hash. Tasks then carry that key and one genome; the model 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -52,11 +53,8 @@ def problem_for(key: str) -> Problem:
 
 
 def problem_of(recipe: ProblemRecipe) -> Problem:
-    """The recipe's problem, built in this process from its workload."""
-    from model_explorer.context import WorkloadContext
-    from model_explorer.problems import build_problem
-    from model_explorer.workload import Workload
-
+    """The recipe's problem, built in this process by the function the recipe names (the
+    exploring side's: operations/rebuild.recipe_problem builds it from the workload)."""
     for path, expected in recipe.files.items():
         resolved = resolve_path(path)
         if not resolved.is_file() or file_digest(resolved) != expected:
@@ -64,9 +62,9 @@ def problem_of(recipe: ProblemRecipe) -> Problem:
                 f"worker process {os.getpid()}: '{resolved}' is missing or differs from the file "
                 "the exploration started with; give every worker the same files at the same path"
             )
-    workload = Workload.from_dict(recipe.workload, root=recipe.root)
-    log.debug("worker %d builds problem %s", os.getpid(), workload.problem.problem_function)
-    return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)
+    module, _, function = recipe.builder.partition(":")
+    log.debug("worker %d builds its problem with %s", os.getpid(), recipe.builder)
+    return getattr(importlib.import_module(module), function)(recipe)
 
 
 def evaluate_genome(

@@ -32,7 +32,7 @@ class DeployedEnvironment(Environment):
 
     def __init__(self, name: str, context: Any, reference: str, runtime: type[Runtime]) -> None:
         super().__init__(name)
-        from model_explorer.exploration.reevaluate import check_same_model
+        from model_explorer.operations.reevaluate import check_same_model
         from model_explorer.results import load_individual
 
         where = f"--env {name}"

@@ -29,14 +29,14 @@ class QuantizedEnvironment(TorchEnvironment):
         )
 
     def build(self, model: nn.Module, example: Tensor) -> nn.Module:
-        from model_explorer.problems.rebuild import individual_problem
+        from model_explorer.operations.rebuild import individual_problem
 
         return individual_problem(self.context, self.result, self.individual, self.where).model
 
 
 @ENVIRONMENTS.register_namespace("quantized", placeholder="RESULTS#ID")
 def quantized_environment(reference: str, name: str, context: Any = None) -> Environment:
-    from model_explorer.exploration.reevaluate import check_same_model
+    from model_explorer.operations.reevaluate import check_same_model
     from model_explorer.results import load_individual
 
     where = f"--env {name}"

@@ -32,7 +32,7 @@ class Coverage(BaseInspector):
     priority = MEDIUM
 
     def run(self, context: DiagnosisContext) -> list[Finding]:
-        from model_explorer.quantization.pipeline import measure_coverage
+        from model_explorer.operations.pipeline import measure_coverage
 
         spec = context.workload.quantization
         example = context.inputs[0].to(context.device)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
-from model_explorer.problems.rebuild import rebuild_problem
+from model_explorer.operations.rebuild import rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
 from model_explorer.workload import Workload
 

@@ -13,6 +13,7 @@ from model_explorer.problems.registry import PROBLEMS
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
+    from model_explorer.exploration.runners.recipe import ProblemRecipe
     from model_explorer.results import ExplorationResult, Individual
 
 
@@ -39,6 +40,18 @@ def build_problem(
     if options is None and entry.options is not None:
         options = entry.options()
     return entry.builder(context, options, minimum_accuracy)
+
+
+def recipe_problem(recipe: ProblemRecipe) -> Problem:
+    """The problem a worker process builds from a ProblemRecipe (the recipe's `builder`)."""
+    from model_explorer.context import WorkloadContext
+    from model_explorer.workload import Workload
+
+    workload = Workload.from_dict(recipe.workload, root=recipe.root)
+    return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)
+
+
+RECIPE_BUILDER = f"{__name__}:{recipe_problem.__name__}"
 
 
 def rebuild_problem(

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from model_explorer.cost.energy.workload import build_energy_model
-from model_explorer.problems.options import BitOptions, EnergyAwareOptions, QuantizationOptions
+from model_explorer.operations.energy import build_energy_model
+from model_explorer.operations.pipeline import build_quantized_model, report_coverage
+from model_explorer.problems.options import BitOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
-from model_explorer.problems.registry import register_problem
-from model_explorer.quantization.pipeline import build_quantized_model, report_coverage
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
 
 
-@register_problem("quantization_problem", options=QuantizationOptions)
 def build_quantization_problem(
     context: WorkloadContext, options: BitOptions, minimum_accuracy: list[float] | None
 ) -> LayerwiseQuantizationProblem:
@@ -38,7 +36,6 @@ def build_quantization_problem(
     return problem
 
 
-@register_problem("energy_aware_quant_problem", options=EnergyAwareOptions)
 def build_energy_problem(
     context: WorkloadContext, options: BitOptions, minimum_accuracy: list[float] | None
 ) -> LayerwiseQuantizationProblem:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from model_explorer.cost.energy.workload import build_energy_model
+from model_explorer.operations.energy import build_energy_model
+from model_explorer.operations.pipeline import build_quantized_model, report_coverage
 from model_explorer.problems.options import JointOptions, SparsityOptions
-from model_explorer.problems.registry import register_problem
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
-from model_explorer.quantization.pipeline import build_quantized_model, report_coverage
 from model_explorer.sparsity import SparseModel
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
 
 
-@register_problem("sparsity_problem", options=SparsityOptions)
 def build_sparsity_problem(
     context: WorkloadContext, options: SparsityOptions, minimum_accuracy: list[float] | None
 ) -> SparsityThresholdProblem:
@@ -28,7 +26,6 @@ def build_sparsity_problem(
     )
 
 
-@register_problem("quantization_sparsity_problem", options=JointOptions)
 def build_joint_problem(
     context: WorkloadContext, options: JointOptions, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:

@@ -12,7 +12,13 @@ from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.algorithms import check_available
 from model_explorer.exploration.explorer import Explorer
-from model_explorer.exploration.result_file import (
+from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
+from model_explorer.exploration.runners.recipe import model_files
+from model_explorer.exploration.spec import ExplorationSpec
+from model_explorer.exploration.strategies import build_strategy
+from model_explorer.metrics import higher_is_better
+from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
+from model_explorer.operations.result_file import (
     SearchDefinition,
     check_writable,
     claim,
@@ -23,13 +29,8 @@ from model_explorer.exploration.result_file import (
     unfinished_results,
     warn_stopped_runs,
 )
-from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
-from model_explorer.exploration.runners.recipe import model_files
-from model_explorer.exploration.spec import ExplorationSpec
-from model_explorer.exploration.strategies import build_strategy
-from model_explorer.metrics import higher_is_better
 from model_explorer.paths import resolve_path
-from model_explorer.problems import Problem, build_problem
+from model_explorer.problems import Problem
 from model_explorer.problems.options import ProblemOptions
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload, dataset_spec
@@ -286,7 +287,11 @@ def _search(
     _warn_unreachable(workload, baseline, minimum)
     built = build_problem(context, minimum)
     recipe = ProblemRecipe(
-        definition.stored, minimum, model_files(workload), str(workload.resolve("."))
+        definition.stored,
+        minimum,
+        model_files(workload),
+        str(workload.resolve(".")),
+        RECIPE_BUILDER,
     )
     runner.attach(recipe)
     explorer = Explorer(
