@@ -83,8 +83,9 @@ def _energy() -> Any:
 
 
 def _environments() -> Any:
-    from model_explorer.analysis.compare import ENVIRONMENTS
+    from model_explorer.analysis.compare.environments import ENVIRONMENTS, with_every_runtime
 
+    with_every_runtime()
     return ENVIRONMENTS
 
 

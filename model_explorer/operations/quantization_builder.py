@@ -3,7 +3,7 @@ exploration data and the problem's options, with DRAM energy when an objective n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from model_explorer.operations.energy import build_energy_model
 from model_explorer.operations.pipeline import build_quantized_model, report_coverage
@@ -12,25 +12,36 @@ from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
+    from model_explorer.quantization import QuantizedModel
+    from model_explorer.quantization.coverage import Coverage
+
+
+def calibrated_parts(
+    context: WorkloadContext, options: Any, energy: bool = False
+) -> tuple[QuantizedModel, Coverage, Any]:
+    """What every quantizing problem starts from: the workload's calibrated model, its
+    quantization coverage (reported once) and its energy model where an objective chosen in
+    `options` needs it, or `energy` asks for it (else None)."""
+    model = build_quantized_model(context)
+    coverage = report_coverage(context, model)
+    needed = energy or "energy" in options.chosen_needs
+    return model, coverage, build_energy_model(context, list(model.layers)) if needed else None
 
 
 def build_quantization_problem(
-    context: WorkloadContext, options: BitOptions, minimum_accuracy: list[float] | None
+    context: WorkloadContext,
+    options: BitOptions,
+    minimum_accuracy: list[float] | None,
+    energy: bool = False,
 ) -> LayerwiseQuantizationProblem:
-    model = build_quantized_model(context)
-    coverage = report_coverage(context, model)
-    energy = (
-        build_energy_model(context, list(model.layers))
-        if "energy" in options.chosen_needs
-        else None
-    )
+    model, coverage, energy_model = calibrated_parts(context, options, energy)
     problem = LayerwiseQuantizationProblem(
         model,
         context.batches("exploration"),
         context.workload.metric,
         options,
         minimum_accuracy,
-        energy,
+        energy_model,
     )
     problem.coverage = coverage.to_dict()
     return problem
@@ -41,16 +52,6 @@ def build_energy_problem(
 ) -> LayerwiseQuantizationProblem:
     """The original tool's energy-aware problem: accuracy against DRAM energy by default, the
     energy recorded whatever the objectives."""
-    model = build_quantized_model(context)
-    coverage = report_coverage(context, model)
-    problem = LayerwiseQuantizationProblem(
-        model,
-        context.batches("exploration"),
-        context.workload.metric,
-        options,
-        minimum_accuracy,
-        build_energy_model(context, list(model.layers)),
-    )
+    problem = build_quantization_problem(context, options, minimum_accuracy, energy=True)
     problem.name = "energy_aware_quant_problem"
-    problem.coverage = coverage.to_dict()
     return problem

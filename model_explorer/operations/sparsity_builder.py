@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from model_explorer.operations.energy import build_energy_model
-from model_explorer.operations.pipeline import build_quantized_model, report_coverage
+from model_explorer.operations.quantization_builder import calibrated_parts
 from model_explorer.problems.options import JointOptions, SparsityOptions
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
 from model_explorer.sparsity import SparseModel
@@ -29,13 +28,7 @@ def build_sparsity_problem(
 def build_joint_problem(
     context: WorkloadContext, options: JointOptions, minimum_accuracy: list[float] | None
 ) -> QuantizationSparsityProblem:
-    quantized = build_quantized_model(context)
-    coverage = report_coverage(context, quantized)
-    energy = (
-        build_energy_model(context, list(quantized.layers))
-        if "energy" in options.chosen_needs
-        else None
-    )
+    quantized, coverage, energy = calibrated_parts(context, options)
     problem = QuantizationSparsityProblem(
         quantized,
         SparseModel.from_spec(quantized.model, context.workload.sparsity),

@@ -16,12 +16,6 @@ import torch
 onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
 
 from model_explorer.analysis.compare.environments import ENVIRONMENTS, environment  # noqa: E402
-from model_explorer.analysis.compare.environments.deployed import (  # noqa: E402
-    register_deployed_environments,
-)
-from model_explorer.analysis.compare.environments.runtime import (  # noqa: E402
-    register_runtime_environments,
-)
 from model_explorer.cli import main  # noqa: E402
 from model_explorer.models import create_model  # noqa: E402
 from model_explorer.results import ExplorationResult  # noqa: E402
@@ -52,16 +46,13 @@ class Reference(Runtime):
 
 @pytest.fixture
 def reference():  # noqa: ANN201
-    register_runtime(Reference)
-    register_runtime_environments()
-    register_deployed_environments()
+    register_runtime(Reference)  # the one registration a backend needs
     yield
-    for registry, names in ((RUNTIMES, ["reference"]), (ENVIRONMENTS, ["reference"])):
-        for name in names:
-            registry._entries.pop(name)
+    RUNTIMES._entries.pop("reference")
     RUNTIMES._namespaces.pop("reference")
+    ENVIRONMENTS._entries.pop("reference", None)
     for prefix in ("reference", "deployed-reference"):
-        ENVIRONMENTS._namespaces.pop(prefix)
+        ENVIRONMENTS._namespaces.pop(prefix, None)
 
 
 def test_a_backend_of_one_class_runs_a_float_model_and_its_taps_in_compare(reference) -> None:

@@ -4,6 +4,8 @@ registered entry (fixed names, `threads=N`, every runtime of runtimes/ as `NAME`
 
 from __future__ import annotations
 
+from typing import Any
+
 # Explicit imports register the shipped environments.
 from model_explorer.analysis.compare.environments import deployed as _deployed  # noqa: F401
 from model_explorer.analysis.compare.environments import eager as _eager  # noqa: F401
@@ -14,11 +16,12 @@ from model_explorer.analysis.compare.environments.base import (
     ENVIRONMENTS,
     Environment,
     EnvironmentSkipped,
-    environment,
     logits,
     operator_outputs,
     register_environment,
 )
+from model_explorer.analysis.compare.environments.base import environment as _environment
+from model_explorer.analysis.compare.environments.deployed import register_deployed_environments
 from model_explorer.analysis.compare.environments.eager import (
     CompileEnvironment,
     CudaEnvironment,
@@ -27,8 +30,26 @@ from model_explorer.analysis.compare.environments.eager import (
     compiler,
 )
 from model_explorer.analysis.compare.environments.quantized import QuantizedEnvironment
-from model_explorer.analysis.compare.environments.runtime import RuntimeEnvironment
+from model_explorer.analysis.compare.environments.runtime import (
+    RuntimeEnvironment,
+    register_runtime_environments,
+)
 from model_explorer.analysis.compare.environments.user import CallableEnvironment, UserEnvironment
+
+
+def with_every_runtime() -> None:
+    """Add the environments of runtimes registered (runtimes.register_runtime) since this
+    package was imported: `NAME`, `NAME:SETTING`, `deployed-NAME:RESULTS#ID`."""
+    register_runtime_environments()
+    register_deployed_environments()
+
+
+def environment(spec: str, context: Any = None) -> Environment:
+    """The Environment named by `spec` (every registered runtime's included); `context` (a
+    WorkloadContext) is needed by quantized and deployed environments."""
+    with_every_runtime()
+    return _environment(spec, context)
+
 
 __all__ = [
     "ENVIRONMENTS",
@@ -47,4 +68,5 @@ __all__ = [
     "logits",
     "operator_outputs",
     "register_environment",
+    "with_every_runtime",
 ]
