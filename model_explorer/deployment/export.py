@@ -6,6 +6,7 @@ becomes its QDQ form (deployment/encodings.py) and the graph is finished for run
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from model_explorer.deployment.graph import QDQGraph
 from model_explorer.errors import UserError, first_line
 from model_explorer.fileio import atomic_path
 from model_explorer.onnx_export import (
-    INPUT_NAME,
     drop_marker_domain,
     mark,
     marker_index,
@@ -185,24 +185,30 @@ def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:
     """The file must take any batch size: a model that reads its batch size as a Python number
     (`len(x)`, `x.size(0)` passed on as an int) is traced with the example's batch fixed
     inside, and then fails or, worse, reshapes a batch of 2 into one sample. Checked by running
-    a batch of 2 where onnxruntime is installed: it must give 2 outputs."""
+    a batch of 2 where onnxruntime is installed (unoptimised: the graph as written): it must
+    give 2 outputs."""
+    from model_explorer.runtimes import RuntimeUnavailable, runtime_setting
+
     try:
-        import onnxruntime
-    except ImportError:
+        runtime_class, setting = runtime_setting("onnxruntime:disabled")
+        runtime = runtime_class(setting)
+    except RuntimeUnavailable:
         return
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    try:
-        session = onnxruntime.InferenceSession(proto.SerializeToString(), options)
-        one = example[:1].detach().to("cpu", torch.float32).numpy()
-        session.run(None, {INPUT_NAME: one})
-    except Exception:  # noqa: BLE001 - a graph onnxruntime cannot run is not this check's to judge
-        return
-    try:
-        batch = session.run(None, {INPUT_NAME: one.repeat(2, axis=0)})[0].shape[:1]
-    except Exception:  # noqa: BLE001
-        batch = ()
+    one = example[:1].detach().to("cpu", torch.float32).numpy()
+    with tempfile.TemporaryDirectory(prefix="model_explorer_batch_") as folder:
+        path = Path(folder) / "batch.onnx"
+        onnx.save(proto, str(path))
+        try:
+            runtime.activate(path)
+            runtime.run(one)
+        except Exception:  # noqa: BLE001 - a graph onnxruntime cannot run is not this check's to judge
+            runtime.deactivate()
+            return
+        try:
+            batch = runtime.run(one.repeat(2, axis=0)).shape[:1]
+        except Exception:  # noqa: BLE001
+            batch = ()
+        runtime.deactivate()
     if tuple(batch) != (2,):
         raise UserError(
             "the exported graph runs on a batch of 1 but not of 2: the model's code reads the "
