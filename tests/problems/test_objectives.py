@@ -109,6 +109,16 @@ def test_plan_objectives_by_hand() -> None:
     ]
 
 
+def explored(tiny: dict, folder: Path, capsys, objectives: list[str]) -> ExplorationResult:
+    """The result of `explore` on the tiny workload with `objectives`."""
+    data = new_layout(tiny)
+    data["workload"]["problem"]["objectives"] = objectives
+    path = write(data, folder / "w.yaml")
+    output = folder / "r.pkl"
+    assert run_cli(capsys, "explore", path, "--output", output, "-s").status == 0
+    return ExplorationResult.load(output)
+
+
 def test_an_objective_registered_from_outside_is_searched_and_recorded(
     tiny: dict, tmp_path: Path, capsys
 ) -> None:
@@ -117,12 +127,7 @@ def test_an_objective_registered_from_outside_is_searched_and_recorded(
         return float(max(s[WEIGHT_BITS] for s in plan.values()))
 
     try:
-        data = new_layout(tiny)
-        data["workload"]["problem"]["objectives"] = ["accuracy", "widest_weight"]
-        path = write(data, tmp_path / "w.yaml")
-        output = tmp_path / "r.pkl"
-        assert run_cli(capsys, "explore", path, "--output", output, "-s").status == 0
-        result = ExplorationResult.load(output)
+        result = explored(tiny, tmp_path, capsys, ["accuracy", "widest_weight"])
         assert dict(result.objectives) == {"accuracy": True, "widest_weight": False}
         for individual in result.individuals:
             plan = result.plan_of(individual)
@@ -173,12 +178,7 @@ def latency_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: AN
 def test_a_users_objective_with_its_own_input_is_one_module(
     latency_module: None, tiny: dict, tmp_path: Path, capsys
 ) -> None:
-    data = new_layout(tiny)
-    data["workload"]["problem"]["objectives"] = ["accuracy", "latency_objective:latency_ns"]
-    path = write(data, tmp_path / "w.yaml")
-    output = tmp_path / "r.pkl"
-    assert run_cli(capsys, "explore", path, "--output", output, "-s").status == 0
-    result = ExplorationResult.load(output)
+    result = explored(tiny, tmp_path, capsys, ["accuracy", "latency_objective:latency_ns"])
     assert dict(result.objectives) == {"accuracy": True, "latency_objective:latency_ns": False}
     tables = sys.modules["latency_objective"].TABLES
     assert len(tables) == 1  # the input is computed once per problem
