@@ -190,7 +190,7 @@ class Tvm(Runtime):
     def activate(self, path: Path) -> None:
         self.module = onnx_module(path, f"runtime {self.name}")
         self.run_all = self._compiled(self.module)
-        self.nodes = _product_nodes(path)
+        self.nodes, self.outputs = _graph_names(path)
 
     def activate_model(self, model: Any, example: Any, folder: Path) -> None:
         """The model captured by torch.export (the batch axis free) and imported by Relax's
@@ -202,7 +202,7 @@ class Tvm(Runtime):
             warnings.simplefilter("ignore")
             self.module = from_exported_program(program, keep_params_as_input=False)
         self.run_all = self._compiled(self.module)
-        self.nodes = []
+        self.nodes, self.outputs = [], []
 
     def _compiled(self, module: Any) -> Executor:
         try:
@@ -214,18 +214,13 @@ class Tvm(Runtime):
             ) from None
 
     def infer(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
-        return {str(index): value for index, value in enumerate(self.run_all(inputs))}
+        """The outputs by the file's names (by position for a model from torch.export)."""
+        values = self.run_all(inputs)
+        names = self.outputs or [str(index) for index in range(len(values))]
+        return dict(zip(names, values, strict=True))
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         return self.run_all(inputs)[0]
-
-    def tap(self, model: Any, example: Any, folder: Path) -> Any:
-        """The marked export through TVM's ONNX frontend, its outputs named as the file's."""
-        import onnx
-
-        infer, names = super().tap(model, example, folder)
-        outputs = [output.name for output in onnx.load(str(folder / "tapped.onnx")).graph.output]
-        return lambda array: dict(zip(outputs, infer(array).values(), strict=True)), names
 
     def kernels(self) -> list[Kernel]:
         """The products of the imported module with the dtype they read, named after the ONNX
@@ -258,8 +253,12 @@ def _exported(model: Any, example: Any) -> Any:
         ) from None
 
 
-def _product_nodes(path: Path) -> list[str]:
+def _graph_names(path: Path) -> tuple[list[str], list[str]]:
+    """The file's product nodes (what `kernels` names) and its outputs, in order (the
+    frontend keeps both orders)."""
     import onnx
 
+    graph = onnx.load(str(path)).graph
     kinds = {"Conv", "MatMul", "Gemm"}
-    return [node.name for node in onnx.load(str(path)).graph.node if node.op_type in kinds]
+    products = [node.name for node in graph.node if node.op_type in kinds]
+    return products, [output.name for output in graph.output]
