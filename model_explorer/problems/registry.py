@@ -11,11 +11,10 @@ it in operations/ (registered here by their import paths).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-from model_explorer.registry import Registry
+from model_explorer.registry import Registry, import_object
 
 ProblemBuilder = Callable[..., Any]
 PROBLEMS: Registry[ProblemBuilder] = Registry("problem function")
@@ -36,10 +35,9 @@ def register_deferred(name: str, options: Any, builder: str) -> None:
     """Register a problem whose builder lives above the context (operations/), named by its
     `package.module:function` and imported when a workload's problem is first built: the
     workload's settings read its options without importing what builds it."""
-    module, _, function = builder.partition(":")
 
     def build(context: Any, chosen: Any, minimum_accuracy: list[float] | None) -> Any:
-        found = getattr(importlib.import_module(module), function)
+        found = import_object(builder, f"problem {name}", "problem builder")
         return found(context, chosen, minimum_accuracy)
 
     build.__doc__ = f"{builder} (imported on first use)"

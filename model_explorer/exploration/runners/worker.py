@@ -7,7 +7,6 @@ keyed by the recipe's hash. Tasks then carry that key and one genome; the model 
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import threading
@@ -17,6 +16,7 @@ from model_explorer.errors import UserError
 from model_explorer.exploration.runners.recipe import ProblemRecipe, file_digest
 from model_explorer.paths import resolve_path
 from model_explorer.problems.base import Evaluation, Problem
+from model_explorer.registry import import_object
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ def problem_of(recipe: ProblemRecipe) -> Problem:
                 f"worker process {os.getpid()}: '{resolved}' is missing or differs from the file "
                 "the exploration started with; give every worker the same files at the same path"
             )
-    module, _, function = recipe.builder.partition(":")
     log.debug("worker %d builds its problem with %s", os.getpid(), recipe.builder)
-    return getattr(importlib.import_module(module), function)(recipe)
+    where = f"worker process {os.getpid()}"
+    return import_object(recipe.builder, where, "problem builder")(recipe)
 
 
 def evaluate_genome(
