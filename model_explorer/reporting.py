@@ -27,6 +27,10 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     columns = ["id", "generation", *names]
     if "accuracy" not in names:
         columns.append("accuracy")
+    # the front's latency as timed whole after the search (operations/latency.check_front)
+    timed = any("latency" in individual.extra for individual in front)
+    if timed:
+        columns.append("measured_latency")
     columns.append("feasible")
     rows = []
     for individual in front:
@@ -35,6 +39,8 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
             "generation": individual.generation,
             "feasible": individual.feasible,
         }
+        if timed:
+            row["measured_latency"] = individual.extra.get("latency", {}).get("median_ms")
         row.update(
             {name: individual.values.get(name) for name in columns if name in individual.values}
         )

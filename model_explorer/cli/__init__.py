@@ -16,6 +16,7 @@ from model_explorer import __version__
 from model_explorer.cli import analysis as _analysis  # noqa: F401
 from model_explorer.cli import cost as _cost  # noqa: F401
 from model_explorer.cli import deployment as _deployment  # noqa: F401
+from model_explorer.cli import latency as _latency  # noqa: F401
 from model_explorer.cli import listing as _listing  # noqa: F401
 from model_explorer.cli import search as _search  # noqa: F401
 from model_explorer.cli import training as _training  # noqa: F401
@@ -39,6 +40,7 @@ ORDER = (
     "export",
     "cost",
     "energy-analysis",
+    "latency",
     "blocks",
     "analyze",
     "diagnose",

@@ -76,6 +76,13 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print(f"{front_heading(result)}:")
     print(pareto_table(result))
+    check = stats.get("latency_check")
+    if check:
+        print(
+            f"latency: the {check['members']} feasible front members timed whole in "
+            f"{check['runtime']}: predicted {check['mean_abs_error']:.1%} off the measured "
+            f"time on average, {check['worst_abs_error']:.1%} at worst"
+        )
     print(f"result: {path}")
     if args.report:
         from model_explorer.reporting import write_report

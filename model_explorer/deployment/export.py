@@ -125,6 +125,7 @@ def export_qdq(
         formats=formats,
     )
     graph.write_sites()
+    _drop_dead_nodes(proto.graph)
     graph.drop_unused_initializers()
     _declare_opset(proto)
     proto.producer_name, proto.producer_version = "model_explorer", __version__
@@ -135,6 +136,20 @@ def export_qdq(
         onnx.save(proto, str(temporary))
     summary.size = Path(path).stat().st_size
     return summary
+
+
+def _drop_dead_nodes(graph: onnx.GraphProto) -> None:
+    """Remove nodes whose outputs nothing reads (the exporter's Identity copies of batch-norm
+    parameters that folding left unread), so the file holds only what computes its outputs."""
+    needed = {output.name for output in graph.output}
+    kept = []
+    for node in reversed(graph.node):
+        if any(name in needed for name in node.output):
+            kept.append(node)
+            needed.update(node.input)
+    if len(kept) < len(graph.node):
+        del graph.node[:]
+        graph.node.extend(reversed(kept))
 
 
 def _refuse_sparsity(model: nn.Module) -> None:

@@ -17,6 +17,7 @@ from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
 from model_explorer.metrics import higher_is_better
+from model_explorer.operations.latency import check_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
 from model_explorer.operations.result_file import (
     SearchDefinition,
@@ -313,22 +314,29 @@ def _search(
             _seed_from_sensitivity(built, workload, explorer.result)
         if previous is not None:
             explorer.restore(previous)
-        return explorer.run(), path
+        result = explorer.run()
     except KeyboardInterrupt:
         raise Interrupted(path, saved_evaluations(path)) from None
     except Exception:
-        saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
-        if not saved:
-            log.error("an evaluation failed before any evaluation was saved in %s", path)
-        else:
-            log.error(
-                "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
-                "resume with `model-explorer explore WORKLOAD --resume --output %s`",
-                saved,
-                path,
-                path,
-            )
+        _say_saved(path)
         raise
+    if check_front(context, built, result) is not None:
+        result.save(path)
+    return result, path
+
+
+def _say_saved(path: Path) -> None:
+    saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
+    if not saved:
+        log.error("an evaluation failed before any evaluation was saved in %s", path)
+    else:
+        log.error(
+            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
+            "resume with `model-explorer explore WORKLOAD --resume --output %s`",
+            saved,
+            path,
+            path,
+        )
 
 
 class Interrupted(Exception):

@@ -3,12 +3,15 @@ exploration data and the problem's options, with DRAM energy when an objective n
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from model_explorer.operations.energy import build_energy_model
 from model_explorer.operations.pipeline import build_quantized_model, report_coverage
 from model_explorer.problems.options import BitOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -33,7 +36,12 @@ def build_quantization_problem(
     options: BitOptions,
     minimum_accuracy: list[float] | None,
     energy: bool = False,
+    latency: bool = True,
 ) -> LayerwiseQuantizationProblem:
+    """The quantization problem of a workload: its calibrated model on its exploration data,
+    with the energy model (where an objective needs it or `energy` asks) and the latency table
+    (where an objective needs it or `problem.latency` says how to measure, unless `latency` is
+    false: the latency command measures its own)."""
     model, coverage, energy_model = calibrated_parts(context, options, energy)
     problem = LayerwiseQuantizationProblem(
         model,
@@ -44,6 +52,15 @@ def build_quantization_problem(
         energy_model,
     )
     problem.coverage = coverage.to_dict()
+    settings = options.latency_settings
+    if settings is not None and latency:
+        from model_explorer.operations.latency import latency_table
+
+        problem.latency, path, measured = latency_table(
+            context, problem, settings, options.key("latency")
+        )
+        if measured:
+            log.info("latency table measured in %s: %s", settings.runtime, path)
     return problem
 
 

@@ -203,8 +203,9 @@ class ModelProblem(Problem):
     options: Any = None
     # Set by the builders of quantization problems: quantization/coverage.py's to_dict().
     coverage: dict[str, Any] | None = None
-    # The DRAM energy model (cost/energy), where the problem holds one.
+    # The DRAM energy model (cost/energy) and the latency table (latency/), where it holds them.
     energy: Any = None
+    latency: Any = None
 
     @property
     def plan_costs(self) -> PlanCosts:
@@ -227,10 +228,12 @@ class ModelProblem(Problem):
     @property
     def provides(self) -> set[str]:
         """What this problem gives objectives (problems/objectives.py NEEDS): its options'
-        kinds, DRAM energies only when it holds an energy model."""
+        kinds, DRAM energies and latency only when it holds their models."""
         provides = set(self.options.provides)
         if self.energy is None:
             provides.discard("energy")
+        if self.latency is None:
+            provides.discard("latency")
         return provides
 
     def measured_values(

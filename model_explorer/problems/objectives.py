@@ -8,7 +8,8 @@ candidate is scored, which is what lets a search stop scoring a candidate that c
 front. Every problem records every objective it can compute, chosen or not.
 
 What an objective needs: "bits" (the plan's bit widths), "thresholds" (its block thresholds),
-"energy" (per-layer DRAM energies) and "model" (a forward pass). A problem provides some of
+"energy" (per-layer DRAM energies), "latency" (a latency table measured in a runtime,
+latency/) and "model" (a forward pass). A problem provides some of
 them; the objectives it can use are those whose needs it provides. Anything else an objective
 needs is an input of its own: a function of the problem (its model, data and cost models),
 named among its needs and computed once per problem (`PlanCosts.inputs`).
@@ -28,7 +29,7 @@ from model_explorer.errors import UserError
 from model_explorer.plan import Plan
 from model_explorer.registry import Entry, Registry
 
-NEEDS = ("bits", "thresholds", "energy", "model")
+NEEDS = ("bits", "thresholds", "energy", "latency", "model")
 
 # An objective's own input: computed once from the problem (a ModelProblem: its model, batches,
 # options, plan_costs), read by the objective as `costs.inputs[<the function's name>]`.
@@ -55,12 +56,14 @@ class ObjectiveInfo:
 @dataclass
 class PlanCosts:
     """The cost models an objective may read: the layers' sizes (cost/bits.BitCostModel), the
-    bit weighting function of `weighted_bits` and the DRAM energy model (or None)."""
+    bit weighting function of `weighted_bits`, the DRAM energy model and the latency table
+    (latency/table.py; each None where the problem holds none)."""
 
     bits: Any = None
     weighting: str = "bits_weighted_linear"
     energy: Any = None
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    latency: Any = None
 
 
 @dataclass
@@ -217,6 +220,17 @@ def _bops(plan: Plan, costs: PlanCosts, measured: Measured) -> float:
 )
 def _energy(plan: Plan, costs: PlanCosts, measured: Measured) -> float:
     return costs.energy.energy_uj(plan)
+
+
+@register_objective(
+    "latency",
+    maximize=False,
+    needs={"bits", "latency"},
+    description="predicted time per batch in ms in the runtime of problem.latency, from the "
+    "layer times model-explorer latency measured there",
+)
+def _latency(plan: Plan, costs: PlanCosts, measured: Measured) -> float:
+    return costs.latency.predict(plan)
 
 
 @register_objective(

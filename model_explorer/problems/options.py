@@ -111,19 +111,53 @@ class ProblemOptions(Spec):
     __hash__ = None  # type: ignore[assignment]
 
 
+class LatencySettings(Spec):
+    """How the `latency` objective measures (`model-explorer latency` writes the table): the
+    runtime (`NAME` or `NAME:SETTING`), its threads, the batch timed, and the table's file
+    (default: results/<workload>_latency_<runtime>.json beside the workload's results)."""
+
+    runtime: str = "onnxruntime"
+    # One thread by default: the most repeatable table on a machine other work shares.
+    threads: PositiveInt = 1
+    batch: PositiveInt = 1
+    table: str | None = None
+    repeats: PositiveInt = 15
+
+    @field_validator("runtime")
+    @classmethod
+    def _known_runtime(cls, value: str) -> str:
+        from model_explorer.runtimes import runtime_setting
+
+        try:
+            runtime_setting(value, "runtime")
+        except UserError as error:
+            text = str(error).partition(": ")[2] or str(error)
+            raise PydanticCustomError("unknown_runtime", "{text}", {"text": text}) from None
+        return value
+
+
 class BitOptions(ProblemOptions):
     """The settings of a genome with one gene per quantizer: a bit width between the limits, or,
     with `choices`, one of those formats (short names such as `int8`, `int4_g128`, `fp8_e4m3`,
     `mxfp4`, `nvfp4`, or mappings; see model_explorer/formats). `layer_bounds` narrows the genes
     of the quantizers a pattern matches: `[low, high]` bits, or a list of some of the choices."""
 
-    provides: ClassVar[frozenset[str]] = frozenset({"model", "bits", "energy"})
+    provides: ClassVar[frozenset[str]] = frozenset({"model", "bits", "energy", "latency"})
 
     num_bits_lower_limit: Bits = 4
     num_bits_upper_limit: Bits = 14
     bit_weighting_function: Literal[BIT_WEIGHTINGS] = "bits_weighted_linear"  # type: ignore[valid-type]
     choices: list[str | dict[str, Any]] | None = None
     layer_bounds: dict[str, tuple[Bits, Bits] | list[str]] = Field(default_factory=dict)
+    # The `latency` objective's measurement (its defaults when the objective is chosen)
+    latency: LatencySettings | None = None
+
+    @property
+    def latency_settings(self) -> LatencySettings | None:
+        """How latency is measured, where an objective needs it or the workload says how."""
+        if self.latency is None and "latency" in self.chosen_needs:
+            return LatencySettings()
+        return self.latency
 
     @property
     def bits(self) -> tuple[int, int]:

@@ -244,7 +244,11 @@ class LayerwiseQuantizationProblem(ModelProblem):
     @property
     def plan_costs(self) -> PlanCosts:
         return PlanCosts(
-            self.costs, self.options.bit_weighting_function, self.energy, self.objective_inputs
+            self.costs,
+            self.options.bit_weighting_function,
+            self.energy,
+            self.objective_inputs,
+            self.latency,
         )
 
     def cost_values(self, plan: Plan) -> dict[str, float]:

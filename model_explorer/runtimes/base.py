@@ -79,9 +79,14 @@ class Runtime:
     reads: ClassVar[str] = "onnx"
     compare_setting: ClassVar[str] = "default"
 
-    def __init__(self, setting: str = "default") -> None:
+    # Whether `threads` reaches the runtime (its own thread pool's size, set when activated).
+    takes_threads: ClassVar[bool] = False
+
+    def __init__(self, setting: str = "default", threads: int | None = None) -> None:
         self.setting = setting
         self.version = ""
+        # None: the runtime's own choice (usually one thread per core)
+        self.threads = threads
         self.require()
 
     def require(self) -> None:
@@ -131,6 +136,11 @@ class Runtime:
         """The first output for a batch."""
         return next(iter(self.infer(inputs).values()))
 
+    def infer_feeds(self, feeds: dict[str, np.ndarray]) -> Any:
+        """Run a graph of several inputs, given by name (a segment of a graph, timed by
+        latency/); what it returns is the runtime's own."""
+        raise UserError(f"runtime {self.name} runs graphs of one input only")
+
     def kernels(self) -> list[Kernel]:
         return []
 
@@ -151,7 +161,7 @@ class Runtime:
 
     def fresh(self) -> Runtime:
         """Another instance under the same setting."""
-        return type(self)(self.setting)
+        return type(self)(self.setting, self.threads)
 
 
 # name -> Runtime class; `NAME:SETTING` resolves through runtime_setting.

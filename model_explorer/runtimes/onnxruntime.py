@@ -37,6 +37,7 @@ class OnnxRuntime(Runtime):
     name = "onnxruntime"
     description = "ONNX Runtime, CPU execution provider (extra: onnx)"
     extra = "onnx"
+    takes_threads = True
     settings = {
         "default": "default SessionOptions: graph optimisation level ORT_ENABLE_ALL",
         **{name: f"graph optimisation level {level}" for name, level in LEVELS.items()},
@@ -62,6 +63,9 @@ class OnnxRuntime(Runtime):
             options.graph_optimization_level = level
         options.optimized_model_filepath = str(self.optimized)
         options.log_severity_level = 3  # its warning that the saved graph is machine-specific
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
         self.session = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )
@@ -74,6 +78,9 @@ class OnnxRuntime(Runtime):
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         return self.session.run(self.outputs[:1], {self.input: inputs})[0]
+
+    def infer_feeds(self, feeds: dict[str, np.ndarray]) -> Any:
+        return self.session.run(self.outputs, feeds)
 
     def kernels(self) -> list[Kernel]:
         import onnx

@@ -24,6 +24,7 @@ class OpenVino(Runtime):
     name = "openvino"
     description = "OpenVINO on the CPU (extra: openvino)"
     extra = "openvino"
+    takes_threads = True
     settings = {
         "default": "compile_model for the CPU with no settings",
         "f32": "compile_model for the CPU with float32 inference precision",
@@ -59,9 +60,14 @@ class OpenVino(Runtime):
 
     def _compile(self, source: Any) -> None:
         import openvino
+        import openvino.properties as properties
         import openvino.properties.hint as hints
 
-        config = {hints.inference_precision: openvino.Type.f32} if self.setting == "f32" else {}
+        config: dict[Any, Any] = (
+            {hints.inference_precision: openvino.Type.f32} if self.setting == "f32" else {}
+        )
+        if self.threads is not None:
+            config[properties.inference_num_threads] = self.threads
         self.compiled = openvino.Core().compile_model(source, "CPU", config)
         self.precision = self.compiled.get_property(hints.inference_precision).to_string()
 
@@ -85,6 +91,9 @@ class OpenVino(Runtime):
             raise UserError(
                 f"runtime openvino cannot run '{self.path}' on this processor: {_reason(error)}"
             ) from None
+
+    def infer_feeds(self, feeds: dict[str, np.ndarray]) -> Any:
+        return self.compiled(feeds)
 
     def kernels(self) -> list[Kernel]:
         found = []

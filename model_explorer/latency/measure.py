@@ -1,0 +1,333 @@
+"""Measuring a latency table (latency/table.py) for a calibrated QuantizedModel in a runtime.
+
+Each gene's choices are sorted into forms by encoding its quantizer at each choice (the
+export's own encoder: a choice it cannot write is left out of the gene, with the reason).
+Then whole configurations are exported as `export` writes them, chosen so that every layer
+meets every combination of its segment's forms, and cut into segments (latency/segments.py);
+each new combination's segment becomes a graph of its own. The segments and the whole graphs
+are timed together in the runtime, interleaved (latency/timing.py), and the whole graphs fit
+the correction of the layer sum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto
+
+from model_explorer.deployment.encodings import encode
+from model_explorer.deployment.export import export_qdq, quantizers_of
+from model_explorer.errors import UserError
+from model_explorer.latency.segments import inferred, segment_model, segments
+from model_explorer.latency.table import LatencyTable, key_of
+from model_explorer.latency.timing import Timing, interleaved
+from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
+from model_explorer.runtimes import Runtime
+
+# Whole configurations exported at most: the combinations not met by then take the layer's
+# slowest measured one (said in the table's left_out).
+MAX_EXPORTS = 48
+
+
+@dataclass
+class Measurement:
+    """What is being measured: per gene its choices by form, the fixed sites' forms, and the
+    graphs to time (segments by layer and key, whole configurations by plan)."""
+
+    genes: dict[str, dict[str, str]] = field(default_factory=dict)
+    site_genes: dict[str, str] = field(default_factory=dict)
+    fixed: dict[str, str] = field(default_factory=dict)
+    sites: dict[str, list[str]] = field(default_factory=dict)
+    segments: dict[tuple[str, str], Path] = field(default_factory=dict)
+    wholes: list[tuple[dict[str, dict[str, Any]], Path]] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+
+
+def form_of(quantizer: Any, weight: torch.Tensor | None, where: str) -> str:
+    """The exported structure of a quantizer as it is set now: its storage type, `/clip` where
+    its integers are clipped to fewer levels, `/gN` for blocks of N."""
+    encoding = encode(quantizer, weight, where)
+    form = TensorProto.DataType.Name(encoding.onnx_type)
+    if encoding.clipped:
+        form += "/clip"
+    if encoding.block_size is not None:
+        form += f"/g{encoding.block_size}"
+    return form
+
+
+def gene_forms(model: Any, genes: dict[str, list[Any]], measurement: Measurement) -> None:
+    """Each gene's choices by form, and the export's site name of each gene's quantizer; a
+    choice the export cannot write is left out (recorded in `left_out`)."""
+    site_of = {id(quantizer): name for name, quantizer in quantizers_of(model)}
+    saved = current_plan(model)
+    try:
+        for gene, choices in genes.items():
+            layer_name, setting = variable_setting(gene)
+            layer = model.layers[layer_name]
+            quantizer = model.quantizers[gene]
+            weight = layer.weight.detach() if setting.startswith("weight") else None
+            measurement.site_genes[site_of[id(quantizer)]] = gene
+            forms = measurement.genes.setdefault(gene, {})
+            for choice in choices:
+                _set(model, layer_name, setting, choice)
+                try:
+                    forms[str(choice)] = form_of(quantizer, weight, f"quantizer '{gene}'")
+                except UserError as error:
+                    measurement.left_out.setdefault(gene, []).append(f"{choice}: {error}")
+    finally:
+        apply_plan(saved, model)
+    for name, quantizer in quantizers_of(model):
+        if name not in measurement.site_genes:
+            measurement.fixed[name] = form_of(quantizer, None, f"quantizer '{name}'")
+
+
+def _set(model: Any, layer: str, setting: str, choice: Any) -> None:
+    key = FORMAT_OF[setting] if isinstance(choice, str) else setting
+    apply_plan({layer: {key: choice}}, model)
+
+
+def representative_plan(measurement: Measurement, forms: dict[str, str]) -> dict[str, dict]:
+    """A plan giving each gene the first of its choices of the form `forms` names."""
+    plan: dict[str, dict[str, Any]] = {}
+    for gene, form in forms.items():
+        choice = next(c for c, f in measurement.genes[gene].items() if f == form)
+        layer, setting = variable_setting(gene)
+        value: Any = int(choice) if choice.lstrip("-").isdigit() else choice
+        setting = setting if isinstance(value, int) else FORMAT_OF[setting]
+        plan.setdefault(layer, {})[setting] = value
+    return plan
+
+
+class Planner:
+    """Chooses configurations so that every layer meets every combination of its sites'
+    forms: each new plan first gives the layers, in a shuffled order, a combination they have
+    not met whose genes are still free, then fills the rest at random."""
+
+    def __init__(self, measurement: Measurement, seed: int) -> None:
+        self.measurement = measurement
+        self.random = random.Random(seed)
+        self.missing = {
+            layer: set(itertools.product(*(self._forms(site) for site in sites)))
+            for layer, sites in measurement.sites.items()
+        }
+
+    def _forms(self, site: str) -> list[str]:
+        gene = self.measurement.site_genes.get(site)
+        if gene is None:
+            return [self.measurement.fixed[site]]
+        return sorted(set(self.measurement.genes[gene].values()))
+
+    def done(self) -> bool:
+        return not any(self.missing.values())
+
+    def next_forms(self) -> dict[str, str]:
+        chosen: dict[str, str] = {}
+        layers = list(self.missing)
+        self.random.shuffle(layers)
+        for layer in layers:
+            sites = self.measurement.sites[layer]
+            for combination in sorted(self.missing[layer]):
+                if all(self._fits(site, form, chosen) for site, form in zip(sites, combination)):
+                    for site, form in zip(sites, combination):
+                        gene = self.measurement.site_genes.get(site)
+                        if gene is not None:
+                            chosen[gene] = form
+                    break
+        for gene, forms in self.measurement.genes.items():
+            if gene not in chosen:
+                chosen[gene] = self.random.choice(sorted(set(forms.values())))
+        return chosen
+
+    def _fits(self, site: str, form: str, chosen: dict[str, str]) -> bool:
+        gene = self.measurement.site_genes.get(site)
+        return gene is None or chosen.get(gene, form) == form
+
+    def met(self, layer: str, combination: tuple[str, ...]) -> None:
+        self.missing[layer].discard(combination)
+
+
+def input_feeds(graph: onnx.GraphProto, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of a graph's types and shapes (a free axis takes `batch`)."""
+    generator = np.random.default_rng(seed)
+    feeds = {}
+    for value in graph.input:
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.dim_value > 0 else batch for d in tensor.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            feeds[value.name] = generator.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+        else:
+            feeds[value.name] = generator.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def runner(runtime: Runtime, path: Path, batch: int) -> tuple[Callable[[], object], bool]:
+    """A function running the graph at `path` once in `runtime` (activated on it), and whether
+    its product ran on integers."""
+    runtime.activate(path)
+    feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
+    integer = any(kernel.integer for kernel in runtime.kernels())
+    return (lambda: runtime.infer_feeds(feeds)), integer
+
+
+def export_plans(
+    model: Any, example: torch.Tensor, measurement: Measurement, folder: Path, seed: int
+) -> None:
+    """Export configurations until every layer has met every combination (or MAX_EXPORTS),
+    keeping each new combination's segment and each whole graph."""
+    layers = list(model.layers)
+    saved = current_plan(model)
+    planner: Planner | None = None
+    try:
+        for index in range(MAX_EXPORTS):
+            forms = (
+                {g: next(iter(f.values())) for g, f in measurement.genes.items()}
+                if planner is None
+                else planner.next_forms()
+            )
+            plan = representative_plan(measurement, forms)
+            apply_plan(plan, model)
+            path = folder / f"whole_{index}.onnx"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                export_qdq(model, example, path)
+            proto = onnx.load(str(path))
+            found, _ = segments(proto, layers)
+            if planner is None:
+                sites = measurement.site_genes.keys() | measurement.fixed.keys()
+                measurement.sites = {s.layer: s.sites(sites) for s in found}
+                planner = Planner(measurement, seed)
+            measurement.wholes.append((plan, path))
+            typed = inferred(proto)
+            for segment in found:
+                combination = tuple(
+                    forms[measurement.site_genes[site]]
+                    if site in measurement.site_genes
+                    else measurement.fixed[site]
+                    for site in measurement.sites[segment.layer]
+                )
+                key = (segment.layer, key_of(combination))
+                if key not in measurement.segments:
+                    target = folder / f"segment_{len(measurement.segments)}.onnx"
+                    onnx.save(segment_model(proto, segment, typed), str(target))
+                    measurement.segments[key] = target
+                planner.met(segment.layer, combination)
+            if planner.done():
+                break
+    finally:
+        apply_plan(saved, model)
+    if planner is not None:
+        for layer, missing in planner.missing.items():
+            if missing:
+                measurement.left_out[layer] = [key_of(c) for c in sorted(missing)]
+
+
+def measure_table(
+    model: Any,
+    example: torch.Tensor,
+    genes: dict[str, list[Any]],
+    make_runtime: Callable[[], Runtime],
+    machine: dict[str, Any],
+    workload: dict[str, Any],
+    batch: int = 1,
+    repeats: int = 15,
+    seed: int = 0,
+) -> LatencyTable:
+    """The latency table of `model` (a calibrated QuantizedModel) whose genes take `genes`
+    (gene -> its choices), in runtimes made by `make_runtime`, on inputs of `batch` samples."""
+    measurement = Measurement()
+    gene_forms(model, genes, measurement)
+    example = example[:1].detach().to("cpu", torch.float32)
+    with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
+        export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
+        keys = list(measurement.segments)
+        paths = [measurement.segments[k] for k in keys] + [p for _, p in measurement.wholes]
+        runtimes, runs, integer = [], [], []
+        for path in paths:
+            runtime = make_runtime()
+            run, on_integers = runner(runtime, path, batch)
+            runtimes.append(runtime)
+            runs.append(run)
+            integer.append(on_integers)
+        timings = interleaved(runs, repeats)
+        for runtime in runtimes:
+            runtime.deactivate()
+    layers: dict[str, dict[str, Any]] = {
+        layer: {"sites": sites, "times": {}} for layer, sites in measurement.sites.items()
+    }
+    for (layer, key), timing, on_integers in zip(keys, timings, integer):
+        layers[layer]["times"][key] = {**timing.to_dict(), "integer": on_integers}
+    table = LatencyTable(
+        machine,
+        workload,
+        measurement.genes,
+        measurement.fixed,
+        measurement.site_genes,
+        layers,
+        left_out=measurement.left_out,
+    )
+    wholes = timings[len(keys) :]
+    table.wholes = [
+        {"plan": plan, **timing.to_dict(), "segments_ms": table.segment_sum(plan)}
+        for (plan, _), timing in zip(measurement.wholes, wholes)
+    ]
+    table.fit = fit_correction(table.wholes)
+    return table
+
+
+def fit_correction(wholes: list[dict[str, Any]]) -> dict[str, float]:
+    """intercept + scale x (layer sum) over the whole graphs measured, by Theil and Sen's
+    median of slopes (a whole graph timed during a burst of load moves it little); with too
+    few distinct sums, the median difference alone."""
+    from scipy.stats import theilslopes
+
+    sums = np.array([w["segments_ms"] for w in wholes])
+    measured = np.array([w["median_ms"] for w in wholes])
+    if len(wholes) >= 3 and np.ptp(sums) > 1e-9:
+        scale, intercept, _, _ = theilslopes(measured, sums)
+        if scale > 0:
+            return {"intercept_ms": float(intercept), "scale": float(scale)}
+    return {"intercept_ms": float(np.median(measured - sums)), "scale": 1.0}
+
+
+def time_plans(
+    model: Any,
+    example: torch.Tensor,
+    plans: list[dict[str, dict[str, Any]]],
+    make_runtime: Callable[[], Runtime],
+    batch: int = 1,
+    repeats: int = 15,
+) -> list[Timing]:
+    """Each plan's whole exported graph (as `export` writes it) timed in a runtime made by
+    `make_runtime`, the plans interleaved."""
+    saved = current_plan(model)
+    example = example[:1].detach().to("cpu", torch.float32)
+    runtimes, runs = [], []
+    with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
+        try:
+            for index, plan in enumerate(plans):
+                apply_plan(plan, model)
+                path = Path(folder) / f"plan_{index}.onnx"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    export_qdq(model.cpu().eval(), example, path)
+                runtime = make_runtime()
+                runs.append(runner(runtime, path, batch)[0])
+                runtimes.append(runtime)
+        finally:
+            apply_plan(saved, model)
+        timings = interleaved(runs, repeats)
+        for runtime in runtimes:
+            runtime.deactivate()
+    return timings

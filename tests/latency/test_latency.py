@@ -1,0 +1,237 @@
+"""Latency tables: the exported graph cut into per-layer segments that compute exactly what
+the whole graph computes, each timed as the runtime fuses it (the runtime's own whole-graph
+fusion as the oracle), the table's reuse and refusals, and the `latency` objective with the
+front timed whole after the search. Timings themselves are noisy on a shared machine: no
+assertion here is on a time (benchmarks/bench_latency.py carries the figures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
+
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from conftest import write_workload  # noqa: E402
+from model_explorer.cli import main  # noqa: E402
+from model_explorer.deployment.export import export_qdq  # noqa: E402
+from model_explorer.errors import UserError  # noqa: E402
+from model_explorer.latency.measure import measure_table  # noqa: E402
+from model_explorer.latency.segments import inferred, segment_model, segments  # noqa: E402
+from model_explorer.latency.table import LatencyTable  # noqa: E402
+from model_explorer.latency.timing import interleaved  # noqa: E402
+from model_explorer.plan import apply_plan  # noqa: E402
+from model_explorer.runtimes import open_runtime, runtime_setting  # noqa: E402
+from tests_support import calibrated_digits  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def digits(trained_digits, tmp_path_factory):  # noqa: ANN001, ANN201
+    context, model = calibrated_digits(trained_digits, tmp_path_factory.mktemp("latency"))
+    inputs = next(iter(context.batches("exploration")))[0]
+    return context, model, inputs
+
+
+@pytest.fixture(scope="module")
+def residual(tmp_path_factory):  # noqa: ANN001, ANN201
+    """The project's resnet20 (residual additions, a strided shortcut, average pooling),
+    untrained, calibrated on random inputs, at mixed bit widths."""
+    from model_explorer.models import create_model
+    from model_explorer.quantization import QuantizedModel
+
+    torch.manual_seed(0)
+    model = QuantizedModel(create_model("resnet20", in_channels=1).eval())
+    x = torch.randn(8, 1, 32, 32)
+    model.calibrate([x], "max")
+    for index, layer in enumerate(model.layers.values()):
+        layer.input_quantizer.num_bits = (8, 6, 8, 4)[index % 4]
+        layer.weight_quantizer.num_bits = (8, 4, 5)[index % 3]
+    path = tmp_path_factory.mktemp("residual") / "resnet20.onnx"
+    export_qdq(model, x[:1], path)
+    return model, x, onnx.load(str(path))
+
+
+def test_segments_hold_every_node_once_and_compute_what_the_whole_graph_computes(residual) -> None:
+    """Each segment, run alone on the whole graph's values at its inputs (onnx's reference
+    evaluator), gives the whole graph's values at its outputs; the segments and the rest hold
+    every node exactly once, the model input's QuantizeLinear the first layer's."""
+    model, x, proto = residual
+    found, rest = segments(proto, model.layers)
+    assert [s.layer for s in found] == list(model.layers)
+    held = [node.name for segment in found for node in segment.nodes] + rest
+    assert sorted(held) == sorted(node.name for node in proto.graph.node)
+    assert not rest and found[0].nodes[0].op_type == "QuantizeLinear"
+    tapped = _with_outputs(proto, [o for node in proto.graph.node for o in node.output])
+    names = [output.name for output in tapped.graph.output]
+    feeds = {"input": x[:2].numpy()}
+    values = dict(zip(names, ReferenceEvaluator(tapped).run(None, feeds), strict=True), **feeds)
+    typed = inferred(proto)
+    for segment in found:
+        alone = ReferenceEvaluator(segment_model(proto, segment, typed))
+        outputs = alone.run(None, {name: values[name] for name in segment.inputs})
+        for name, value in zip(segment.outputs, outputs, strict=True):
+            np.testing.assert_array_equal(value, values[name], err_msg=segment.layer)
+
+
+def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    known = {o.name for o in copy.graph.output}
+    copy.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in known)
+    return copy
+
+
+def test_a_residual_convolution_segment_holds_the_addition_and_the_next_quantizers(residual) -> None:
+    """What a runtime fuses with a layer: the convolution before a residual addition holds
+    the addition, the ReLU after it and the QuantizeLinear of the next block's convolution."""
+    model, _, proto = residual
+    found = {s.layer: s for s in segments(proto, model.layers)[0]}
+    block = found["layers.0.conv2"]
+    kinds = [node.op_type for node in block.nodes]
+    assert "Add" in kinds and "Relu" in kinds and "QuantizeLinear" in kinds[-2:]
+    sites = block.sites({"model.layers.1.conv1.input_quantizer", "model.layers.0.conv2.input_quantizer"})
+    assert sites == ["model.layers.0.conv2.input_quantizer", "model.layers.1.conv1.input_quantizer"]
+
+
+def test_interleaved_timing_runs_every_graph_once_per_round_in_turn() -> None:
+    calls: list[str] = []
+    timings = interleaved([lambda: calls.append("a"), lambda: calls.append("b")], repeats=4, warmup=1)
+    assert len(timings) == 2 and all(t.samples == 4 for t in timings)
+    rounds = calls[2:]  # after one warm-up call each
+    per = timings[0].calls
+    assert rounds[: per] == ["a"] * per and rounds[per : per + timings[1].calls] == ["b"] * timings[1].calls
+    assert all(t.low <= t.median <= t.high for t in timings)
+
+
+@pytest.fixture(scope="module")
+def table(digits) -> LatencyTable:  # noqa: ANN001
+    _, model, inputs = digits
+    genes = {gene: [3, 8] for gene in model.explorable_modules}
+    runtime, setting = runtime_setting("onnxruntime")
+    machine = {"runtime": "onnxruntime", "threads": 1}
+    return measure_table(model, inputs, genes, lambda: runtime(setting, 1), machine, {}, repeats=3)
+
+
+def test_every_layer_meets_every_combination_of_its_segments_forms(table: LatencyTable) -> None:
+    for layer, entry in table.layers.items():
+        forms = [
+            len(set(table.genes[table.site_genes[s]].values())) if s in table.site_genes else 1
+            for s in entry["sites"]
+        ]
+        assert len(entry["times"]) == int(np.prod(forms)), layer
+    assert not table.left_out
+    # 3 bits and 8 bits are two forms: integers clipped to fewer levels, or not
+    assert set(table.genes["0.input_quantizer"].values()) == {"UINT8/clip", "UINT8"} or set(
+        table.genes["0.input_quantizer"].values()
+    ) == {"INT8/clip", "INT8"}
+
+
+def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_graph(
+    table: LatencyTable, digits, tmp_path: Path
+) -> None:
+    """The oracle is onnxruntime's own optimised whole graph: for configurations the table
+    never exported, the layers whose segment ran an integer kernel under that configuration's
+    forms are the layers onnxruntime runs on integers in the whole exported file."""
+    _, model, inputs = digits
+    from model_explorer.runtimes import describe_kernels
+
+    generator = np.random.default_rng(3)
+    for trial in range(4):
+        plan = {
+            layer: {"input_bits": int(generator.choice([3, 8])), "weight_bits": int(generator.choice([3, 8]))}
+            for layer in model.layers
+        }
+        apply_plan(plan, model)
+        path = tmp_path / f"plan{trial}.onnx"
+        export_qdq(model, inputs[:1], path)
+        runtime = open_runtime("onnxruntime", path)
+        whole = set(describe_kernels(runtime.kernels(), model.layers)["integer"])
+        runtime.deactivate()
+        choices = {f"{l}.{r}": str(v) for l, s in plan.items() for r, v in (("input_quantizer", s["input_bits"]), ("weight_quantizer", s["weight_bits"]))}
+        segmented = {
+            layer for layer, entry in table.layers.items() if entry["times"][table.key(layer, choices)]["integer"]
+        }
+        assert segmented == whole, plan
+
+
+def test_a_table_is_plain_json_and_refused_where_it_was_measured_otherwise(
+    table: LatencyTable, tmp_path: Path
+) -> None:
+    path = table.save(tmp_path / "table.json")
+    json.loads(path.read_text())
+    loaded = LatencyTable.load(path, "problem.latency.table")
+    plan = {layer: {"input_bits": 8, "weight_bits": 3} for layer in table.layers}
+    assert loaded.predict(plan) == table.predict(plan)
+    loaded.refuse_other(dict(table.machine), {}, "here")
+    with pytest.raises(UserError, match=r"here: the latency table was measured with threads 1, here it is 2"):
+        loaded.refuse_other({**table.machine, "threads": 2}, {}, "here")
+    with pytest.raises(UserError, match="not a latency table"):
+        path.write_text("{}")
+        LatencyTable.load(path, "here")
+
+
+@pytest.fixture(scope="module")
+def latency_workload(trained_digits, tmp_path_factory) -> Path:  # noqa: ANN001
+    folder = tmp_path_factory.mktemp("latency_search")
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    body = data["workload"]
+    body["calibration"]["file"] = str(folder / "calibration.pt")
+    body["problem"]["objectives"] = ["accuracy", "latency"]
+    body["problem"]["num_bits_lower_limit"] = 6
+    body["problem"]["latency"] = {"runtime": "onnxruntime", "threads": 1, "repeats": 3}
+    body["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
+    workload = write_workload(data, folder / "digits_latency.yaml")
+    assert main(["calibrate", str(workload)]) == 0
+    return workload
+
+
+def test_a_search_on_latency_records_the_front_predicted_and_measured(
+    latency_workload: Path, capsys
+) -> None:
+    from model_explorer.results import ExplorationResult
+
+    result_file = latency_workload.with_name("result.pkl")
+    assert main(["explore", str(latency_workload), "--output", str(result_file), "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert "measured_latency" in said and "feasible front members timed whole in onnxruntime" in said
+    result = ExplorationResult.load(result_file)
+    assert all("latency" in i.values for i in result.individuals)
+    front = [i for i in result.pareto_front() if i.feasible]
+    for member in front:
+        timed = member.extra["latency"]
+        assert timed["predicted_ms"] == member.values["latency"] and timed["median_ms"] > 0
+    assert result.stats["latency_check"]["members"] == len(front)
+    table = latency_workload.parent / "results" / "digits_latency_latency_onnxruntime.json"
+    assert table.exists()
+    # the latency command reuses the matching table
+    assert main(["latency", str(latency_workload)]) == 0
+    assert "matching table, reused" in capsys.readouterr().out
+
+
+def test_a_table_measured_elsewhere_is_one_line(latency_workload: Path, capsys) -> None:
+    table = latency_workload.parent / "results" / "digits_latency_latency_onnxruntime.json"
+    if not table.exists():
+        pytest.skip("made by the search test")
+    data = json.loads(table.read_text())
+    data["machine"]["cpu"] = "another processor"
+    elsewhere = table.with_name("elsewhere.json")
+    elsewhere.write_text(json.dumps(data))
+    assert main(["latency", str(latency_workload), "--output", str(elsewhere)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "measured with cpu 'another processor'" in error[0]
+
+
+def test_runtimes_that_cannot_time_segments_are_one_line(latency_workload: Path, capsys) -> None:
+    assert main(["latency", str(latency_workload), "--runtime", "litert"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "litert" in error[0]
+    assert main(["latency", str(latency_workload), "--runtime", "onnxruntime:fastest"]) == 2
+    assert "has no setting 'fastest'" in capsys.readouterr().err
