@@ -36,7 +36,9 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
         "(onnxruntime:basic, openvino:f32, tvm:O3; model-explorer list runtime) runs that "
         "setting beside the default; repeatable. The check fails (exit status 1) where a "
         "runtime scores more than half a point from the recorded accuracy, or a setting from "
-        "its default, and writes what it ran into the file's metadata",
+        "its default, and writes what it ran into the file's metadata; prints each layer's "
+        "precision as asked and as each runtime ran it, with a warning per 8-bit layer run in "
+        "float (kept in <results>_deployment_audit.json for report.md)",
     )
 
 
@@ -145,7 +147,7 @@ def _record_audits(results: str, checks: list[Any]) -> None:
 
 def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> int:
     """evaluate-individual --backend: each chosen individual exported and run by the runtimes,
-    one row per individual in a CSV file."""
+    one row per individual in a CSV file; their audits kept beside the result file."""
     import pandas as pd
 
     from model_explorer.context import WorkloadContext

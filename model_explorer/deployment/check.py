@@ -7,7 +7,8 @@ Each runtime runs the file as its user will, at its default settings; another se
 runtime's default accuracy lies more than `TOLERANCE` from the recorded one, or a setting's
 from its runtime's default, and says the cause in one sentence: the runtime's other settings
 are tried until one scores what the search recorded, which names what the default adds. What a
-file was checked under goes into its `metadata_props` (export.write_metadata).
+file was checked under goes into its `metadata_props` (export.write_metadata), with the audit of
+each layer's asked and executed precision (deployment/audit.py).
 """
 
 from __future__ import annotations
