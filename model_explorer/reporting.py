@@ -145,7 +145,8 @@ def front_heading(result: ExplorationResult) -> str:
 def write_report(
     result: ExplorationResult, out: str | Path, source: str | Path | None = None
 ) -> list[Path]:
-    """Plots (PNG), pgfplots files of the front and a `report.md` summarising a run; returns
+    """Plots (PNG), pgfplots files of the front and a `report.md` summarising a run (with the
+    deployment audits recorded beside the result file `source`, where there are any); returns
     every file written, report.md last."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,6 +156,10 @@ def write_report(
     formats = formats_table(result)
     if formats is not None:
         lines += ["## Formats on the front (input/weight per layer)", "", formats, ""]
+    if source is not None:
+        from model_explorer.deployment.audit_render import audits_section
+
+        lines += audits_section(source)
     lines += ["## Figures", ""]
     for name, caption in (
         ("front.png", f"{result.problem.get('metric', 'accuracy')} against cost"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
         "(onnxruntime:basic, openvino:f32, tvm:O3; model-explorer list runtime) runs that "
         "setting beside the default; repeatable. The check fails (exit status 1) where a "
         "runtime scores more than half a point from the recorded accuracy, or a setting from "
-        "its default, and writes what it ran into the file's metadata",
+        "its default, and writes what it ran into the file's metadata; prints each layer's "
+        "precision as asked and as each runtime ran it, with a warning per 8-bit layer run in "
+        "float (kept in <results>_deployment_audit.json for report.md)",
     )
 
 
@@ -73,6 +76,7 @@ def export_command(args: argparse.Namespace) -> int:
         print(f"quantization coverage: {summary.coverage.statement()}")
     if args.check:
         print_checks([check])
+        _record_audits(args.individual.rpartition("#")[0], [check])
         return 0 if check.passed else 1
     return 0
 
@@ -105,7 +109,10 @@ def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
 
 def print_checks(checks: list[Any]) -> None:
     """The checks as a table: recorded, fake-quantized and each runtime's accuracy, agreement
-    and which layers ran on integers."""
+    and which layers ran on integers; then each check's audit, the precision each layer was
+    asked and each runtime ran, with a warning per layer that silently ran in float."""
+    from model_explorer.deployment.audit_render import audit_table, notes, warning_lines
+
     for check in checks:
         recorded = "-" if check.recorded is None else f"{check.recorded:.4f}"
         print(
@@ -122,11 +129,25 @@ def print_checks(checks: list[Any]) -> None:
             )
         for failure in check.failures:
             print(f"  CHECK FAILED: {failure}")
+        if check.audit is not None:
+            print(f"individual {check.individual}: precision per layer, asked and executed")
+            print(textwrap.indent(audit_table(check.audit), "  "))
+            for line in warning_lines(check.audit) + notes(check.audit):
+                print(f"  {line}")
+
+
+def _record_audits(results: str, checks: list[Any]) -> None:
+    """The checks' audits kept beside the result file, where report.md reads them."""
+    from model_explorer.deployment.audit_render import record_audits
+
+    audits = {check.individual: check.audit for check in checks if check.audit is not None}
+    if audits:
+        print(f"wrote {record_audits(results, audits)}")
 
 
 def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> int:
     """evaluate-individual --backend: each chosen individual exported and run by the runtimes,
-    one row per individual in a CSV file."""
+    one row per individual in a CSV file; their audits kept beside the result file."""
     import pandas as pd
 
     from model_explorer.context import WorkloadContext
@@ -152,4 +173,5 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
         pd.DataFrame([check.row() for check in checks]).to_csv(temporary, index=False)
     print_checks(checks)
     print(f"wrote {output}")
+    _record_audits(args.results, checks)
     return 0 if all(check.passed for check in checks) else 1

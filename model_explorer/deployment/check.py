@@ -7,7 +7,8 @@ Each runtime runs the file as its user will, at its default settings; another se
 runtime's default accuracy lies more than `TOLERANCE` from the recorded one, or a setting's
 from its runtime's default, and says the cause in one sentence: the runtime's other settings
 are tried until one scores what the search recorded, which names what the default adds. What a
-file was checked under goes into its `metadata_props` (export.write_metadata).
+file was checked under goes into its `metadata_props` (export.write_metadata), with the audit of
+each layer's asked and executed precision (deployment/audit.py).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from model_explorer.deployment.audit import FidelityAudit, audit_export
 from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
 from model_explorer.runtimes import (
+    Kernel,
     Runtime,
     as_input,
     describe_kernels,
@@ -47,8 +50,9 @@ TOLERANCE = 0.005
 @dataclass
 class RuntimeScore:
     """One runtime at one setting: its accuracy, its agreement with the fake-quantized model
-    (the share of samples with the same predicted class), which layers it ran on integers, and
-    what it was (`runtime` as named on the command line, `settings` in words)."""
+    (the share of samples with the same predicted class), which layers it ran on integers (the
+    `kernels` it reports), and what it was (`runtime` as named on the command line, `settings`
+    in words)."""
 
     runtime: str
     accuracy: float
@@ -57,6 +61,7 @@ class RuntimeScore:
     float_layers: list[str] = field(default_factory=list)
     settings: str = ""
     version: str = ""
+    kernels: list[Kernel] = field(default_factory=list)
 
     @property
     def default(self) -> bool:
@@ -72,6 +77,8 @@ class DeploymentCheck:
     runtimes: list[RuntimeScore]
     failures: list[str] = field(default_factory=list)
     samples: int = 0
+    # each layer's asked and executed precisions (deployment/audit.py)
+    audit: FidelityAudit | None = None
 
     @property
     def passed(self) -> bool:
@@ -90,6 +97,8 @@ class DeploymentCheck:
             row[f"{score.runtime}_accuracy"] = score.accuracy
             row[f"{score.runtime}_agreement"] = score.agreement
             row[f"{score.runtime}_integer_layers"] = len(score.integer_layers)
+        if self.audit is not None:
+            row["float_layers_asked_int8"] = len(self.audit.warnings)
         row["check"] = "passed" if self.passed else " ".join(self.failures)
         return row
 
@@ -110,6 +119,8 @@ class DeploymentCheck:
             for score in self.runtimes
         }
         props["model_explorer.check"] = "passed" if self.passed else " ".join(self.failures)
+        if self.audit is not None:
+            props["model_explorer.audit"] = json.dumps(self.audit.to_dict())
         return props
 
 
@@ -238,10 +249,11 @@ class Scorer:
         try:
             recorded = Recorded(RuntimeModule(runtime))
             accuracy = float(self.context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
-            kernels = describe_kernels(runtime.kernels(), self.layers)
+            found = runtime.kernels()
         finally:
             runtime.deactivate()
         agreement = (torch.cat(recorded.classes) == self.expected).float().mean().item()
+        kernels = describe_kernels(found, self.layers)
         return RuntimeScore(
             runtime.label,
             accuracy,
@@ -250,6 +262,7 @@ class Scorer:
             kernels["float"],
             runtime.described(),
             runtime.version,
+            found,
         )
 
 
@@ -278,6 +291,9 @@ def check_individual(
             check = DeploymentCheck(individual.id, recorded, scorer.fake_quant, summary, scores)
             check.samples = len(scorer.expected)
             check.failures = judge(check, scorer)
+            check.audit = audit_export(
+                model, staged, [(s.runtime, s.version, s.kernels) for s in scores]
+            )
         except UserError as error:
             said = str(error).replace(str(staged), str(target))
             raise UserError(f"{said}; {target} was not written") from None

@@ -50,7 +50,8 @@ def machine_of(settings: LatencySettings, where: str) -> tuple[dict[str, Any], A
     machine = {
         "runtime": probe.label,
         "version": probe.version,
-        "threads": settings.threads,
+        # a runtime whose thread pool cannot be sized here runs as it chooses
+        "threads": settings.threads if probe.takes_threads else "its own",
         "cpu": cpu_model(),
         "gpu": None,
     }

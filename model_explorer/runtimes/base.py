@@ -70,7 +70,8 @@ class Runtime:
 
     `reads` says what the runtime takes a deployed individual as: "onnx" (the QDQ file) or
     "pytorch" (the model with quantize/dequantize operators). `compare_setting` is the setting
-    compare runs a float model under."""
+    compare runs a float model under. `float_only` and `quantized_output_for` say what the
+    runtime needs to run a product on integers (the deployment audit reads them)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -78,6 +79,12 @@ class Runtime:
     settings: ClassVar[dict[str, str]] = {"default": "the runtime's defaults"}
     reads: ClassVar[str] = "onnx"
     compare_setting: ClassVar[str] = "default"
+    # Why the runtime runs every product of a QDQ file in float, where it does (it has no
+    # integer kernels for one); empty: it runs 8-bit products on integer kernels.
+    float_only: ClassVar[str] = ""
+    # The file's product operators whose integer kernel also needs the product's output
+    # quantized (a QuantizeLinear after it): without one the runtime cannot fuse them.
+    quantized_output_for: ClassVar[tuple[str, ...]] = ()
 
     # Whether `threads` reaches the runtime (its own thread pool's size, set when activated).
     takes_threads: ClassVar[bool] = False

@@ -38,6 +38,9 @@ class OnnxRuntime(Runtime):
     description = "ONNX Runtime, CPU execution provider (extra: onnx)"
     extra = "onnx"
     takes_threads = True
+    # Its QDQ fusion makes a QLinearConv of DequantizeLinear -> Conv -> QuantizeLinear only;
+    # a Gemm or MatMul fuses with a float output too (QGemm, MatMulIntegerToFloat).
+    quantized_output_for = ("Conv",)
     settings = {
         "default": "default SessionOptions: graph optimisation level ORT_ENABLE_ALL",
         **{name: f"graph optimisation level {level}" for name, level in LEVELS.items()},

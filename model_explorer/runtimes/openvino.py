@@ -104,11 +104,23 @@ class OpenVino(Runtime):
             if kind in _PRODUCTS:
                 # A fused product that writes a graph output is named after the output.
                 name = outputs.get(op.get_friendly_name(), op.get_friendly_name())
-                found.append(Kernel(name, kind, info["runtimePrecision"].astype(str)))
+                found.append(Kernel(name, *_precision(op, kind, info)))
         return found
 
     def deactivate(self) -> None:
         self.compiled = None
+
+
+def _precision(op: Any, kind: str, info: Any) -> tuple[str, str]:
+    """(operator, precision) of a product in the runtime model. Its precision is the type of
+    the activation it reads: `runtimePrecision` is that of an integer kernel (u8), but of the
+    weights where the plugin only decompresses them (a FullyConnected with i8 weights reading
+    f32 or bf16 activations), which the operator then says."""
+    activation = op.input(0).get_element_type().to_string()
+    stored = info["runtimePrecision"].astype(str)
+    if stored != activation and not activation.startswith(("i", "u")):
+        return f"{kind}, {stored} weights", activation
+    return kind, activation
 
 
 def _reason(error: RuntimeError) -> str:

@@ -150,6 +150,37 @@ def test_export_writes_the_file_and_reports_the_runtime_beside_the_search(
     out = capsys.readouterr().out
     assert target.exists() and f"wrote {target}" in out
     assert f"individual {identifier}: recorded" in out and "  onnxruntime (onnxruntime " in out
+    check_audit(result, identifier, target, out, tmp_path)
+
+
+def check_audit(result: Path, identifier: int, target: Path, out: str, folder: Path) -> None:
+    """The audit of the checked individual: printed, asking what its stored plan asks, in the
+    file's metadata, kept beside the result and shown in report.md."""
+    import json
+
+    import onnx
+
+    from model_explorer.deployment.audit_render import audits_path
+    from model_explorer.formats import integer_format
+    from model_explorer.reporting import write_report
+    from model_explorer.results import ExplorationResult
+
+    assert f"individual {identifier}: precision per layer, asked and executed" in out
+    loaded = ExplorationResult.load(result)
+    plan = loaded.plan_of(loaded.individual(identifier, "test"))
+    metadata = {p.key: p.value for p in onnx.load(str(target)).metadata_props}
+    audit = json.loads(metadata["model_explorer.audit"])
+    asked = {row["layer"]: row["asked"] for row in audit["layers"]}
+    for layer, settings in plan.items():
+        assert asked[layer]["input"] == integer_format(settings["input_bits"]).spelling
+        assert asked[layer]["weight"] == integer_format(settings["weight_bits"]).spelling
+    kept = audits_path(result)
+    try:
+        assert json.loads(kept.read_text())[str(identifier)] == audit
+        report = write_report(loaded, folder / "report", result)[-1].read_text()
+        assert f"### Individual {identifier}" in report
+    finally:
+        kept.unlink()
 
 
 def _front_id(result: Path) -> int:
