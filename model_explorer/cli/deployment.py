@@ -54,7 +54,7 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def export_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
-    from model_explorer.deployment.check import check_individual, export_individual
+    from model_explorer.operations.deployment_check import check_individual, export_individual
     from model_explorer.results import load_individual
 
     _known_runtimes(args.check or [], "--check")
@@ -151,7 +151,7 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     import pandas as pd
 
     from model_explorer.context import WorkloadContext
-    from model_explorer.deployment.check import check_individual
+    from model_explorer.operations.deployment_check import check_individual
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.reevaluate import best_feasible, check_same_model
 

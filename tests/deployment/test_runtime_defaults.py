@@ -20,7 +20,7 @@ ort = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-from model_explorer.deployment.check import (  # noqa: E402
+from model_explorer.operations.deployment_check import (  # noqa: E402
     TOLERANCE,
     DeploymentCheck,
     RuntimeScore,
@@ -165,7 +165,7 @@ CASES = {
 # default on a processor with bf16 (runtime_probes.default_precision) runs the float
 # operations in bf16, which moves activations across the levels of a few-bit grid: measured
 # below, 100% where not listed; each floor lies 3 points under it (a processor's bf16 units
-# may accumulate in another order). The check (deployment/check.py) fails such a file at
+# may accumulate in another order). The check (operations/deployment_check.py) fails such a file at
 # OpenVINO's defaults and names openvino:f32 as the setting that holds.
 EXACT = 0.99
 BF16_MEASURED = {

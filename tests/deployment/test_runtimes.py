@@ -20,7 +20,7 @@ import yaml
 
 from conftest import REPOSITORY, write_workload
 from model_explorer.cli import main
-from model_explorer.deployment.check import TOLERANCE
+from model_explorer.operations.deployment_check import TOLERANCE
 from runtime_probes import SATURATING, default_precision, integer_products
 
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")

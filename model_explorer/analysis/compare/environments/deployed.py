@@ -51,7 +51,7 @@ class DeployedEnvironment(Environment):
         self._prepared: tuple[nn.Module, Tensor] | None = None
 
     def prepare(self, model: nn.Module, example: Tensor) -> None:
-        from model_explorer.deployment.deploy import Chosen, deploy
+        from model_explorer.operations.deploy import Chosen, deploy
 
         self._prepared = (model, example)
         self.runtime = made(self.runtime_class, "default")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from model_explorer.deployment.check import calibrated_individual, export_individual
+from model_explorer.operations.deployment_check import calibrated_individual, export_individual
 from model_explorer.deployment.litert import litert_quantizers
 from model_explorer.runtimes import Runtime
 
