@@ -77,6 +77,7 @@ DOCUMENTED = {
         "model_size",
         "bops",
         "energy",
+        "latency",
         "created_blocks",
         "block_sparsity",
         "effective_bops",

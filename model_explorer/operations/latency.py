@@ -112,8 +112,8 @@ def check_front(context: WorkloadContext, problem: Any, result: Any) -> dict[str
     problem holds no table."""
     from model_explorer.latency.measure import time_plans
 
-    settings = problem.options.latency_settings
-    if problem.latency is None or settings is None:
+    settings = getattr(problem.options, "latency_settings", None)
+    if getattr(problem, "latency", None) is None or settings is None:
         return None
     members = [m for m in result.pareto_front() if m.plan is not None and m.feasible]
     if not members:

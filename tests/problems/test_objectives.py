@@ -62,6 +62,7 @@ def test_what_each_problem_can_weigh() -> None:
         "accuracy",
         "bops",
         "energy",
+        "latency",
         "model_size",
         "weighted_bits",
     ]
@@ -104,6 +105,7 @@ def test_plan_objectives_by_hand() -> None:
     assert [n for n in OBJECTIVES.names() if OBJECTIVES.get(n).info.analytic] == [
         "bops",
         "energy",
+        "latency",
         "model_size",
         "weighted_bits",
     ]
@@ -212,7 +214,7 @@ def test_a_wrong_user_objective_is_one_sentence_naming_the_key(
     ("problem", "objectives", "words"),
     [
         ("sparsity_problem", ["accuracy", "bops"], "['bops'] cannot be used with this problem"),
-        ("quantization_problem", ["accuracy", "latency"], "['latency'] cannot be used"),
+        ("quantization_problem", ["accuracy", "throughput"], "['throughput'] cannot be used"),
         ("quantization_problem", ["accurcy"], "(did you mean 'accuracy'?)"),
     ],
 )
