@@ -55,7 +55,7 @@ def _activation(value: Any) -> bool:
 
 
 def operand_kind(func: Any, args: tuple) -> str | None:
-    """"add" for an addition of two activations of one shape (a residual addition, not a
+    """ "add" for an addition of two activations of one shape (a residual addition, not a
     bias, a constant or a broadcast mask), "avg_pool" for an average pooling, else None."""
     if func in ADDITIONS and len(args) >= 2:
         left, right = args[0], args[1]

@@ -49,7 +49,9 @@ def test_an_operand_quantizer_computes_torchs_fake_quantization_at_its_scale() -
     seen = {}
     for name in ("layers.4.add_0.operand_0", "layers.4.add_0.operand_1"):
         quantizer = model.operand_quantizers[name]
-        quantizer.register_forward_hook(lambda m, a, out, n=name: seen.update({n: (a[0].clone(), out)}))
+        quantizer.register_forward_hook(
+            lambda m, a, out, n=name: seen.update({n: (a[0].clone(), out)})
+        )
     with torch.no_grad():
         model(x)
     # the residual branch (a batch norm's output) is signed, the shortcut (after ReLU) is not
