@@ -1,9 +1,12 @@
 """What an exported configuration costs in the runtimes, as ratios within one process: the
-model quantized to 8 bits everywhere (and with 4-bit weights), exported in QDQ form, against the
-float model exported to ONNX, each run by onnxruntime and by OpenVINO on the CPU; and the files'
-sizes.
+model quantized to 8 bits everywhere (with and without operand quantizers, and with 4-bit
+weights), exported in QDQ form, against the float model exported to ONNX, each run by
+onnxruntime and by OpenVINO on the CPU; and the files' sizes. With `--workload`, also the
+accuracy of the 8-bit file with operand quantizers in onnxruntime beside the fake-quantized
+model's, on the workload's exploration data.
 
     python benchmarks/bench_deployment.py [--model resnet18] [--batch 16] [--repeats 10]
+        [--workload workloads/resnet20_digits.yaml --weights results/resnet20_digits_baseline.pt]
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from model_explorer.quantization import QuantizedModel
 from model_explorer.runtimes import describe_kernels, open_runtime
 
 
-def quantized(model: torch.nn.Module, x: torch.Tensor, weight_bits: int) -> QuantizedModel:
+def quantized(
+    model: torch.nn.Module, x: torch.Tensor, weight_bits: int, operands: bool = False
+) -> QuantizedModel:
     """Every layer at 8-bit inputs and `weight_bits` weights, calibrated on `x` (percentile)."""
-    quantized_model = QuantizedModel(model)
+    quantized_model = QuantizedModel(model, operand_quantizers=operands)
     quantized_model.calibrate([x], "percentile")
     for layer in quantized_model.layers.values():
         layer.input_quantizer.num_bits = 8
@@ -37,14 +42,22 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--workload", help="a workload whose accuracy gap to measure")
+    parser.add_argument("--weights", help="its trained weights (else model.weights)")
     args = parser.parse_args()
+    if args.workload:
+        accuracy_gap(Path(args.workload), args.weights)
     shape = sample_shape(args.model, args.size)
     x = torch.randn(args.batch, *shape)
     folder = Path(tempfile.mkdtemp(prefix="bench_deployment_"))
     files = {"float": export_onnx(build(args.model), x[:1], folder / "float.onnx", True)}
-    for name, bits, pack in (("int8", 8, True), ("int8, int4 weights", 4, True)):
-        model = quantized(build(args.model), x, bits)
-        files[name] = export_qdq(model, x[:1], folder / f"{bits}.onnx", pack).path
+    for name, bits, operands in (
+        ("int8", 8, False),
+        ("int8, operand quant.", 8, True),
+        ("int8, int4 weights", 4, False),
+    ):
+        model = quantized(build(args.model), x, bits, operands)
+        files[name] = export_qdq(model, x[:1], folder / f"{bits}{operands}.onnx").path
     float_size = files["float"].stat().st_size
     print(f"{args.model}, batch {args.batch}, {torch.get_num_threads()} threads")
     print(f"{'file':<22}{'MB':>8}{'x float':>9}")
@@ -63,6 +76,41 @@ def main() -> None:
             total = count + len(kernels["float"])
             ratio = seconds / times["float"]
             print(f"  {name:<20}{seconds * 1e3:>7.1f} {ratio:>8.2f}  {count} of {total}")
+
+
+def accuracy_gap(workload: Path, weights: str | None) -> None:
+    """Top-1 of the workload's model with every quantizer at 8 bits and operand quantizers,
+    fake-quantized and exported (run by onnxruntime), on its exploration data."""
+    import numpy as np
+    import yaml
+
+    from model_explorer.context import WorkloadContext
+    from model_explorer.operations.pipeline import calibrate_workload
+    from model_explorer.workload import Workload
+
+    data = yaml.safe_load(workload.read_text())
+    body = data["workload"]
+    body["quantization"] = {**(body.get("quantization") or {}), "operand_quantizers": True}
+    if weights:
+        body["model"]["weights"] = weights
+    folder = Path(tempfile.mkdtemp(prefix="bench_deployment_"))
+    body["calibration"]["file"] = str(folder / "calibration.pt")
+    context = WorkloadContext(Workload.from_dict(data), device="cpu")
+    model, _, _ = calibrate_workload(context)
+    model.bit_widths = [8] * len(model.bit_widths)
+    batches = list(context.batches("exploration"))
+    inputs = torch.cat([batch[0] for batch in batches])
+    labels = torch.cat([batch[1] for batch in batches]).numpy()
+    with torch.no_grad():
+        fake = model(inputs).argmax(1).numpy()
+    path = export_qdq(model, inputs[:1], folder / "model.onnx").path
+    exported = open_runtime("onnxruntime", path).run(inputs.numpy()).argmax(1)
+    print(
+        f"{workload.name}, {len(labels)} samples, all 8 bits with operand quantizers: top-1 "
+        f"fake-quantized {100 * np.mean(fake == labels):.2f}%, exported in onnxruntime "
+        f"{100 * np.mean(exported == labels):.2f}%, predictions differing on "
+        f"{int(np.sum(fake != exported))}\n"
+    )
 
 
 if __name__ == "__main__":

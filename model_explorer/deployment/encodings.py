@@ -222,3 +222,29 @@ _WRITERS: dict[Storage, Callable[..., Encoding]] = {
     "integer_groups": _grouped,
     "float8": _float8,
 }
+
+
+def scale_channels(encoding: Encoding, factor: np.ndarray) -> None:
+    """Multiply a weight's output channels (axis 0) by `factor`: into the scales, per channel;
+    a negative factor negates the channel's stored values where the type can hold the
+    negation, else its scale turns negative."""
+    channels = factor.shape[0]
+    if encoding.axis is None:
+        encoding.scale = np.full(channels, encoding.scale, dtype=np.float32)
+        encoding.axis = 0
+    view = (-1,) + (1,) * (encoding.scale.ndim - 1)
+    negative = factor < 0
+    values = encoding.values
+    if encoding.integer:
+        flat = values.astype(np.int32).reshape(channels, -1)
+        info = (encoding.low, encoding.high)
+        negatable = negative & (-flat.min(axis=1) <= info[1]) & (-flat.max(axis=1) >= info[0])
+        flat[negatable] = -flat[negatable]
+        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
+    else:  # FP8 is sign-magnitude: negation is exact
+        negatable = negative
+        flat = values.astype(np.float32).reshape(channels, -1)
+        flat[negatable] = -flat[negatable]
+        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
+    magnitude = np.where(negatable, -factor, factor).astype(np.float32)
+    encoding.scale = (encoding.scale * magnitude.reshape(view)).astype(np.float32)

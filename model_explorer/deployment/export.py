@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from model_explorer import __version__
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.graph import QDQGraph
+from model_explorer.deployment.inplace import drop_copy_backs
 from model_explorer.errors import UserError, first_line
 from model_explorer.fileio import atomic_path
 from model_explorer.onnx_export import (
@@ -115,6 +116,7 @@ def export_qdq(
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
     graph.name_products()
+    drop_copy_backs(graph)
     summary = ExportSummary(
         Path(path),
         0,

@@ -6,9 +6,13 @@ What the search computed is kept: a batch norm after a quantized convolution sca
 channel, so it is folded into that channel's weight scale (the stored integers are the search's;
 a negative factor negates them), and the bias absorbs its shift. A convolution's output is
 quantized (a copy of the next quantizer) only where what lies between them commutes with that
-quantizer (ReLU, max pooling, reshapes: `COMMUTING`), so the values are the same and a runtime can
-fuse DequantizeLinear -> Conv -> QuantizeLinear into one integer kernel; where an addition or an
-average lies between, the convolution stays a float one and the runtime says so.
+quantizer (ReLU, max pooling, reshapes: `COMMUTING`; where the value branches, every branch
+must reach a quantizer on the same grid), so the values are the same and a runtime can fuse
+DequantizeLinear -> Conv -> QuantizeLinear into one integer kernel; where an addition or an
+average lies between, the convolution stays a float one and the runtime says so, unless the
+model quantizes the addition's operands or the average's input
+(`quantization.operand_quantizers`). An addition of two integer operands gets its output
+quantized by the same rule (onnxruntime's QLinearAdd).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from model_explorer.deployment.encodings import Encoding
+from model_explorer.deployment.encodings import Encoding, scale_channels
 
 # Operators y = f(x) with Q(f(x)) = f(Q(x)) for a symmetric quantizer (zero point 0) per tensor.
 COMMUTING = {
@@ -33,6 +37,10 @@ COMMUTING = {
     "Unsqueeze",
 }
 KERNELS = {"Conv", "Gemm", "MatMul"}
+# Nodes whose output is quantized where they read integer operands: products, and additions
+# (of the operands quantization.operand_quantizers quantizes), which runtimes then run on
+# integers too (onnxruntime's QLinearAdd).
+OUTPUT_QUANTIZED = KERNELS | {"Add"}
 
 
 @dataclass
@@ -65,6 +73,7 @@ class QDQGraph:
         self.graph = graph
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
         self.sites: dict[str, Site] = {}
+        self.quantized_outputs: set[str] = set()  # the nodes whose output is quantized
 
     # -- helpers ---------------------------------------------------------------------------
     def producer(self, name: str) -> onnx.NodeProto | None:
@@ -234,14 +243,20 @@ class QDQGraph:
 
     # -- integer kernels -------------------------------------------------------------------
     def quantize_outputs(self) -> int:
-        """Quantize each quantized product's output with the quantizer its value reaches next
-        through commuting operators only (see the module's text)."""
-        added = 0
-        for kernel in [node for node in self.graph.node if node.op_type in KERNELS]:
+        """Quantize each quantized product's output, and each addition's of two integer
+        operands, with the quantizer its value reaches next through commuting operators only
+        (see the module's text); an output a quantizer reads directly is quantized already.
+        Returns how many outputs are quantized."""
+        quantized = 0
+        for kernel in [node for node in self.graph.node if node.op_type in OUTPUT_QUANTIZED]:
             if not self._integer_operands(kernel):
                 continue
             target = self._next_quantizer(kernel.output[0])
             if target is None:
+                continue
+            quantized += 1
+            self.quantized_outputs.add(kernel.name)
+            if all(n.op_type == "QuantizeLinear" for n in self.consumers(kernel.output[0])):
                 continue
             output = kernel.output[0]
             kernel.output[0] = f"{output}_float"
@@ -250,27 +265,34 @@ class QDQGraph:
             position = list(self.graph.node).index(kernel) + 1
             for offset, node in enumerate(nodes):
                 self.graph.node.insert(position + offset, node)
-            added += 1
-        return added
+        return quantized
 
     def _integer_operands(self, kernel: onnx.NodeProto) -> bool:
         sites = [self.sites.get(name) for name in kernel.input[:2]]
         return all(site is not None and site.encoding.integer for site in sites)
 
     def _next_quantizer(self, name: str) -> Site | None:
-        while not self.is_output(name):
-            consumers = self.consumers(name)
-            if len(consumers) != 1:
-                return None
-            node = consumers[0]
+        """The integer per-tensor quantizer that every path from `name` reaches through
+        commuting operators only (several where they share one grid, as quantizers calibrated
+        on the same tensor do), or None."""
+        if self.is_output(name):
+            return None
+        found = []
+        for node in self.consumers(name):
             if node.op_type == "QuantizeLinear":
                 site = self.sites.get(self._dequantized_by(node))
                 ok = site is not None and site.encoding.integer and site.encoding.axis is None
-                return site if ok else None
-            if node.op_type not in COMMUTING or node.input[0] != name:
+            elif node.op_type in COMMUTING and list(node.input) == [name]:
+                site = self._next_quantizer(node.output[0])
+                ok = site is not None
+            else:
                 return None
-            name = node.output[0]
-        return None
+            if not ok:
+                return None
+            found.append(site)
+        if not found or not all(_same_grid(found[0], site) for site in found[1:]):
+            return None
+        return found[0]
 
     def _dequantized_by(self, quantize: onnx.NodeProto) -> str:
         name = quantize.output[0]
@@ -297,7 +319,7 @@ class QDQGraph:
             activation, weight = (self.sites.get(name) for name in kernel.input[:2])
             if activation is None or weight is None:
                 continue
-            if kernel.output[0].endswith("_float") and self._integer_bias(
+            if kernel.name in self.quantized_outputs and self._integer_bias(
                 kernel, activation, weight
             ):
                 integer += 1
@@ -350,35 +372,17 @@ def _set_axis(node: onnx.NodeProto, axis: int) -> None:
     node.attribute.extend([*kept, helper.make_attribute("axis", axis)])
 
 
+def _same_grid(one: Site, other: Site) -> bool:
+    """Two activation quantizers that quantize every value alike."""
+    a, b = one.encoding, other.encoding
+    return (a.dtype, a.low, a.high, a.zero) == (b.dtype, b.low, b.high, b.zero) and bool(
+        np.array_equal(a.scale, b.scale)
+    )
+
+
 def _eight_bit(site: Site | None) -> bool:
     """True for an integer site stored as INT8 or UINT8, what integer kernels read."""
     return site is not None and np.dtype(site.encoding.dtype) in _EIGHT_BIT
 
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
-
-
-def scale_channels(encoding: Encoding, factor: np.ndarray) -> None:
-    """Multiply a weight's output channels (axis 0) by `factor`: into the scales, per channel;
-    a negative factor negates the channel's stored values where the type can hold the
-    negation, else its scale turns negative."""
-    channels = factor.shape[0]
-    if encoding.axis is None:
-        encoding.scale = np.full(channels, encoding.scale, dtype=np.float32)
-        encoding.axis = 0
-    view = (-1,) + (1,) * (encoding.scale.ndim - 1)
-    negative = factor < 0
-    values = encoding.values
-    if encoding.integer:
-        flat = values.astype(np.int32).reshape(channels, -1)
-        info = (encoding.low, encoding.high)
-        negatable = negative & (-flat.min(axis=1) <= info[1]) & (-flat.max(axis=1) >= info[0])
-        flat[negatable] = -flat[negatable]
-        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
-    else:  # FP8 is sign-magnitude: negation is exact
-        negatable = negative
-        flat = values.astype(np.float32).reshape(channels, -1)
-        flat[negatable] = -flat[negatable]
-        encoding.values = flat.reshape(values.shape).astype(encoding.dtype)
-    magnitude = np.where(negatable, -factor, factor).astype(np.float32)
-    encoding.scale = (encoding.scale * magnitude.reshape(view)).astype(np.float32)

@@ -2,8 +2,9 @@
 
 A file records, per quantized layer, its type and weight shape (to refuse a file made for
 another model) and the calibrator state of its input quantizer (and of the second operand of a
-product of activations), plus the modules where products outside layers' forwards run and the
-layers that never ran (see model.py; its QuantizedModel calls these functions, so they take
+product of activations), that of each operand quantizer (operands.py), plus the modules where
+products outside layers' forwards run, the operand sites found there and the layers that never
+ran (see model.py; its QuantizedModel calls these functions, so they take
 it untyped rather than import it back). Files load with `torch.load(weights_only=True)`.
 """
 
@@ -71,6 +72,20 @@ def layer_signature(layers: dict[str, nn.Module]) -> dict[str, dict[str, Any]]:
     return signature
 
 
+def structure(model: Any) -> dict[str, Any]:
+    """What discovery and calibration found, as plain data: the scopes of the interception,
+    the products and operand sites found there by their keys and names, the unused layers."""
+    interceptor = model.interceptor
+    return {
+        "scopes": list(model.scopes),
+        "products": [
+            [scope, index, name] for (scope, index), (name, _) in interceptor.products.items()
+        ],
+        "operands": [[*key, name] for key, (name, _) in interceptor.operands.items()],
+        "unused": list(model.unused),
+    }
+
+
 def _entry(quantizer: Any) -> dict[str, Any]:
     return {"calibrator": quantizer.calibrator.state(), "unsigned": quantizer.unsigned}
 
@@ -88,9 +103,15 @@ def save(model: Any, path: Path, extra: dict[str, Any] | None) -> Path:
         "format": CALIBRATION_FORMAT,
         "version": CALIBRATION_VERSION,
         "layers": model.layer_signature(),
-        "structure": model.structure(),
+        "structure": structure(model),
         "input_quantizers": quantizers,
+        "operand_quantizers": {
+            name: _entry(quantizer)
+            for name, quantizer in model.operand_quantizers.items()
+            if quantizer.amax is not None
+        },
         "settings": quantizer_settings(model),
+        "operand_sites": model.interceptor.make_operands is not None,
     }
     with atomic_path(path) as temporary:
         torch.save(data, temporary)
@@ -115,6 +136,13 @@ def _read(path: Path, where: str) -> dict[str, Any]:
 
 
 def _check_settings(model: Any, data: dict[str, Any], path: Path, where: str) -> None:
+    wanted = model.interceptor.make_operands is not None
+    if bool(data.get("operand_sites", False)) != wanted:
+        raise UserError(
+            f"{where}: '{path}' was made with quantization.operand_quantizers "
+            f"{str(not wanted).lower()} and the workload sets {str(wanted).lower()}; "
+            "recalibrate with `model-explorer calibrate WORKLOAD --force`"
+        )
     if "settings" not in data:
         log.warning(
             "%s: made by an older version, the file does not record the quantizer settings it "
@@ -161,7 +189,18 @@ def load(model: Any, path: Path, where: str) -> dict[str, Any]:
                 f"is missing or broken ({type(error).__name__}: {error}); recalibrate with "
                 "`model-explorer calibrate WORKLOAD --force`"
             ) from None
+    _restore_operands(model, data, device)
     return data
+
+
+def _restore_operands(model: Any, data: dict[str, Any], device: torch.device) -> None:
+    """Operand quantizers from their entries; one without (its site never ran) stays off."""
+    entries = data.get("operand_quantizers") or {}
+    for name, quantizer in model.operand_quantizers.items():
+        if name in entries:
+            _restore(quantizer, entries[name], device)
+        else:
+            quantizer.enabled = False
 
 
 def _signature_difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str:

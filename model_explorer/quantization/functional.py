@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from model_explorer.modules import module_hooks
 from model_explorer.quantization.attention import ActivationProduct, attention, product
 from model_explorer.quantization.layers import FunctionalCall, inside_layer
+from model_explorer.quantization.operands import OperandQuantizers, Reach, operand_kind
 
 _WEIGHT_FUNCTIONS = {
     F.linear,
@@ -48,14 +49,25 @@ def _is_activation(value: Any) -> bool:
 
 
 class Interceptor(TorchFunctionMode):
-    """Answers calls on layers' weights and, with `products`, products of activations, with
-    quantized operands. `weights` maps id(parameter) -> the quantized layer owning it."""
+    """Answers calls on layers' weights and, with `make_product`, products of activations,
+    with quantized operands; with `make_operands` (kind -> its OperandQuantizers) additions of
+    activations and average poolings too. `weights` maps id(parameter) -> the quantized layer
+    owning it."""
 
-    def __init__(self, make_product: Callable[[], ActivationProduct] | None) -> None:
+    def __init__(
+        self,
+        make_product: Callable[[], ActivationProduct] | None,
+        make_operands: Callable[[str], OperandQuantizers] | None = None,
+    ) -> None:
         super().__init__()
         self.weights: dict[int, nn.Module] = {}
         self.make_product = make_product
+        self.make_operands = make_operands
         self.products: dict[tuple[str, int], tuple[str, ActivationProduct]] = {}
+        # (scope, kind, index) -> (module name, its quantizers); see operands.py
+        self.operands: dict[tuple[str, str, int], tuple[str, OperandQuantizers]] = {}
+        self.operand_counts: dict[str, dict[str, int]] = {}
+        self.reach: Reach | None = None
         self.scopes: list[str] = []  # innermost last
         self.counts: dict[str, int] = {}
         self.discovering: Any = None  # the ModuleTrace of a discovery pass
@@ -67,6 +79,7 @@ class Interceptor(TorchFunctionMode):
     def enter_scope(self, name: str) -> None:
         self.scopes.append(name)
         self.counts[name] = 0
+        self.operand_counts[name] = {}
         if self._depth == 0:
             self.__enter__()
         self._depth += 1
@@ -102,6 +115,16 @@ class Interceptor(TorchFunctionMode):
         kwargs = kwargs or {}
         if inside_layer():
             return func(*args, **kwargs)
+        if self.reach is not None:
+            return self._followed(func, args, kwargs)
+        return self._answer(func, args, kwargs)
+
+    def _answer(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if self.make_operands is not None:
+            kind = operand_kind(func, args)
+            if kind is not None:
+                found = self._operands(kind)
+                return func(*args, **kwargs) if found is None else found.call(func, args, kwargs)
         if func in _WEIGHT_FUNCTIONS and len(args) > 1:
             layer = self._owner(args[1])
             if layer is not None:
@@ -116,6 +139,44 @@ class Interceptor(TorchFunctionMode):
             if func is F.scaled_dot_product_attention:
                 return self._attention(*args, **kwargs)
         return func(*args, **kwargs)
+
+    def _followed(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A call of the discovery pass, answered as always, its outputs tagged with the
+        operand sites its inputs come from (and with its own, where it is one); a product's
+        inputs reach a quantized layer."""
+        reach = self.reach
+        sources = reach.of((args, kwargs))
+        product = func in _MATMULS or func in (torch.einsum, F.scaled_dot_product_attention)
+        if (product and self.make_product is not None) or (
+            func in _WEIGHT_FUNCTIONS and len(args) > 1 and self._owner(args[1]) is not None
+        ):
+            reach.arrive(args)
+        kind = operand_kind(func, args) if self.make_operands is not None else None
+        scope = self._note_scope() if kind is not None else ""
+        index = self.operand_counts.get(scope, {}).get(kind, 0) if kind else 0
+        result = self._answer(func, args, kwargs)
+        if kind is not None:
+            sources = sources | {(scope, kind, index)}
+        reach.tag(result, sources)
+        return result
+
+    def _operands(self, kind: str) -> OperandQuantizers | None:
+        """The OperandQuantizers of the next `kind` call of the current scope (made while
+        discovering), or None when none was kept there."""
+        scope = (
+            self._note_scope()
+            if self.discovering is not None
+            else (self.scopes[-1] if self.scopes else "")
+        )
+        counts = self.operand_counts.setdefault(scope, {})
+        index = counts.get(kind, 0)
+        counts[kind] = index + 1
+        key = (scope, kind, index)
+        if key not in self.operands and self.discovering is not None:
+            name = f"{scope}.{kind}_{index}" if scope else f"{kind}_{index}"
+            self.operands[key] = (name, self.make_operands(kind))
+        found = self.operands.get(key)
+        return None if found is None else found[1]
 
     def _owner(self, weight: Any) -> nn.Module | None:
         if not isinstance(weight, Tensor):
@@ -188,9 +249,16 @@ class Interceptor(TorchFunctionMode):
         self.remove()
         self.found_scopes = {}
 
+        layers = {id(layer) for layer in self.weights.values()}
+
         def restart(name: str, module: nn.Module, args: Any) -> None:
             self.counts[name] = 0  # products are numbered within each call of a module
+            self.operand_counts[name] = {}
+            if self.reach is not None and id(module) in layers:
+                self.reach.arrive(args)
 
+        # Followed only where there are operand sites to keep or drop.
+        self.reach = Reach() if self.make_operands is not None else None
         with module_hooks(model, restart, eval_mode=False) as trace:
             self.discovering = trace
             try:
@@ -198,6 +266,10 @@ class Interceptor(TorchFunctionMode):
                     run()
             finally:
                 self.discovering = None
+                reached = self.reach.reached if self.reach is not None else set()
+                self.reach = None
+        for key in [key for key in self.operands if key not in reached]:
+            del self.operands[key]  # what they produce reaches no quantized layer
         return list(self.found_scopes)
 
 

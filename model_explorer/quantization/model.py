@@ -27,6 +27,7 @@ from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_options
 from model_explorer.quantization.functional import Interceptor
 from model_explorer.quantization.layers import TransformedLayer
+from model_explorer.quantization.operands import OPERANDS, OperandQuantizers
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
 from model_explorer.quantization.swap import SWAPPABLE, swap_layers
@@ -74,6 +75,8 @@ class QuantizedModel(Wrapper, nn.Module):
         weight_cache: how many quantized weights each weight quantizer keeps, one per bit width
             (None: all, 0: none).
         attention_matmuls: also quantize both operands of products of two activations.
+        operand_quantizers: also quantize the operands of residual additions and average
+            poolings whose output reaches a quantized layer (operands.py); not layers.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class QuantizedModel(Wrapper, nn.Module):
         weight: QuantizerSpec | None = None,
         weight_cache: int | None = None,
         attention_matmuls: bool = False,
+        operand_quantizers: bool = False,
     ) -> None:
         super().__init__()
         unknown = sorted(set(layer_types) - set(SWAPPABLE))
@@ -110,7 +114,8 @@ class QuantizedModel(Wrapper, nn.Module):
                 f"quantization: the model has no layer of types {list(layer_types)} matching "
                 f"include {list(include)} and exclude {list(exclude)}"
             )
-        self.interceptor = Interceptor(product)
+        operands = self._make_operands if operand_quantizers else None
+        self.interceptor = Interceptor(product, operands)
         self._refresh_weights()
         self.scopes: list[str] = []
         self.discovered = False
@@ -130,6 +135,7 @@ class QuantizedModel(Wrapper, nn.Module):
             spec.weight,
             spec.weight_cache,
             spec.attention_matmuls,
+            spec.operand_quantizers,
         )
 
     def _layer_quantizers(self) -> tuple[TensorQuantizer, TensorQuantizer]:
@@ -148,6 +154,14 @@ class QuantizedModel(Wrapper, nn.Module):
             for quantizer in data_quantizers(product):
                 quantizer.start_calibration(self._new_calibrator(quantizer))
         return product
+
+    def _make_operands(self, kind: str) -> OperandQuantizers:
+        """An addition's or average pooling's operand quantizers: as inputs are."""
+        made = [_quantizer(self.input_spec, TensorQuantizer) for _ in range(OPERANDS[kind])]
+        if self._calibrating is not None:
+            for quantizer in made:
+                quantizer.start_calibration(self._new_calibrator(quantizer))
+        return OperandQuantizers(made)
 
     def _refresh_weights(self) -> None:
         self.interceptor.weights = {
@@ -171,16 +185,21 @@ class QuantizedModel(Wrapper, nn.Module):
         the interception is active in those modules only. Returns what `run()` returned."""
         found: list[Any] = []
         scopes = self.interceptor.discover(self.model, lambda: found.append(run()))
-        self._adopt(scopes, list(self.interceptor.products.items()))
+        interceptor = self.interceptor
+        self._adopt(scopes, list(interceptor.products.items()), list(interceptor.operands.items()))
         return found[0] if found else None
 
-    def _adopt(self, scopes: list[str], products: list[Any]) -> None:
-        """Take the scopes and products a discovery (or a calibration file) names."""
+    def _adopt(self, scopes: list[str], products: list[Any], operands: list[Any]) -> None:
+        """Take the scopes, products and operand sites a discovery (or a calibration file)
+        names."""
         device = next(self.model.parameters()).device
         for key, (name, product) in products:
             set_child(self.model, name, product.to(device))
             self.interceptor.products[key] = (name, product)
             self.layers[name] = product
+        for key, (name, sites) in operands:
+            set_child(self.model, name, sites.to(device))
+            self.interceptor.operands[key] = (name, sites)
         order = {name: index for index, (name, _) in enumerate(self.model.named_modules())}
         self.layers = dict(
             sorted(self.layers.items(), key=lambda item: order.get(item[0], len(order)))
@@ -189,25 +208,19 @@ class QuantizedModel(Wrapper, nn.Module):
         self.interceptor.install(self.model, self.scopes)
         self.discovered = True
 
-    def structure(self) -> dict[str, Any]:
-        """What discovery and calibration found, as plain data for calibration files."""
-        return {
-            "scopes": list(self.scopes),
-            "products": [
-                [scope, index, name]
-                for (scope, index), (name, _) in self.interceptor.products.items()
-            ],
-            "unused": list(self.unused),
-        }
-
     def adopt_structure(self, structure: dict[str, Any]) -> None:
-        """Rebuild what `structure()` described, on a freshly swapped model."""
+        """Rebuild what a calibration file's structure describes (calibration_file.structure),
+        on a freshly swapped model."""
         self.drop_unused(structure.get("unused", []), report=False)
         products = [
             ((scope, index), (name, self._make_product()))
             for scope, index, name in structure.get("products", [])
         ]
-        self._adopt(list(structure.get("scopes", [])), products)
+        operands = [
+            ((scope, kind, index), (name, self._make_operands(kind)))
+            for scope, kind, index, name in structure.get("operands", [])
+        ]
+        self._adopt(list(structure.get("scopes", [])), products, operands)
 
     def drop_unused(self, names: Sequence[str], report: bool = True) -> None:
         """Leave layers that never run out of the search: float again, not explored."""
@@ -240,6 +253,15 @@ class QuantizedModel(Wrapper, nn.Module):
         return found
 
     @property
+    def operand_quantizers(self) -> dict[str, TensorQuantizer]:
+        """The quantizers of additions' and average poolings' operands by name: no genes."""
+        return {
+            f"{name}.{child}": quantizer
+            for name, sites in self.interceptor.operands.values()
+            for child, quantizer in sites.named_children()
+        }  # type: ignore[misc]
+
+    @property
     def explorable_modules(self) -> list[str]:
         """Quantizer names in genome order: per layer, input then weight."""
         return list(self.quantizers)
@@ -257,8 +279,8 @@ class QuantizedModel(Wrapper, nn.Module):
             quantizer.num_bits = int(bits)
 
     def set_enabled(self, enabled: bool = True, names: Iterable[str] | None = None) -> None:
-        """Turn quantizers on or off (all, or those named)."""
-        quantizers = self.quantizers
+        """Turn quantizers on or off (all, operand quantizers included, or those named)."""
+        quantizers = {**self.quantizers, **self.operand_quantizers}
         for name in names if names is not None else quantizers:
             quantizers[name].enabled = enabled
 
@@ -266,7 +288,7 @@ class QuantizedModel(Wrapper, nn.Module):
     def preserved_settings(self) -> Iterator[QuantizedModel]:
         """Within the block, bit widths, formats and on/off states may change; on leaving it
         every quantizer has its format (or bit width) and state back."""
-        quantizers = dict(self.quantizers)
+        quantizers = {**self.quantizers, **self.operand_quantizers}
         settings = {name: (q.format, q.enabled) for name, q in quantizers.items()}
         try:
             yield self
@@ -296,9 +318,8 @@ class QuantizedModel(Wrapper, nn.Module):
             "method": method,
             "options": calibrator_options(method, options, "calibrate"),
         }
-        for layer in self.layers.values():
-            for quantizer in data_quantizers(layer):
-                quantizer.start_calibration(self._new_calibrator(quantizer))
+        for quantizer in self._data_quantizers():
+            quantizer.start_calibration(self._new_calibrator(quantizer))
         device = next(self.model.parameters()).device
         seen = 0
         training = self.model.training
@@ -317,9 +338,8 @@ class QuantizedModel(Wrapper, nn.Module):
         finally:
             self._calibrating = None
             self.model.train(training)
-            for layer in self.layers.values():
-                for quantizer in data_quantizers(layer):
-                    quantizer.calibrating = False
+            for quantizer in self._data_quantizers():
+                quantizer.calibrating = False
         if seen == 0:
             raise UserError("calibration: the calibration data holds no batches")
         self._finish_calibration(method, seen)
@@ -331,10 +351,16 @@ class QuantizedModel(Wrapper, nn.Module):
             if layer.input_quantizer.calibrator.min_value is None
         ]
         self.drop_unused(unused)
-        for layer in self.layers.values():
-            for quantizer in data_quantizers(layer):
+        for quantizer in self._data_quantizers():
+            if quantizer.calibrator.min_value is None:  # an operand site that never ran
+                quantizer.enabled = False
+            else:
                 self._finish(quantizer, quantizer.calibrator)
         log.info("calibrated %d layers on %d batches (%s)", len(self.layers), seen, method)
+
+    def _data_quantizers(self) -> list[TensorQuantizer]:
+        found = [q for layer in self.layers.values() for q in data_quantizers(layer)]
+        return found + list(self.operand_quantizers.values())
 
     def _finish(self, quantizer: TensorQuantizer, calibrator: Any) -> None:
         if self.input_spec.unsigned == "auto":
@@ -364,9 +390,9 @@ class QuantizedModel(Wrapper, nn.Module):
         """Put the float layers back into the model (and take the quantizers off the layers a
         SparseModel had transformed) and return it."""
         self.interceptor.remove()
-        for key, (name, _) in self.interceptor.products.items():
-            owner = self.model.get_submodule(key[0]) if key[0] else self.model
-            delattr(owner, name.rpartition(".")[2])
+        for name, _ in [*self.interceptor.products.values(), *self.interceptor.operands.values()]:
+            parent, _, child = name.rpartition(".")
+            delattr(self.model.get_submodule(parent) if parent else self.model, child)
         for module in self._attached.values():
             module.set_quantizers()
         for name, module in self._float_layers.items():

@@ -61,6 +61,12 @@ class QuantizationSpec(Spec):
     weight_cache: NonNegativeInt | None = None
     # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
     attention_matmuls: bool = False
+    # Quantizers (input settings, calibrated, no genes) on both operands of residual additions
+    # and on average poolings' inputs whose output reaches a quantized layer, so that the
+    # products before them have quantized outputs, which runtimes run as integer kernels
+    # (quantization/operands.py). Off by default: digits_cnn's average pooling feeds a
+    # quantized layer, so turning it on would change what the shipped searches measure.
+    operand_quantizers: bool = False
     # A layer holding weights whose products stay float (quantization/coverage.py) and that
     # `include`/`exclude`/`layer_types` did not leave out is warned about, by name, above this
     # share of the model's weight MACs.
