@@ -151,8 +151,8 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     import pandas as pd
 
     from model_explorer.context import WorkloadContext
-    from model_explorer.operations.deployment_check import check_individual
     from model_explorer.fileio import atomic_path
+    from model_explorer.operations.deployment_check import check_individual
     from model_explorer.operations.reevaluate import best_feasible, check_same_model
 
     _known_runtimes(args.backend, "--backend")

@@ -46,7 +46,6 @@ def latency_command(args: argparse.Namespace) -> int:
     from model_explorer.operations.latency import latency_table
     from model_explorer.operations.quantization_builder import build_quantization_problem
     from model_explorer.problems.options import BitOptions, LatencySettings
-
     from model_explorer.runtimes import runtime_setting
 
     if args.runtime is not None:
@@ -80,7 +79,8 @@ def latency_command(args: argparse.Namespace) -> int:
         f"{workload.model.type} in {machine['runtime']} {machine['version']}, "
         f"{machine['threads']} thread(s), batch {settings.batch}, {machine['cpu']}"
     )
-    print(f"{'layer':28s} {'forms':>5s} {'int':>4s} {'fastest ms':>11s} {'slowest ms':>11s}  fastest forms")
+    heading = f"{'layer':28s} {'forms':>5s} {'int':>4s} {'fastest ms':>11s} {'slowest ms':>11s}"
+    print(f"{heading}  fastest: each quantizer's form")
     for row in layer_rows(table):
         print(
             f"{row['layer']:28s} {row['combinations']:>5d} {row['integer']:>4d} "

@@ -29,7 +29,7 @@ from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.export import export_qdq, quantizers_of
 from model_explorer.errors import UserError
 from model_explorer.latency.segments import inferred, segment_model, segments
-from model_explorer.latency.table import LatencyTable, key_of
+from model_explorer.latency.table import FEATURES, LatencyTable, key_of
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
 from model_explorer.runtimes import Runtime
@@ -50,6 +50,8 @@ class Measurement:
     sites: dict[str, list[str]] = field(default_factory=dict)
     segments: dict[tuple[str, str], Path] = field(default_factory=dict)
     wholes: list[tuple[dict[str, dict[str, Any]], Path]] = field(default_factory=list)
+    # per layer, a graph taking its segment's inputs and computing nothing: the call's cost
+    calls: dict[str, Path] = field(default_factory=dict)
     left_out: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -137,8 +139,9 @@ class Planner:
         for layer in layers:
             sites = self.measurement.sites[layer]
             for combination in sorted(self.missing[layer]):
-                if all(self._fits(site, form, chosen) for site, form in zip(sites, combination)):
-                    for site, form in zip(sites, combination):
+                pairs = list(zip(sites, combination, strict=True))
+                if all(self._fits(site, form, chosen) for site, form in pairs):
+                    for site, form in pairs:
                         gene = self.measurement.site_genes.get(site)
                         if gene is not None:
                             chosen[gene] = form
@@ -156,6 +159,26 @@ class Planner:
         self.missing[layer].discard(combination)
 
 
+def uniform_forms(measurement: Measurement) -> list[dict[str, str]]:
+    """The configurations with every input at one form and every weight at one form, for each
+    pair of forms: the corners of the space (all 8-bit, all narrow), where fronts lie,
+    measured whole."""
+    forms = {gene: sorted(set(f.values())) for gene, f in measurement.genes.items()}
+    roles: dict[str, list[str]] = {}
+    for gene, found in forms.items():
+        role = gene.rpartition(".")[2]
+        roles[role] = sorted(set(roles.get(role, [])) | set(found))
+    corners = []
+    for chosen in itertools.product(*roles.values()):
+        pick = dict(zip(roles, chosen, strict=True))
+        corner = {}
+        for gene, found in forms.items():
+            wanted = pick[gene.rpartition(".")[2]]
+            corner[gene] = wanted if wanted in found else found[-1]
+        corners.append(corner)
+    return corners
+
+
 def input_feeds(graph: onnx.GraphProto, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs of a graph's types and shapes (a free axis takes `batch`)."""
     generator = np.random.default_rng(seed)
@@ -166,10 +189,35 @@ def input_feeds(graph: onnx.GraphProto, batch: int, seed: int = 0) -> dict[str, 
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
         if np.issubdtype(dtype, np.integer):
             info = np.iinfo(dtype)
-            feeds[value.name] = generator.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+            feeds[value.name] = generator.integers(info.min, info.max, shape, endpoint=True).astype(
+                dtype
+            )
         else:
             feeds[value.name] = generator.standard_normal(shape).astype(dtype)
     return feeds
+
+
+def call_model(segment: onnx.ModelProto) -> onnx.ModelProto:
+    """A graph with the segment's inputs passed through unchanged: what calling the runtime
+    on the segment costs without its work (the call, the inputs' handling), subtracted from
+    the segment's time, since the whole graph pays it once, not once per layer."""
+    graph = segment.graph
+    nodes = [
+        onnx.helper.make_node("Identity", [value.name], [f"{value.name}_passed"])
+        for value in graph.input
+    ]
+    outputs = []
+    for value in graph.input:
+        passed = onnx.ValueInfoProto()
+        passed.CopyFrom(value)
+        passed.name = f"{value.name}_passed"
+        outputs.append(passed)
+    made = onnx.helper.make_model(
+        onnx.helper.make_graph(nodes, "call", list(graph.input), outputs),
+        opset_imports=list(segment.opset_import),
+    )
+    made.ir_version = segment.ir_version
+    return made
 
 
 def runner(runtime: Runtime, path: Path, batch: int) -> tuple[Callable[[], object], bool]:
@@ -190,12 +238,10 @@ def export_plans(
     saved = current_plan(model)
     planner: Planner | None = None
     try:
+        uniform = uniform_forms(measurement)
         for index in range(MAX_EXPORTS):
-            forms = (
-                {g: next(iter(f.values())) for g, f in measurement.genes.items()}
-                if planner is None
-                else planner.next_forms()
-            )
+            # first every gene at its first form, its second..., then what the planner picks
+            forms = uniform[index] if index < len(uniform) else planner.next_forms()  # type: ignore[union-attr]
             plan = representative_plan(measurement, forms)
             apply_plan(plan, model)
             path = folder / f"whole_{index}.onnx"
@@ -220,8 +266,12 @@ def export_plans(
                 key = (segment.layer, key_of(combination))
                 if key not in measurement.segments:
                     target = folder / f"segment_{len(measurement.segments)}.onnx"
-                    onnx.save(segment_model(proto, segment, typed), str(target))
+                    alone = segment_model(proto, segment, typed)
+                    onnx.save(alone, str(target))
                     measurement.segments[key] = target
+                    if segment.layer not in measurement.calls:
+                        measurement.calls[segment.layer] = folder / f"call_{segment.layer}.onnx"
+                        onnx.save(call_model(alone), str(measurement.calls[segment.layer]))
                 planner.met(segment.layer, combination)
             if planner.done():
                 break
@@ -252,21 +302,40 @@ def measure_table(
     with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
         export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
         keys = list(measurement.segments)
-        paths = [measurement.segments[k] for k in keys] + [p for _, p in measurement.wholes]
         runtimes, runs, integer = [], [], []
-        for path in paths:
-            runtime = make_runtime()
-            run, on_integers = runner(runtime, path, batch)
+        for layer, key in list(keys):
+            try:
+                runtime = make_runtime()
+                run, on_integers = runner(runtime, measurement.segments[(layer, key)], batch)
+            except Exception as error:  # noqa: BLE001 - whatever the runtime refuses, said
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                measurement.left_out.setdefault(layer, []).append(f"{key} (the runtime: {reason})")
+                keys.remove((layer, key))
+                continue
             runtimes.append(runtime)
             runs.append(run)
             integer.append(on_integers)
+        extra = [path for _, path in measurement.wholes] + list(measurement.calls.values())
+        for path in extra:
+            runtime = make_runtime()
+            runs.append(runner(runtime, path, batch)[0])
+            runtimes.append(runtime)
         timings = interleaved(runs, repeats)
         for runtime in runtimes:
             runtime.deactivate()
+    calls = dict(
+        zip(measurement.calls, timings[len(keys) + len(measurement.wholes) :], strict=True)
+    )
     layers: dict[str, dict[str, Any]] = {
-        layer: {"sites": sites, "times": {}} for layer, sites in measurement.sites.items()
+        layer: {
+            "sites": sites,
+            "times": {},
+            "call_ms": calls[layer].median,
+            "weights": model.layers[layer].weight.numel(),
+        }
+        for layer, sites in measurement.sites.items()
     }
-    for (layer, key), timing, on_integers in zip(keys, timings, integer):
+    for (layer, key), timing, on_integers in zip(keys, timings[: len(keys)], integer, strict=True):
         layers[layer]["times"][key] = {**timing.to_dict(), "integer": on_integers}
     table = LatencyTable(
         machine,
@@ -277,28 +346,50 @@ def measure_table(
         layers,
         left_out=measurement.left_out,
     )
-    wholes = timings[len(keys) :]
+    wholes = timings[len(keys) : len(keys) + len(measurement.wholes)]
     table.wholes = [
-        {"plan": plan, **timing.to_dict(), "segments_ms": table.segment_sum(plan)}
-        for (plan, _), timing in zip(measurement.wholes, wholes)
+        {
+            "plan": plan,
+            **timing.to_dict(),
+            "segments_ms": table.segment_sum(plan),
+            "features": table.features(plan),
+        }
+        for (plan, _), timing in zip(measurement.wholes, wholes, strict=True)
     ]
     table.fit = fit_correction(table.wholes)
     return table
 
 
 def fit_correction(wholes: list[dict[str, Any]]) -> dict[str, float]:
-    """intercept + scale x (layer sum) over the whole graphs measured, by Theil and Sen's
-    median of slopes (a whole graph timed during a burst of load moves it little); with too
-    few distinct sums, the median difference alone."""
-    from scipy.stats import theilslopes
+    """The correction of the layer sum (latency/table.py), fitted over the whole graphs
+    measured by least squares with a soft-L1 loss (a whole graph timed during a burst of load
+    moves it little), the layer sum's scale kept >= 0; a feature that does not vary among the
+    graphs is left out, and with too few graphs, the median difference alone."""
+    from scipy.optimize import least_squares
 
-    sums = np.array([w["segments_ms"] for w in wholes])
     measured = np.array([w["median_ms"] for w in wholes])
-    if len(wholes) >= 3 and np.ptp(sums) > 1e-9:
-        scale, intercept, _, _ = theilslopes(measured, sums)
-        if scale > 0:
-            return {"intercept_ms": float(intercept), "scale": float(scale)}
-    return {"intercept_ms": float(np.median(measured - sums)), "scale": 1.0}
+    features = np.array([w["features"] for w in wholes], dtype=float)
+    names = list(FEATURES)
+    fit = dict.fromkeys(names, 0.0) | {"scale": 1.0}
+    if len(wholes) < 6 or np.ptp(features[:, 0]) <= 1e-9:
+        return fit | {"intercept_ms": float(np.median(measured - features[:, 0]))}
+    used = [i for i in range(len(names)) if np.ptp(features[:, i]) > 0]
+    design = np.column_stack([np.ones(len(wholes)), features[:, used]])
+    start = np.linalg.lstsq(design, measured, rcond=None)[0]
+    start[1] = max(start[1], 0.0)
+    spread = float(np.median(np.abs(measured - design @ start))) or float(np.median(measured)) / 100
+    lower = [-np.inf, 0.0] + [-np.inf] * (len(used) - 1)
+    fitted = least_squares(
+        lambda p: design @ p - measured,
+        start,
+        loss="soft_l1",
+        f_scale=spread,
+        bounds=(lower, np.inf),
+    ).x
+    fit["intercept_ms"] = float(fitted[0])
+    for index, value in zip(used, fitted[1:], strict=True):
+        fit[names[index]] = float(value)
+    return fit
 
 
 def time_plans(

@@ -174,7 +174,9 @@ def _boundaries(
                 segment.outputs.append(name)
 
 
-def segment_model(model: onnx.ModelProto, segment: Segment, typed: onnx.ModelProto) -> onnx.ModelProto:
+def segment_model(
+    model: onnx.ModelProto, segment: Segment, typed: onnx.ModelProto
+) -> onnx.ModelProto:
     """The segment as a model of its own: its nodes, the stored tensors they read, its boundary
     tensors as inputs and outputs typed as shape inference typed them in `typed` (the whole
     model with inferred shapes)."""

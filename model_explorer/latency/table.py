@@ -10,10 +10,14 @@ all of them: that is how a convolution whose output is quantized for an integer 
 fuses into an integer kernel and one before a 16-bit successor does not.
 
 The prediction is the sum of the layers' times, corrected by what a layer sum misses: the
-graph's own overhead and what running the segments alone adds or loses (layout changes at
-their boundaries), fitted by least squares over the whole graphs measured with the table
-(`fit`: intercept + scale x sum). The table is plain data (JSON), keyed by what it was measured
-on: a table from another runtime, version, thread count or processor is refused.
+graph's own overhead and what running the segments alone adds or loses (each integer segment
+alone converts its layout at both boundaries, which consecutive integer layers in the whole
+graph do not), fitted over the whole graphs measured with the table (`fit`: intercept +
+scale x sum + per_integer x the layers on integer kernels + per_transition x the passages
+between integer and float kernels, where a runtime converts layout and precision, +
+per_float_weight x the weights it dequantizes to float at run time). The table
+is plain data (JSON), keyed by what it was measured on: a table from another runtime,
+version, thread count or processor is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from model_explorer.fileio import atomic_path
 from model_explorer.plan import ROLES
 
 FORMAT = "model_explorer latency table 1"
+# The fit's coefficient of each of LatencyTable.features, by name.
+FEATURES = ("scale", "per_integer_ms", "per_transition_ms", "per_float_million_weights_ms")
 # What a table must match to be used: the machine's identity.
 MACHINE_KEYS = ("runtime", "version", "threads", "cpu", "gpu")
 
@@ -76,23 +82,91 @@ class LatencyTable:
         return key_of(self.site_form(site, choices) for site in self.layers[layer]["sites"])
 
     def layer_times(self, plan: dict[str, dict[str, Any]]) -> dict[str, float]:
-        """Each layer's measured time (ms) under the plan's choices; a combination the table
-        lacks takes the layer's slowest measured one."""
+        """Each layer's measured time (ms) under the plan's choices, less the cost of calling
+        the runtime on its segment (`call_ms`, which the whole graph pays once); a combination
+        the table lacks takes the layer's slowest measured one."""
         choices = plan_choices(plan)
         found = {}
         for layer, entry in self.layers.items():
             timing = entry["times"].get(self.key(layer, choices))
             if timing is None:
                 timing = max(entry["times"].values(), key=lambda t: t["median_ms"])
-            found[layer] = timing["median_ms"]
+            found[layer] = max(timing["median_ms"] - entry.get("call_ms", 0.0), 0.0)
         return found
 
     def segment_sum(self, plan: dict[str, dict[str, Any]]) -> float:
         return sum(self.layer_times(plan).values())
 
+    def on_integers(self, plan: dict[str, dict[str, Any]]) -> dict[str, bool]:
+        """Whether each layer runs on an integer kernel under the plan's choices."""
+        choices = plan_choices(plan)
+        return {
+            layer: entry["times"].get(self.key(layer, choices), {}).get("integer", False)
+            for layer, entry in self.layers.items()
+        }
+
+    def integer_layers(self, plan: dict[str, dict[str, Any]]) -> int:
+        """How many layers run on integer kernels under the plan's choices."""
+        return sum(self.on_integers(plan).values())
+
+    def successors(self) -> list[tuple[str, str]]:
+        """(layer, layer its output reaches): a layer's segment holds the input quantizer of
+        each layer it feeds."""
+        inputs = {
+            site: gene.rpartition(".")[0]
+            for site, gene in self.site_genes.items()
+            if gene.endswith(".input_quantizer")
+        }
+        return [
+            (layer, inputs[site])
+            for layer, entry in self.layers.items()
+            for site in entry["sites"]
+            if site in inputs and inputs[site] != layer
+        ]
+
+    def transitions(self, plan: dict[str, dict[str, Any]]) -> int:
+        """How many times a value passes between an integer and a float kernel: where a
+        runtime converts layout and precision in the whole graph."""
+        integer = self.on_integers(plan)
+        return sum(integer[a] != integer[b] for a, b in self.successors())
+
+    def float_weights(self, plan: dict[str, dict[str, Any]]) -> float:
+        """Millions of weight elements dequantized to float at run time: those of the layers
+        not on integer kernels (a runtime dequantizes them every call; in the whole graph they
+        leave the caches, which a segment run alone keeps warm)."""
+        integer = self.on_integers(plan)
+        return sum(
+            entry.get("weights", 0) for layer, entry in self.layers.items() if not integer[layer]
+        ) / 1e6
+
+    def features(self, plan: dict[str, dict[str, Any]]) -> list[float]:
+        """What the correction reads (FEATURES): the layer sum, the layers on integer kernels
+        (alone, each such segment changes layout at both boundaries), the passages between
+        integer and float kernels (where the whole graph changes it) and the weights
+        dequantized to float."""
+        return [
+            self.segment_sum(plan),
+            self.integer_layers(plan),
+            self.transitions(plan),
+            self.float_weights(plan),
+        ]
+
     def predict(self, plan: dict[str, dict[str, Any]]) -> float:
         """The plan's predicted time per batch in milliseconds."""
-        return self.fit["intercept_ms"] + self.fit["scale"] * self.segment_sum(plan)
+        fit = self.fit
+        return fit["intercept_ms"] + sum(
+            fit.get(name, 0.0) * value
+            for name, value in zip(FEATURES, self.features(plan), strict=True)
+        )
+
+    def describe(self, layer: str, key: str) -> str:
+        """A combination in words: each quantizer of the layer's segment (its gene's name, a
+        fixed one's site) with its form."""
+        names = [
+            self.site_genes.get(site, site).removesuffix("_quantizer")
+            for site in self.layers[layer]["sites"]
+        ]
+        return " ".join(f"{n}={f}" for n, f in zip(names, key.split(" | "), strict=True))
 
     # -- files ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -153,7 +227,7 @@ def layer_rows(table: LatencyTable) -> list[dict[str, Any]]:
                 "combinations": len(times),
                 "integer": sum(1 for t in times.values() if t["integer"]),
                 "fastest_ms": times[fastest]["median_ms"],
-                "fastest": fastest,
+                "fastest": table.describe(layer, fastest),
                 "slowest_ms": times[slowest]["median_ms"],
                 "slowest": slowest,
             }

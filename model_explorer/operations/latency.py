@@ -36,6 +36,49 @@ def table_path(context: WorkloadContext, settings: LatencySettings) -> Path:
     return context.workload.results_folder / f"{stem}_latency_{runtime}.json"
 
 
+def leave_out(problem: Any, table: LatencyTable, where: str) -> list[str]:
+    """Leave out of each gene the choices the table could not price (the export has no form
+    for them): a format dropped from the gene's list, a bit-width range narrowed to the widths
+    kept (one sentence where they are not a range, or none is kept). Returns what was left
+    out, one entry per gene."""
+    from model_explorer.problems.base import Variable
+
+    said = []
+    for index, variable in enumerate(problem.variables):
+        priced = table.genes.get(variable.name, {})
+        if problem.allowed is not None:
+            kept = [c for c in problem.allowed[index] if c in priced]
+        else:
+            kept = [
+                b for b in range(int(variable.lower), int(variable.upper) + 1) if str(b) in priced
+            ]
+        choices = (
+            problem.allowed[index]
+            if problem.allowed is not None
+            else range(int(variable.lower), int(variable.upper) + 1)
+        )
+        dropped = [str(c) for c in choices if str(c) not in priced]
+        if not dropped:
+            continue
+        if not kept:
+            raise UserError(
+                f"{where}: no choice of '{variable.name}' can be exported for the runtime "
+                f"({', '.join(dropped)}); narrow its choices with problem.layer_bounds"
+            )
+        if problem.allowed is not None:
+            problem.allowed[index] = kept
+            problem.variables[index] = Variable(variable.name, 0, len(kept) - 1)
+        elif kept != list(range(kept[0], kept[-1] + 1)):
+            raise UserError(
+                f"{where}: '{variable.name}' cannot be exported at {', '.join(dropped)} bits, "
+                "inside its range; narrow it with problem.layer_bounds"
+            )
+        else:
+            problem.variables[index] = Variable(variable.name, kept[0], kept[-1])
+        said.append(f"{variable.name}: {', '.join(dropped)}")
+    return said
+
+
 def machine_of(settings: LatencySettings, where: str) -> tuple[dict[str, Any], Any]:
     """What a table is measured on (the runtime as named, its version, threads, processor)
     and a function making the runtime (a RuntimeUnavailable where it is not installed)."""
@@ -58,7 +101,9 @@ def machine_of(settings: LatencySettings, where: str) -> tuple[dict[str, Any], A
     return machine, lambda: runtime(setting, settings.threads)
 
 
-def workload_key(context: WorkloadContext, model: Any, genes: dict[str, list[Any]], batch: int) -> dict:
+def workload_key(
+    context: WorkloadContext, model: Any, genes: dict[str, list[Any]], batch: int
+) -> dict:
     """What a table is measured for: the model (by its type and weights), the search space
     (each gene's choices) and the batch timed."""
     return {

@@ -54,13 +54,20 @@ def build_quantization_problem(
     problem.coverage = coverage.to_dict()
     settings = options.latency_settings
     if settings is not None and latency:
-        from model_explorer.operations.latency import latency_table
+        from model_explorer.operations.latency import latency_table, leave_out
 
         problem.latency, path, measured = latency_table(
             context, problem, settings, options.key("latency")
         )
         if measured:
             log.info("latency table measured in %s: %s", settings.runtime, path)
+        dropped = leave_out(problem, problem.latency, options.key("latency"))
+        if dropped:
+            log.warning(
+                "%s: left out of the genes, as the export has no form for them: %s",
+                options.key("latency"),
+                "; ".join(dropped),
+            )
     return problem
 
 

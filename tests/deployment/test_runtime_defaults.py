@@ -20,6 +20,8 @@ ort = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from model_explorer.deployment.export import ExportSummary, export_qdq  # noqa: E402
+from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.operations.deployment_check import (  # noqa: E402
     TOLERANCE,
     DeploymentCheck,
@@ -27,8 +29,6 @@ from model_explorer.operations.deployment_check import (  # noqa: E402
     Scorer,
     judge,
 )
-from model_explorer.deployment.export import ExportSummary, export_qdq  # noqa: E402
-from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.runtimes import (  # noqa: E402
     RUNTIMES,
     Runtime,  # noqa: E402

@@ -84,11 +84,15 @@ def _with_outputs(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     known = {o.name for o in copy.graph.output}
-    copy.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in known)
+    copy.graph.output.extend(
+        onnx.helper.make_empty_tensor_value_info(n) for n in names if n not in known
+    )
     return copy
 
 
-def test_a_residual_convolution_segment_holds_the_addition_and_the_next_quantizers(residual) -> None:
+def test_a_residual_convolution_segment_holds_the_addition_and_the_next_quantizers(
+    residual,
+) -> None:
     """What a runtime fuses with a layer: the convolution before a residual addition holds
     the addition, the ReLU after it and the QuantizeLinear of the next block's convolution."""
     model, _, proto = residual
@@ -96,17 +100,22 @@ def test_a_residual_convolution_segment_holds_the_addition_and_the_next_quantize
     block = found["layers.0.conv2"]
     kinds = [node.op_type for node in block.nodes]
     assert "Add" in kinds and "Relu" in kinds and "QuantizeLinear" in kinds[-2:]
-    sites = block.sites({"model.layers.1.conv1.input_quantizer", "model.layers.0.conv2.input_quantizer"})
+    sites = block.sites(
+        {"model.layers.1.conv1.input_quantizer", "model.layers.0.conv2.input_quantizer"}
+    )
     assert sites == ["model.layers.0.conv2.input_quantizer", "model.layers.1.conv1.input_quantizer"]
 
 
 def test_interleaved_timing_runs_every_graph_once_per_round_in_turn() -> None:
     calls: list[str] = []
-    timings = interleaved([lambda: calls.append("a"), lambda: calls.append("b")], repeats=4, warmup=1)
+    timings = interleaved(
+        [lambda: calls.append("a"), lambda: calls.append("b")], repeats=4, warmup=1
+    )
     assert len(timings) == 2 and all(t.samples == 4 for t in timings)
     rounds = calls[2:]  # after one warm-up call each
-    per = timings[0].calls
-    assert rounds[: per] == ["a"] * per and rounds[per : per + timings[1].calls] == ["b"] * timings[1].calls
+    first, second = timings[0].calls + 1, timings[1].calls + 1  # each sample after an untimed call
+    assert rounds[:first] == ["a"] * first and rounds[first : first + second] == ["b"] * second
+    assert len(rounds) == 4 * (first + second)
     assert all(t.low <= t.median <= t.high for t in timings)
 
 
@@ -145,7 +154,10 @@ def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_gr
     generator = np.random.default_rng(3)
     for trial in range(4):
         plan = {
-            layer: {"input_bits": int(generator.choice([3, 8])), "weight_bits": int(generator.choice([3, 8]))}
+            layer: {
+                "input_bits": int(generator.choice([3, 8])),
+                "weight_bits": int(generator.choice([3, 8])),
+            }
             for layer in model.layers
         }
         apply_plan(plan, model)
@@ -154,9 +166,18 @@ def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_gr
         runtime = open_runtime("onnxruntime", path)
         whole = set(describe_kernels(runtime.kernels(), model.layers)["integer"])
         runtime.deactivate()
-        choices = {f"{l}.{r}": str(v) for l, s in plan.items() for r, v in (("input_quantizer", s["input_bits"]), ("weight_quantizer", s["weight_bits"]))}
+        choices = {
+            f"{layer}.{r}": str(v)
+            for layer, s in plan.items()
+            for r, v in (
+                ("input_quantizer", s["input_bits"]),
+                ("weight_quantizer", s["weight_bits"]),
+            )
+        }
         segmented = {
-            layer for layer, entry in table.layers.items() if entry["times"][table.key(layer, choices)]["integer"]
+            layer
+            for layer, entry in table.layers.items()
+            if entry["times"][table.key(layer, choices)]["integer"]
         }
         assert segmented == whole, plan
 
@@ -170,7 +191,9 @@ def test_a_table_is_plain_json_and_refused_where_it_was_measured_otherwise(
     plan = {layer: {"input_bits": 8, "weight_bits": 3} for layer in table.layers}
     assert loaded.predict(plan) == table.predict(plan)
     loaded.refuse_other(dict(table.machine), {}, "here")
-    with pytest.raises(UserError, match=r"here: the latency table was measured with threads 1, here it is 2"):
+    with pytest.raises(
+        UserError, match=r"here: the latency table was measured with threads 1, here it is 2"
+    ):
         loaded.refuse_other({**table.machine, "threads": 2}, {}, "here")
     with pytest.raises(UserError, match="not a latency table"):
         path.write_text("{}")
@@ -199,9 +222,13 @@ def test_a_search_on_latency_records_the_front_predicted_and_measured(
     from model_explorer.results import ExplorationResult
 
     result_file = latency_workload.with_name("result.pkl")
-    assert main(["explore", str(latency_workload), "--output", str(result_file), "--no-progress"]) == 0
+    assert (
+        main(["explore", str(latency_workload), "--output", str(result_file), "--no-progress"]) == 0
+    )
     said = capsys.readouterr().out
-    assert "measured_latency" in said and "feasible front members timed whole in onnxruntime" in said
+    assert (
+        "measured_latency" in said and "feasible front members timed whole in onnxruntime" in said
+    )
     result = ExplorationResult.load(result_file)
     assert all("latency" in i.values for i in result.individuals)
     front = [i for i in result.pareto_front() if i.feasible]
@@ -235,3 +262,31 @@ def test_runtimes_that_cannot_time_segments_are_one_line(latency_workload: Path,
     assert len(error) == 1 and "litert" in error[0]
     assert main(["latency", str(latency_workload), "--runtime", "onnxruntime:fastest"]) == 2
     assert "has no setting 'fastest'" in capsys.readouterr().err
+
+
+def test_choices_the_export_cannot_write_are_left_out_of_their_genes() -> None:
+    """A format without an ONNX form (mxfp4) is dropped from a gene's list; a bit width
+    outside what was priced narrows a range at its end and is refused inside it."""
+    from types import SimpleNamespace
+
+    from model_explorer.operations.latency import leave_out
+    from model_explorer.problems.base import Variable
+
+    formats = SimpleNamespace(
+        variables=[Variable("a.input_quantizer", 0, 2), Variable("a.weight_quantizer", 0, 1)],
+        allowed=[["int4", "int8", "mxfp4"], ["int4", "int8"]],
+    )
+    priced = {
+        "a.input_quantizer": {"int4": "INT4", "int8": "INT8"},
+        "a.weight_quantizer": {"int4": "INT4", "int8": "INT8"},
+    }
+    table = LatencyTable({}, {}, priced, {}, {}, {})
+    assert leave_out(formats, table, "here") == ["a.input_quantizer: mxfp4"]
+    assert formats.allowed[0] == ["int4", "int8"] and formats.variables[0].upper == 1
+    bits = SimpleNamespace(variables=[Variable("a.input_quantizer", 2, 8)], allowed=None)
+    table.genes = {"a.input_quantizer": {str(b): "INT8" for b in range(3, 9)}}
+    assert leave_out(bits, table, "here") == ["a.input_quantizer: 2"]
+    assert (bits.variables[0].lower, bits.variables[0].upper) == (3, 8)
+    table.genes = {"a.input_quantizer": {str(b): "INT8" for b in (3, 4, 6, 7, 8)}}
+    with pytest.raises(UserError, match="cannot be exported at 5 bits, inside its range"):
+        leave_out(bits, table, "here")

@@ -98,7 +98,9 @@ def test_non_finite_model_is_infeasible(digits) -> None:
 
 
 def test_objectives_are_checked(digits) -> None:
-    with pytest.raises(ValidationError, match="\\['throughput'\\] cannot be used with this problem"):
+    with pytest.raises(
+        ValidationError, match="\\['throughput'\\] cannot be used with this problem"
+    ):
         problem(digits, objectives=["accuracy", "throughput"])
     with pytest.raises(ValidationError, match="\\['created_blocks'\\] cannot be used"):
         problem(digits, objectives=["accuracy", "created_blocks"])  # no thresholds here
