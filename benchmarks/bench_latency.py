@@ -153,6 +153,8 @@ def searches(args: argparse.Namespace, folder: Path) -> None:
             for objective in ("latency", "weighted_bits"):
                 overrides = [
                     f"seed={seed}",
+                    # the seed draws the calibration subset: each seed's own file, here
+                    f"calibration.file={folder / f'{name}_calibration_{seed}.pt'}",
                     f"problem.objectives=[accuracy, {objective}]",
                     latency_settings(args.runtime, args.threads, table),
                     f"exploration.nsga.generations={args.generations}",

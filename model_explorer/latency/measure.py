@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import torch
 from onnx import TensorProto
@@ -28,8 +27,9 @@ from onnx import TensorProto
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.export import export_qdq, quantizers_of
 from model_explorer.errors import UserError
+from model_explorer.latency.running import call_model, runner
 from model_explorer.latency.segments import inferred, segment_model, segments
-from model_explorer.latency.table import FEATURES, LatencyTable, key_of
+from model_explorer.latency.table import LatencyTable, fit_correction, key_of
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
 from model_explorer.runtimes import Runtime
@@ -179,56 +179,6 @@ def uniform_forms(measurement: Measurement) -> list[dict[str, str]]:
     return corners
 
 
-def input_feeds(graph: onnx.GraphProto, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of a graph's types and shapes (a free axis takes `batch`)."""
-    generator = np.random.default_rng(seed)
-    feeds = {}
-    for value in graph.input:
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.dim_value > 0 else batch for d in tensor.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            info = np.iinfo(dtype)
-            feeds[value.name] = generator.integers(info.min, info.max, shape, endpoint=True).astype(
-                dtype
-            )
-        else:
-            feeds[value.name] = generator.standard_normal(shape).astype(dtype)
-    return feeds
-
-
-def call_model(segment: onnx.ModelProto) -> onnx.ModelProto:
-    """A graph with the segment's inputs passed through unchanged: what calling the runtime
-    on the segment costs without its work (the call, the inputs' handling), subtracted from
-    the segment's time, since the whole graph pays it once, not once per layer."""
-    graph = segment.graph
-    nodes = [
-        onnx.helper.make_node("Identity", [value.name], [f"{value.name}_passed"])
-        for value in graph.input
-    ]
-    outputs = []
-    for value in graph.input:
-        passed = onnx.ValueInfoProto()
-        passed.CopyFrom(value)
-        passed.name = f"{value.name}_passed"
-        outputs.append(passed)
-    made = onnx.helper.make_model(
-        onnx.helper.make_graph(nodes, "call", list(graph.input), outputs),
-        opset_imports=list(segment.opset_import),
-    )
-    made.ir_version = segment.ir_version
-    return made
-
-
-def runner(runtime: Runtime, path: Path, batch: int) -> tuple[Callable[[], object], bool]:
-    """A function running the graph at `path` once in `runtime` (activated on it), and whether
-    its product ran on integers."""
-    runtime.activate(path)
-    feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
-    integer = any(kernel.integer for kernel in runtime.kernels())
-    return (lambda: runtime.infer_feeds(feeds)), integer
-
-
 def export_plans(
     model: Any, example: torch.Tensor, measurement: Measurement, folder: Path, seed: int
 ) -> None:
@@ -283,6 +233,37 @@ def export_plans(
                 measurement.left_out[layer] = [key_of(c) for c in sorted(missing)]
 
 
+def time_graphs(
+    measurement: Measurement, make_runtime: Callable[[], Runtime], batch: int, repeats: int
+) -> tuple[list[tuple[str, str]], list[Timing], list[bool]]:
+    """Time the segments, the whole graphs and the calls together, interleaved: the segments
+    the runtime could run (one it refuses is left out, with its reason), every timing (those
+    segments', then the whole graphs', then the calls') and whether each segment ran its
+    product on integers."""
+    keys = list(measurement.segments)
+    runtimes, runs, integer = [], [], []
+    for layer, key in list(keys):
+        try:
+            runtime = make_runtime()
+            run, on_integers = runner(runtime, measurement.segments[(layer, key)], batch)
+        except Exception as error:  # noqa: BLE001 - whatever the runtime refuses, said
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            measurement.left_out.setdefault(layer, []).append(f"{key} (the runtime: {reason})")
+            keys.remove((layer, key))
+            continue
+        runtimes.append(runtime)
+        runs.append(run)
+        integer.append(on_integers)
+    for path in [path for _, path in measurement.wholes] + list(measurement.calls.values()):
+        runtime = make_runtime()
+        runs.append(runner(runtime, path, batch)[0])
+        runtimes.append(runtime)
+    timings = interleaved(runs, repeats)
+    for runtime in runtimes:
+        runtime.deactivate()
+    return keys, timings, integer
+
+
 def measure_table(
     model: Any,
     example: torch.Tensor,
@@ -301,28 +282,7 @@ def measure_table(
     example = example[:1].detach().to("cpu", torch.float32)
     with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
         export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
-        keys = list(measurement.segments)
-        runtimes, runs, integer = [], [], []
-        for layer, key in list(keys):
-            try:
-                runtime = make_runtime()
-                run, on_integers = runner(runtime, measurement.segments[(layer, key)], batch)
-            except Exception as error:  # noqa: BLE001 - whatever the runtime refuses, said
-                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                measurement.left_out.setdefault(layer, []).append(f"{key} (the runtime: {reason})")
-                keys.remove((layer, key))
-                continue
-            runtimes.append(runtime)
-            runs.append(run)
-            integer.append(on_integers)
-        extra = [path for _, path in measurement.wholes] + list(measurement.calls.values())
-        for path in extra:
-            runtime = make_runtime()
-            runs.append(runner(runtime, path, batch)[0])
-            runtimes.append(runtime)
-        timings = interleaved(runs, repeats)
-        for runtime in runtimes:
-            runtime.deactivate()
+        keys, timings, integer = time_graphs(measurement, make_runtime, batch, repeats)
     calls = dict(
         zip(measurement.calls, timings[len(keys) + len(measurement.wholes) :], strict=True)
     )
@@ -358,38 +318,6 @@ def measure_table(
     ]
     table.fit = fit_correction(table.wholes)
     return table
-
-
-def fit_correction(wholes: list[dict[str, Any]]) -> dict[str, float]:
-    """The correction of the layer sum (latency/table.py), fitted over the whole graphs
-    measured by least squares with a soft-L1 loss (a whole graph timed during a burst of load
-    moves it little), the layer sum's scale kept >= 0; a feature that does not vary among the
-    graphs is left out, and with too few graphs, the median difference alone."""
-    from scipy.optimize import least_squares
-
-    measured = np.array([w["median_ms"] for w in wholes])
-    features = np.array([w["features"] for w in wholes], dtype=float)
-    names = list(FEATURES)
-    fit = dict.fromkeys(names, 0.0) | {"scale": 1.0}
-    if len(wholes) < 6 or np.ptp(features[:, 0]) <= 1e-9:
-        return fit | {"intercept_ms": float(np.median(measured - features[:, 0]))}
-    used = [i for i in range(len(names)) if np.ptp(features[:, i]) > 0]
-    design = np.column_stack([np.ones(len(wholes)), features[:, used]])
-    start = np.linalg.lstsq(design, measured, rcond=None)[0]
-    start[1] = max(start[1], 0.0)
-    spread = float(np.median(np.abs(measured - design @ start))) or float(np.median(measured)) / 100
-    lower = [-np.inf, 0.0] + [-np.inf] * (len(used) - 1)
-    fitted = least_squares(
-        lambda p: design @ p - measured,
-        start,
-        loss="soft_l1",
-        f_scale=spread,
-        bounds=(lower, np.inf),
-    ).x
-    fit["intercept_ms"] = float(fitted[0])
-    for index, value in zip(used, fitted[1:], strict=True):
-        fit[names[index]] = float(value)
-    return fit
 
 
 def time_plans(

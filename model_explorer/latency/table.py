@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
 from model_explorer.plan import ROLES
@@ -135,9 +137,14 @@ class LatencyTable:
         not on integer kernels (a runtime dequantizes them every call; in the whole graph they
         leave the caches, which a segment run alone keeps warm)."""
         integer = self.on_integers(plan)
-        return sum(
-            entry.get("weights", 0) for layer, entry in self.layers.items() if not integer[layer]
-        ) / 1e6
+        return (
+            sum(
+                entry.get("weights", 0)
+                for layer, entry in self.layers.items()
+                if not integer[layer]
+            )
+            / 1e6
+        )
 
     def features(self, plan: dict[str, dict[str, Any]]) -> list[float]:
         """What the correction reads (FEATURES): the layer sum, the layers on integer kernels
@@ -241,3 +248,35 @@ def fit_errors(table: LatencyTable) -> list[float]:
         abs(table.predict(whole["plan"]) - whole["median_ms"]) / whole["median_ms"]
         for whole in table.wholes
     ]
+
+
+def fit_correction(wholes: list[dict[str, Any]]) -> dict[str, float]:
+    """The correction of the layer sum (LatencyTable.predict), fitted over the whole graphs
+    measured by least squares with a soft-L1 loss (a whole graph timed during a burst of load
+    moves it little), the layer sum's scale kept >= 0; a feature that does not vary among the
+    graphs is left out, and with too few graphs, the median difference alone."""
+    from scipy.optimize import least_squares
+
+    measured = np.array([w["median_ms"] for w in wholes])
+    features = np.array([w["features"] for w in wholes], dtype=float)
+    names = list(FEATURES)
+    fit = dict.fromkeys(names, 0.0) | {"scale": 1.0}
+    if len(wholes) < 6 or np.ptp(features[:, 0]) <= 1e-9:
+        return fit | {"intercept_ms": float(np.median(measured - features[:, 0]))}
+    used = [i for i in range(len(names)) if np.ptp(features[:, i]) > 0]
+    design = np.column_stack([np.ones(len(wholes)), features[:, used]])
+    start = np.linalg.lstsq(design, measured, rcond=None)[0]
+    start[1] = max(start[1], 0.0)
+    spread = float(np.median(np.abs(measured - design @ start))) or float(np.median(measured)) / 100
+    lower = [-np.inf, 0.0] + [-np.inf] * (len(used) - 1)
+    fitted = least_squares(
+        lambda p: design @ p - measured,
+        start,
+        loss="soft_l1",
+        f_scale=spread,
+        bounds=(lower, np.inf),
+    ).x
+    fit["intercept_ms"] = float(fitted[0])
+    for index, value in zip(used, fitted[1:], strict=True):
+        fit[names[index]] = float(value)
+    return fit

@@ -223,6 +223,10 @@ class Tvm(Runtime):
     def run(self, inputs: np.ndarray) -> np.ndarray:
         return self.run_all(inputs)[0]
 
+    def infer_feeds(self, feeds: dict[str, np.ndarray]) -> Any:
+        # the frontend keeps the file's inputs in order, as the feeds are given
+        return self.run_all(*feeds.values())
+
     def kernels(self) -> list[Kernel]:
         """The products of the imported module with the dtype they read, named after the ONNX
         nodes they came from (the frontend converts nodes in the file's order)."""

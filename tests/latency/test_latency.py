@@ -6,6 +6,8 @@ assertion here is on a time (benchmarks/bench_latency.py carries the figures).""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -23,12 +25,11 @@ from conftest import write_workload  # noqa: E402
 from model_explorer.cli import main  # noqa: E402
 from model_explorer.deployment.export import export_qdq  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
-from model_explorer.latency.measure import measure_table  # noqa: E402
 from model_explorer.latency.segments import inferred, segment_model, segments  # noqa: E402
 from model_explorer.latency.table import LatencyTable  # noqa: E402
 from model_explorer.latency.timing import interleaved  # noqa: E402
 from model_explorer.plan import apply_plan  # noqa: E402
-from model_explorer.runtimes import open_runtime, runtime_setting  # noqa: E402
+from model_explorer.runtimes import open_runtime  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
 
@@ -120,12 +121,40 @@ def test_interleaved_timing_runs_every_graph_once_per_round_in_turn() -> None:
 
 
 @pytest.fixture(scope="module")
-def table(digits) -> LatencyTable:  # noqa: ANN001
-    _, model, inputs = digits
-    genes = {gene: [3, 8] for gene in model.explorable_modules}
-    runtime, setting = runtime_setting("onnxruntime")
-    machine = {"runtime": "onnxruntime", "threads": 1}
-    return measure_table(model, inputs, genes, lambda: runtime(setting, 1), machine, {}, repeats=3)
+def latency_workload(trained_digits, tmp_path_factory) -> Path:  # noqa: ANN001
+    """The default workload searching [accuracy, latency] in onnxruntime at 3 to 8 bits
+    (activations: integers clipped or not; weights: INT4, INT8 clipped or not)."""
+    folder = tmp_path_factory.mktemp("latency_search")
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    body = data["workload"]
+    body["calibration"]["file"] = str(folder / "calibration.pt")
+    body["problem"]["objectives"] = ["accuracy", "latency"]
+    body["problem"]["num_bits_lower_limit"] = 3
+    body["problem"]["latency"] = {"runtime": "onnxruntime", "threads": 1, "repeats": 3}
+    body["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
+    workload = write_workload(data, folder / "digits_latency.yaml")
+    assert main(["calibrate", str(workload)]) == 0
+    return workload
+
+
+@pytest.fixture(scope="module")
+def searched(latency_workload: Path) -> tuple[Path, str]:
+    """(result file, what explore printed) of the search, which measures the table first."""
+    result_file = latency_workload.with_name("result.pkl")
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        code = main(
+            ["explore", str(latency_workload), "--output", str(result_file), "--no-progress"]
+        )
+    assert code == 0
+    return result_file, said.getvalue()
+
+
+@pytest.fixture(scope="module")
+def table(latency_workload: Path, searched) -> LatencyTable:  # noqa: ANN001
+    path = latency_workload.parent / "results" / "digits_latency_latency_onnxruntime.json"
+    return LatencyTable.load(path, "the search's table")
 
 
 def test_every_layer_meets_every_combination_of_its_segments_forms(table: LatencyTable) -> None:
@@ -136,10 +165,13 @@ def test_every_layer_meets_every_combination_of_its_segments_forms(table: Latenc
         ]
         assert len(entry["times"]) == int(np.prod(forms)), layer
     assert not table.left_out
-    # 3 bits and 8 bits are two forms: integers clipped to fewer levels, or not
-    assert set(table.genes["0.input_quantizer"].values()) == {"UINT8/clip", "UINT8"} or set(
-        table.genes["0.input_quantizer"].values()
-    ) == {"INT8/clip", "INT8"}
+    # an activation's 3 to 7 bits are one form (integers clipped to fewer levels), 8 another;
+    # a weight's 3 bits are INT4 clipped, 4 INT4, 5 to 7 INT8 clipped
+    assert set(table.genes["3.input_quantizer"].values()) == {"UINT8/clip", "UINT8"}
+    weights = table.genes["3.weight_quantizer"]
+    assert [weights[str(b)] for b in range(3, 9)] == ["INT4/clip", "INT4"] + ["INT8/clip"] * 3 + [
+        "INT8"
+    ]
 
 
 def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_graph(
@@ -156,7 +188,7 @@ def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_gr
         plan = {
             layer: {
                 "input_bits": int(generator.choice([3, 8])),
-                "weight_bits": int(generator.choice([3, 8])),
+                "weight_bits": int(generator.choice([3, 6, 8])),
             }
             for layer in model.layers
         }
@@ -200,32 +232,12 @@ def test_a_table_is_plain_json_and_refused_where_it_was_measured_otherwise(
         LatencyTable.load(path, "here")
 
 
-@pytest.fixture(scope="module")
-def latency_workload(trained_digits, tmp_path_factory) -> Path:  # noqa: ANN001
-    folder = tmp_path_factory.mktemp("latency_search")
-    workload_file, _ = trained_digits
-    data = yaml.safe_load(workload_file.read_text())
-    body = data["workload"]
-    body["calibration"]["file"] = str(folder / "calibration.pt")
-    body["problem"]["objectives"] = ["accuracy", "latency"]
-    body["problem"]["num_bits_lower_limit"] = 6
-    body["problem"]["latency"] = {"runtime": "onnxruntime", "threads": 1, "repeats": 3}
-    body["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
-    workload = write_workload(data, folder / "digits_latency.yaml")
-    assert main(["calibrate", str(workload)]) == 0
-    return workload
-
-
 def test_a_search_on_latency_records_the_front_predicted_and_measured(
-    latency_workload: Path, capsys
+    latency_workload: Path, searched, capsys
 ) -> None:
     from model_explorer.results import ExplorationResult
 
-    result_file = latency_workload.with_name("result.pkl")
-    assert (
-        main(["explore", str(latency_workload), "--output", str(result_file), "--no-progress"]) == 0
-    )
-    said = capsys.readouterr().out
+    result_file, said = searched
     assert (
         "measured_latency" in said and "feasible front members timed whole in onnxruntime" in said
     )
@@ -236,17 +248,13 @@ def test_a_search_on_latency_records_the_front_predicted_and_measured(
         timed = member.extra["latency"]
         assert timed["predicted_ms"] == member.values["latency"] and timed["median_ms"] > 0
     assert result.stats["latency_check"]["members"] == len(front)
-    table = latency_workload.parent / "results" / "digits_latency_latency_onnxruntime.json"
-    assert table.exists()
     # the latency command reuses the matching table
     assert main(["latency", str(latency_workload)]) == 0
     assert "matching table, reused" in capsys.readouterr().out
 
 
-def test_a_table_measured_elsewhere_is_one_line(latency_workload: Path, capsys) -> None:
+def test_a_table_measured_elsewhere_is_one_line(latency_workload: Path, searched, capsys) -> None:
     table = latency_workload.parent / "results" / "digits_latency_latency_onnxruntime.json"
-    if not table.exists():
-        pytest.skip("made by the search test")
     data = json.loads(table.read_text())
     data["machine"]["cpu"] = "another processor"
     elsewhere = table.with_name("elsewhere.json")
