@@ -155,14 +155,15 @@ def check_front(context: WorkloadContext, problem: Any, result: Any) -> dict[str
     as `export` writes it, and record its predicted and measured time side by side
     (`extra["latency"]` of each, the errors in `stats["latency_check"]`); None where the
     problem holds no table."""
-    from model_explorer.latency.measure import time_plans
-
     settings = getattr(problem.options, "latency_settings", None)
     if getattr(problem, "latency", None) is None or settings is None:
         return None
     members = [m for m in result.pareto_front() if m.plan is not None and m.feasible]
     if not members:
         return None
+    # only now: a search without the objective needs neither onnx nor a runtime
+    from model_explorer.latency.measure import time_plans
+
     _, make_runtime = machine_of(settings, problem.options.key("latency"))
     example = next(iter(context.batches("exploration")))[0]
     timings = time_plans(
