@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 from onnx import TensorProto
@@ -27,12 +28,12 @@ from onnx import TensorProto
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.export import export_qdq, quantizers_of
 from model_explorer.errors import UserError
-from model_explorer.latency.running import call_model, runner
+from model_explorer.latency.running import call_model, input_feeds, runner
 from model_explorer.latency.segments import inferred, segment_model, segments
 from model_explorer.latency.table import LatencyTable, fit_correction, key_of
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
-from model_explorer.runtimes import Runtime
+from model_explorer.runtimes import Runtime, layer_of
 
 # Whole configurations exported at most: the combinations not met by then take the layer's
 # slowest measured one (said in the table's left_out).
@@ -52,6 +53,9 @@ class Measurement:
     wholes: list[tuple[dict[str, dict[str, Any]], Path]] = field(default_factory=list)
     # per layer, a graph taking its segment's inputs and computing nothing: the call's cost
     calls: dict[str, Path] = field(default_factory=dict)
+    # per whole graph: each layer's combination, and which layer each node's segment is
+    whole_keys: list[dict[str, str]] = field(default_factory=list)
+    owners: list[dict[str, str]] = field(default_factory=list)
     left_out: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -205,6 +209,8 @@ def export_plans(
                 measurement.sites = {s.layer: s.sites(sites) for s in found}
                 planner = Planner(measurement, seed)
             measurement.wholes.append((plan, path))
+            measurement.owners.append({n.name: s.layer for s in found for n in s.nodes})
+            measurement.whole_keys.append({})
             typed = inferred(proto)
             for segment in found:
                 combination = tuple(
@@ -214,6 +220,7 @@ def export_plans(
                     for site in measurement.sites[segment.layer]
                 )
                 key = (segment.layer, key_of(combination))
+                measurement.whole_keys[-1][segment.layer] = key[1]
                 if key not in measurement.segments:
                     target = folder / f"segment_{len(measurement.segments)}.onnx"
                     alone = segment_model(proto, segment, typed)
@@ -264,6 +271,54 @@ def time_graphs(
     return keys, timings, integer
 
 
+def in_graph_times(
+    measurement: Measurement, make_runtime: Callable[[], Runtime], batch: int, runs: int = 10
+) -> dict[tuple[str, str], float]:
+    """Where the runtime profiles its own nodes: each layer's time inside the whole graphs
+    (its nodes' as the runtime names them, matched to the segment that holds them), per
+    combination the median over the whole graphs that met it; else nothing."""
+    if not make_runtime().profiles:
+        return {}
+    found: dict[tuple[str, str], list[float]] = {}
+    for (_, path), keys, owner in zip(
+        measurement.wholes, measurement.whole_keys, measurement.owners, strict=True
+    ):
+        runtime = make_runtime()
+        runtime.profiling = True
+        runtime.activate(path)
+        feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
+        per_layer = attribute(runtime.profile(feeds, runs), owner, list(keys))
+        runtime.deactivate()
+        for layer, key in keys.items():
+            found.setdefault((layer, key), []).append(per_layer.get(layer, 0.0))
+    return {key: float(np.median(times)) for key, times in found.items()}
+
+
+def attribute(profile: dict[str, float], owner: dict[str, str], layers: list[str]) -> dict:
+    """Layer -> the time of the runtime's nodes that belong to its segment: a node named as an
+    exported node, or after one with the runtime's suffix (`conv/WithoutBiases`, a reorder
+    `<node>_<layouts>_<next node>` counted to the node it leaves), or after the layer."""
+    names = sorted(owner, key=len, reverse=True)
+    totals: dict[str, float] = {}
+    for node, milliseconds in profile.items():
+        layer = owner.get(node)
+        if layer is None:
+            layer = next(
+                (
+                    owner[n]
+                    for n in names
+                    if node.startswith(n) and node[len(n) : len(n) + 1] in "/_"
+                ),
+                None,
+            )
+        if layer is None:
+            matched = layer_of(node, layers)
+            layer = matched if matched in layers else None
+        if layer is not None:
+            totals[layer] = totals.get(layer, 0.0) + milliseconds
+    return totals
+
+
 def measure_table(
     model: Any,
     example: torch.Tensor,
@@ -283,6 +338,7 @@ def measure_table(
     with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
         export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
         keys, timings, integer = time_graphs(measurement, make_runtime, batch, repeats)
+        in_graph = in_graph_times(measurement, make_runtime, batch)
     calls = dict(
         zip(measurement.calls, timings[len(keys) + len(measurement.wholes) :], strict=True)
     )
@@ -297,6 +353,8 @@ def measure_table(
     }
     for (layer, key), timing, on_integers in zip(keys, timings[: len(keys)], integer, strict=True):
         layers[layer]["times"][key] = {**timing.to_dict(), "integer": on_integers}
+        if (layer, key) in in_graph:
+            layers[layer]["times"][key]["in_graph_ms"] = in_graph[(layer, key)]
     table = LatencyTable(
         machine,
         workload,

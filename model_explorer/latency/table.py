@@ -84,16 +84,20 @@ class LatencyTable:
         return key_of(self.site_form(site, choices) for site in self.layers[layer]["sites"])
 
     def layer_times(self, plan: dict[str, dict[str, Any]]) -> dict[str, float]:
-        """Each layer's measured time (ms) under the plan's choices, less the cost of calling
-        the runtime on its segment (`call_ms`, which the whole graph pays once); a combination
-        the table lacks takes the layer's slowest measured one."""
+        """Each layer's measured time (ms) under the plan's choices: inside the whole graphs
+        where the runtime profiles its nodes (`in_graph_ms`), else its segment's alone less the
+        cost of calling the runtime on it (`call_ms`, which the whole graph pays once); a
+        combination the table lacks takes the layer's slowest measured one."""
         choices = plan_choices(plan)
         found = {}
         for layer, entry in self.layers.items():
             timing = entry["times"].get(self.key(layer, choices))
             if timing is None:
                 timing = max(entry["times"].values(), key=lambda t: t["median_ms"])
-            found[layer] = max(timing["median_ms"] - entry.get("call_ms", 0.0), 0.0)
+            if "in_graph_ms" in timing:  # the runtime's own profile of the whole graphs
+                found[layer] = timing["in_graph_ms"]
+            else:
+                found[layer] = max(timing["median_ms"] - entry.get("call_ms", 0.0), 0.0)
         return found
 
     def segment_sum(self, plan: dict[str, dict[str, Any]]) -> float:

@@ -143,6 +143,16 @@ class Runtime:
         """The first output for a batch."""
         return next(iter(self.infer(inputs).values()))
 
+    # Whether `profile` reads the runtime's own time per executed node (set `profiling`
+    # before activating).
+    profiles: ClassVar[bool] = False
+    profiling: bool = False
+
+    def profile(self, feeds: dict[str, np.ndarray], runs: int) -> dict[str, float]:
+        """The runtime's own time per executed node (ms, the median over `runs` runs), by
+        the name it gives the node; only where `profiles`."""
+        raise UserError(f"runtime {self.name} reports no time per node")
+
     def infer_feeds(self, feeds: dict[str, np.ndarray]) -> Any:
         """Run a graph of several inputs, given by name (a segment of a graph, timed by
         latency/); what it returns is the runtime's own."""

@@ -29,7 +29,7 @@ from model_explorer.latency.segments import inferred, segment_model, segments  #
 from model_explorer.latency.table import LatencyTable  # noqa: E402
 from model_explorer.latency.timing import interleaved  # noqa: E402
 from model_explorer.plan import apply_plan  # noqa: E402
-from model_explorer.runtimes import open_runtime  # noqa: E402
+from model_explorer.runtimes import open_runtime, runtime_setting  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
 
@@ -298,3 +298,38 @@ def test_choices_the_export_cannot_write_are_left_out_of_their_genes() -> None:
     table.genes = {"a.input_quantizer": {str(b): "INT8" for b in (3, 4, 6, 7, 8)}}
     with pytest.raises(UserError, match="cannot be exported at 5 bits, inside its range"):
         leave_out(bits, table, "here")
+
+
+def test_a_runtime_s_own_profile_is_counted_to_the_segments_holding_its_nodes() -> None:
+    """By hand: a node named as an exported node, one named after it with the runtime's
+    suffix, a reorder counted to the node it leaves; a node of no segment is counted to none."""
+    from model_explorer.latency.measure import attribute
+
+    owner = {"3": "3", "model.7.input_quantizer/Quantize": "3", "7": "7", "7/bias": "7"}
+    profile = {
+        "3/WithoutBiases": 1.0,
+        "model.7.input_quantizer/Quantize_aBcd16b_acdb_7/WithoutBiases": 0.5,
+        "7": 2.0,
+        "Multiply_1": 0.25,
+    }
+    assert attribute(profile, owner, ["3", "7"]) == {"3": 1.5, "7": 2.0}
+
+
+def test_openvino_s_table_reads_each_layer_inside_the_whole_graph(digits) -> None:  # noqa: ANN001
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from model_explorer.latency.measure import measure_table
+
+    _, model, inputs = digits
+    runtime, setting = runtime_setting("openvino")
+    genes = {gene: [8] for gene in model.explorable_modules}
+    table = measure_table(
+        model, inputs, genes, lambda: runtime(setting, 1), {"runtime": "openvino"}, {}, repeats=2
+    )
+    for layer, entry in table.layers.items():
+        for timing in entry["times"].values():
+            assert timing["in_graph_ms"] > 0, layer
+    plan = {layer: {"input_bits": 8, "weight_bits": 8} for layer in table.layers}
+    assert table.layer_times(plan) == {
+        layer: next(iter(entry["times"].values()))["in_graph_ms"]
+        for layer, entry in table.layers.items()
+    }
