@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import torch
 from onnx import TensorProto
@@ -28,12 +27,13 @@ from onnx import TensorProto
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.export import export_qdq, quantizers_of
 from model_explorer.errors import UserError
-from model_explorer.latency.running import call_model, input_feeds, runner
+from model_explorer.latency.profile import in_graph_times
+from model_explorer.latency.running import call_model, runner
 from model_explorer.latency.segments import inferred, segment_model, segments
 from model_explorer.latency.table import LatencyTable, fit_correction, key_of
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
-from model_explorer.runtimes import Runtime, layer_of
+from model_explorer.runtimes import Runtime
 
 # Whole configurations exported at most: the combinations not met by then take the layer's
 # slowest measured one (said in the table's left_out).
@@ -282,54 +282,6 @@ def time_graphs(
     return keys, parts[: len(keys)] + wholes + calls, integer
 
 
-def in_graph_times(
-    measurement: Measurement, make_runtime: Callable[[], Runtime], batch: int, runs: int = 10
-) -> dict[tuple[str, str], float]:
-    """Where the runtime profiles its own nodes: each layer's time inside the whole graphs
-    (its nodes' as the runtime names them, matched to the segment that holds them), per
-    combination the median over the whole graphs that met it; else nothing."""
-    if not make_runtime().profiles:
-        return {}
-    found: dict[tuple[str, str], list[float]] = {}
-    for (_, path), keys, owner in zip(
-        measurement.wholes, measurement.whole_keys, measurement.owners, strict=True
-    ):
-        runtime = make_runtime()
-        runtime.profiling = True
-        runtime.activate(path)
-        feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
-        per_layer = attribute(runtime.profile(feeds, runs), owner, list(keys))
-        runtime.deactivate()
-        for layer, key in keys.items():
-            found.setdefault((layer, key), []).append(per_layer.get(layer, 0.0))
-    return {key: float(np.median(times)) for key, times in found.items()}
-
-
-def attribute(profile: dict[str, float], owner: dict[str, str], layers: list[str]) -> dict:
-    """Layer -> the time of the runtime's nodes that belong to its segment: a node named as an
-    exported node, or after one with the runtime's suffix (`conv/WithoutBiases`, a reorder
-    `<node>_<layouts>_<next node>` counted to the node it leaves), or after the layer."""
-    names = sorted(owner, key=len, reverse=True)
-    totals: dict[str, float] = {}
-    for node, milliseconds in profile.items():
-        layer = owner.get(node)
-        if layer is None:
-            layer = next(
-                (
-                    owner[n]
-                    for n in names
-                    if node.startswith(n) and node[len(n) : len(n) + 1] in "/_"
-                ),
-                None,
-            )
-        if layer is None:
-            matched = layer_of(node, layers)
-            layer = matched if matched in layers else None
-        if layer is not None:
-            totals[layer] = totals.get(layer, 0.0) + milliseconds
-    return totals
-
-
 def measure_table(
     model: Any,
     example: torch.Tensor,
@@ -349,7 +301,9 @@ def measure_table(
     with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
         export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
         keys, timings, integer = time_graphs(measurement, make_runtime, batch, repeats)
-        in_graph = in_graph_times(measurement, make_runtime, batch)
+        in_graph = in_graph_times(
+            measurement.wholes, measurement.whole_keys, measurement.owners, make_runtime, batch
+        )
     calls = dict(
         zip(measurement.calls, timings[len(keys) + len(measurement.wholes) :], strict=True)
     )

@@ -303,7 +303,7 @@ def test_choices_the_export_cannot_write_are_left_out_of_their_genes() -> None:
 def test_a_runtime_s_own_profile_is_counted_to_the_segments_holding_its_nodes() -> None:
     """By hand: a node named as an exported node, one named after it with the runtime's
     suffix, a reorder counted to the node it leaves; a node of no segment is counted to none."""
-    from model_explorer.latency.measure import attribute
+    from model_explorer.latency.profile import attribute
 
     owner = {"3": "3", "model.7.input_quantizer/Quantize": "3", "7": "7", "7/bias": "7"}
     profile = {
