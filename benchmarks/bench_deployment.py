@@ -6,6 +6,7 @@ accuracy of the 8-bit file with operand quantizers in onnxruntime beside the fak
 model's, on the workload's exploration data.
 
     python benchmarks/bench_deployment.py [--model resnet18] [--batch 16] [--repeats 10]
+        [--runtimes onnxruntime openvino openvino:f32] [--workload W]
         [--workload workloads/resnet20_digits.yaml --weights results/resnet20_digits_baseline.pt]
 """
 
@@ -42,6 +43,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--runtimes",
+        nargs="+",
+        default=["onnxruntime", "openvino"],
+        help="NAME or NAME:SETTING of each runtime (openvino:f32: float32 inference precision)",
+    )
     parser.add_argument("--workload", help="a workload whose accuracy gap to measure")
     parser.add_argument("--weights", help="its trained weights (else model.weights)")
     args = parser.parse_args()
@@ -65,7 +72,7 @@ def main() -> None:
         size = path.stat().st_size
         print(f"{name:<22}{size / 1e6:>8.2f}{size / float_size:>9.3f}")
     inputs = x.numpy()
-    for runtime in ("onnxruntime", "openvino"):
+    for runtime in args.runtimes:
         sessions = {name: open_runtime(runtime, path) for name, path in files.items()}
         variants = {name: (lambda s=s: s.run(inputs), None) for name, s in sessions.items()}
         times = interleaved_medians(variants, args.repeats)
