@@ -6,7 +6,7 @@ accuracy of the 8-bit file with operand quantizers in onnxruntime beside the fak
 model's, on the workload's exploration data.
 
     python benchmarks/bench_deployment.py [--model resnet18] [--batch 16] [--repeats 10]
-        [--runtimes onnxruntime openvino openvino:f32] [--workload W]
+        [--runtimes onnxruntime openvino openvino:f32]
         [--workload workloads/resnet20_digits.yaml --weights results/resnet20_digits_baseline.pt]
 """
 
