@@ -100,7 +100,7 @@ def random_errors(workload, context, table, runtime: str, threads: int) -> list[
     space (seeded), timed whole in one interleaved run."""
     import random
 
-    from model_explorer.latency.measure import time_plans
+    from model_explorer.latency.running import time_plans
     from model_explorer.operations.latency import machine_of
     from model_explorer.operations.rebuild import build_problem
     from model_explorer.problems.options import LatencySettings
@@ -140,7 +140,7 @@ def hypervolume(points: np.ndarray, reference: tuple[float, float]) -> float:
 
 
 def searches(args: argparse.Namespace, folder: Path) -> None:
-    from model_explorer.latency.measure import time_plans
+    from model_explorer.latency.running import time_plans
     from model_explorer.operations.latency import machine_of
     from model_explorer.operations.rebuild import rebuild_problem
     from model_explorer.problems.options import LatencySettings

@@ -269,17 +269,44 @@ def time_graphs(
     for runtime in runtimes:
         runtime.deactivate()
     # the whole graphs on their own, as the front is timed after a search and a user runs a
-    # model: not among hundreds of other graphs a runtime holds threads and memory for
+    # model: not among hundreds of other graphs a runtime holds threads and memory for; one
+    # holding a form the runtime refuses is left out
     runtimes, runs = [], []
-    for _, path in measurement.wholes:
-        runtime = make_runtime()
-        runs.append(runner(runtime, path, batch)[0])
+    for index in reversed(range(len(measurement.wholes))):
+        try:
+            runtime = make_runtime()
+            runs.insert(0, runner(runtime, measurement.wholes[index][1], batch)[0])
+        except Exception:  # noqa: BLE001 - its segments said why
+            for held in (measurement.wholes, measurement.whole_keys, measurement.owners):
+                del held[index]
+            continue
         runtimes.append(runtime)
     wholes = interleaved(runs, repeats)
     for runtime in runtimes:
         runtime.deactivate()
     calls = parts[len(keys) :]
     return keys, parts[: len(keys)] + wholes + calls, integer
+
+
+def refuse_forms(measurement: Measurement, measured: set[tuple[str, str]]) -> None:
+    """A quantizer's form that the runtime refused in every segment holding it leaves its
+    gene: the choices of that form are taken out of the table (and so, by
+    operations/latency.leave_out, out of the gene), said in `left_out`."""
+    for layer, sites in measurement.sites.items():
+        tried = [key for (owner, key) in measurement.segments if owner == layer]
+        for position, site in enumerate(sites):
+            gene = measurement.site_genes.get(site)
+            if gene is None:
+                continue
+            for form in set(measurement.genes[gene].values()):
+                holding = [k for k in tried if k.split(" | ")[position] == form]
+                if holding and not any((layer, k) in measured for k in holding):
+                    dropped = [c for c, f in measurement.genes[gene].items() if f == form]
+                    for choice in dropped:
+                        del measurement.genes[gene][choice]
+                    measurement.left_out.setdefault(gene, []).append(
+                        f"{', '.join(dropped)}: the runtime cannot run {form}"
+                    )
 
 
 def measure_table(
@@ -301,6 +328,7 @@ def measure_table(
     with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
         export_plans(model.cpu().eval(), example, measurement, Path(folder), seed)
         keys, timings, integer = time_graphs(measurement, make_runtime, batch, repeats)
+        refuse_forms(measurement, set(keys))
         in_graph = in_graph_times(
             measurement.wholes, measurement.whole_keys, measurement.owners, make_runtime, batch
         )
@@ -341,35 +369,3 @@ def measure_table(
     ]
     table.fit = fit_correction(table.wholes)
     return table
-
-
-def time_plans(
-    model: Any,
-    example: torch.Tensor,
-    plans: list[dict[str, dict[str, Any]]],
-    make_runtime: Callable[[], Runtime],
-    batch: int = 1,
-    repeats: int = 15,
-) -> list[Timing]:
-    """Each plan's whole exported graph (as `export` writes it) timed in a runtime made by
-    `make_runtime`, the plans interleaved."""
-    saved = current_plan(model)
-    example = example[:1].detach().to("cpu", torch.float32)
-    runtimes, runs = [], []
-    with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
-        try:
-            for index, plan in enumerate(plans):
-                apply_plan(plan, model)
-                path = Path(folder) / f"plan_{index}.onnx"
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    export_qdq(model.cpu().eval(), example, path)
-                runtime = make_runtime()
-                runs.append(runner(runtime, path, batch)[0])
-                runtimes.append(runtime)
-        finally:
-            apply_plan(saved, model)
-        timings = interleaved(runs, repeats)
-        for runtime in runtimes:
-            runtime.deactivate()
-    return timings

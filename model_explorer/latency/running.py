@@ -1,15 +1,22 @@
 """Graphs run for timing: random inputs of a graph's types, a function running an activated
-runtime on them once (and whether its product ran on integers), and the graph that only takes
-a segment's inputs (the cost of a call)."""
+runtime on them once (and whether its product ran on integers), the graph that only takes a
+segment's inputs (the cost of a call), and whole configurations exported and timed."""
 
 from __future__ import annotations
 
+import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import torch
 
+from model_explorer.deployment.export import export_qdq
+from model_explorer.latency.timing import Timing, interleaved
+from model_explorer.plan import apply_plan, current_plan
 from model_explorer.runtimes import Runtime
 
 
@@ -61,3 +68,35 @@ def runner(runtime: Runtime, path: Path, batch: int) -> tuple[Callable[[], objec
     feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
     integer = any(kernel.integer for kernel in runtime.kernels())
     return (lambda: runtime.infer_feeds(feeds)), integer
+
+
+def time_plans(
+    model: Any,
+    example: torch.Tensor,
+    plans: list[dict[str, dict[str, Any]]],
+    make_runtime: Callable[[], Runtime],
+    batch: int = 1,
+    repeats: int = 15,
+) -> list[Timing]:
+    """Each plan's whole exported graph (as `export` writes it) timed in a runtime made by
+    `make_runtime`, the plans interleaved."""
+    saved = current_plan(model)
+    example = example[:1].detach().to("cpu", torch.float32)
+    runtimes, runs = [], []
+    with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
+        try:
+            for index, plan in enumerate(plans):
+                apply_plan(plan, model)
+                path = Path(folder) / f"plan_{index}.onnx"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    export_qdq(model.cpu().eval(), example, path)
+                runtime = make_runtime()
+                runs.append(runner(runtime, path, batch)[0])
+                runtimes.append(runtime)
+        finally:
+            apply_plan(saved, model)
+        timings = interleaved(runs, repeats)
+        for runtime in runtimes:
+            runtime.deactivate()
+    return timings

@@ -38,8 +38,9 @@ def table_path(context: WorkloadContext, settings: LatencySettings) -> Path:
 
 def leave_out(problem: Any, table: LatencyTable, where: str) -> list[str]:
     """Leave out of each gene the choices the table could not price (the export has no form
-    for them): a format dropped from the gene's list, a bit-width range narrowed to the widths
-    kept (one sentence where they are not a range, or none is kept). Returns what was left
+    for them, or the runtime refused their form): a format dropped from the gene's list, a
+    bit-width range narrowed to the widths kept (one sentence where they are not a range, or
+    none is kept). Returns what was left
     out, one entry per gene."""
     from model_explorer.problems.base import Variable
 
@@ -62,7 +63,7 @@ def leave_out(problem: Any, table: LatencyTable, where: str) -> list[str]:
             continue
         if not kept:
             raise UserError(
-                f"{where}: no choice of '{variable.name}' can be exported for the runtime "
+                f"{where}: no choice of '{variable.name}' can be exported and run in the runtime "
                 f"({', '.join(dropped)}); narrow its choices with problem.layer_bounds"
             )
         if problem.allowed is not None:
@@ -70,8 +71,8 @@ def leave_out(problem: Any, table: LatencyTable, where: str) -> list[str]:
             problem.variables[index] = Variable(variable.name, 0, len(kept) - 1)
         elif kept != list(range(kept[0], kept[-1] + 1)):
             raise UserError(
-                f"{where}: '{variable.name}' cannot be exported at {', '.join(dropped)} bits, "
-                "inside its range; narrow it with problem.layer_bounds"
+                f"{where}: '{variable.name}' cannot be exported or run at "
+                f"{', '.join(dropped)} bits, inside its range; narrow it with problem.layer_bounds"
             )
         else:
             problem.variables[index] = Variable(variable.name, kept[0], kept[-1])
@@ -162,7 +163,7 @@ def check_front(context: WorkloadContext, problem: Any, result: Any) -> dict[str
     if not members:
         return None
     # only now: a search without the objective needs neither onnx nor a runtime
-    from model_explorer.latency.measure import time_plans
+    from model_explorer.latency.running import time_plans
 
     _, make_runtime = machine_of(settings, problem.options.key("latency"))
     example = next(iter(context.batches("exploration")))[0]

@@ -64,7 +64,7 @@ def build_quantization_problem(
         dropped = leave_out(problem, problem.latency, options.key("latency"))
         if dropped:
             log.warning(
-                "%s: left out of the genes, as the export has no form for them: %s",
+                "%s: left out of the genes, as the export or the runtime cannot run them: %s",
                 options.key("latency"),
                 "; ".join(dropped),
             )

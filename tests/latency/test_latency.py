@@ -25,6 +25,7 @@ from conftest import write_workload  # noqa: E402
 from model_explorer.cli import main  # noqa: E402
 from model_explorer.deployment.export import export_qdq  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
+from model_explorer.latency.measure import measure_table  # noqa: E402
 from model_explorer.latency.segments import inferred, segment_model, segments  # noqa: E402
 from model_explorer.latency.table import LatencyTable  # noqa: E402
 from model_explorer.latency.timing import interleaved  # noqa: E402
@@ -296,7 +297,7 @@ def test_choices_the_export_cannot_write_are_left_out_of_their_genes() -> None:
     assert leave_out(bits, table, "here") == ["a.input_quantizer: 2"]
     assert (bits.variables[0].lower, bits.variables[0].upper) == (3, 8)
     table.genes = {"a.input_quantizer": {str(b): "INT8" for b in (3, 4, 6, 7, 8)}}
-    with pytest.raises(UserError, match="cannot be exported at 5 bits, inside its range"):
+    with pytest.raises(UserError, match="cannot be exported or run at 5 bits, inside its range"):
         leave_out(bits, table, "here")
 
 
@@ -333,3 +334,28 @@ def test_openvino_s_table_reads_each_layer_inside_the_whole_graph(digits) -> Non
         layer: next(iter(entry["times"].values()))["in_graph_ms"]
         for layer, entry in table.layers.items()
     }
+
+
+def test_a_form_the_runtime_refuses_leaves_its_gene_with_its_reason(digits) -> None:  # noqa: ANN001
+    """A planted fault: a runtime that refuses any graph holding INT4 weights. The 3- and
+    4-bit weight choices leave their genes, said with the runtime's words; the rest is priced."""
+    from model_explorer.runtimes.onnxruntime import OnnxRuntime
+
+    class NoInt4(OnnxRuntime):
+        def activate(self, path: Path) -> None:
+            stored = onnx.load(str(path)).graph.initializer
+            if any(t.data_type == onnx.TensorProto.INT4 for t in stored):
+                raise UserError("no INT4 kernels here")
+            super().activate(path)
+
+    _, model, inputs = digits
+    genes = {gene: [4, 8] for gene in model.explorable_modules}
+    table = measure_table(model, inputs, genes, lambda: NoInt4("default", 1), {}, {}, repeats=2)
+    weights = [gene for gene in genes if gene.endswith("weight_quantizer")]
+    for gene in weights:
+        assert table.genes[gene] == {"8": "INT8"}
+        assert table.left_out[gene] == ["4: the runtime cannot run INT4"]
+    assert all(set(table.genes[g]) == {"4", "8"} for g in genes if g not in weights)
+    assert any("no INT4 kernels here" in said for said in table.left_out.get("0", []))
+    plan = {layer: {"input_bits": 4, "weight_bits": 8} for layer in table.layers}
+    assert table.predict(plan) > 0 and table.wholes
