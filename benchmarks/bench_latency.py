@@ -26,25 +26,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+from prepared import prepared_context
 
 from model_explorer.context import WorkloadContext
 from model_explorer.operations.explore import ExploreOptions, explore
-from model_explorer.operations.pipeline import calibrate_workload
-from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 
 
 def prepared(name: str, overrides: list[str]) -> tuple[Workload, WorkloadContext]:
-    """The workload with `overrides`, trained where its weights are missing, calibrated."""
-    workload = Workload.load(WORKLOADS / f"{name}.yaml", overrides=overrides)
-    context = WorkloadContext(workload)
-    weights = workload.model.weights
-    if weights is not None and not workload.model.resolve(weights).is_file():
-        train_baseline(context, progress=False)
-    calibrate_workload(context, if_missing=True)
-    return workload, context
+    return prepared_context(str(WORKLOADS / f"{name}.yaml"), overrides)
 
 
 def latency_settings(runtime: str, threads: int, table: Path) -> str:

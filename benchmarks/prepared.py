@@ -3,15 +3,18 @@ when missing, as `make run` makes them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from model_explorer.context import WorkloadContext
 from model_explorer.operations.pipeline import calibrate_workload
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
 
 
-def prepared_context(path: str) -> tuple[Workload, WorkloadContext]:
-    """The workload and its context, trained (unless its model ships weights) and calibrated."""
-    workload = Workload.load(path)
+def prepared_context(path: str, overrides: Sequence[str] = ()) -> tuple[Workload, WorkloadContext]:
+    """The workload (with `overrides`, KEY=VALUE as --set takes them) and its context, trained
+    (unless its model ships weights) and calibrated."""
+    workload = Workload.load(path, overrides=overrides)
     context = WorkloadContext(workload)
     weights = workload.model.weights
     if weights is not None and not workload.model.resolve(weights).is_file():
