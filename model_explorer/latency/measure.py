@@ -98,8 +98,12 @@ def gene_forms(model: Any, genes: dict[str, list[Any]], measurement: Measurement
 
 
 def _set(model: Any, layer: str, setting: str, choice: Any) -> None:
-    key = FORMAT_OF[setting] if isinstance(choice, str) else setting
-    apply_plan({layer: {key: choice}}, model)
+    apply_plan({layer: {_setting(setting, choice): choice}}, model)
+
+
+def _setting(setting: str, choice: Any) -> str:
+    """The plan's setting a gene's choice goes into: a bit width's, or a format's name's."""
+    return FORMAT_OF[setting] if isinstance(choice, str) else setting
 
 
 def representative_plan(measurement: Measurement, forms: dict[str, str]) -> dict[str, dict]:
@@ -109,8 +113,7 @@ def representative_plan(measurement: Measurement, forms: dict[str, str]) -> dict
         choice = next(c for c, f in measurement.genes[gene].items() if f == form)
         layer, setting = variable_setting(gene)
         value: Any = int(choice) if choice.lstrip("-").isdigit() else choice
-        setting = setting if isinstance(value, int) else FORMAT_OF[setting]
-        plan.setdefault(layer, {})[setting] = value
+        plan.setdefault(layer, {})[_setting(setting, value)] = value
     return plan
 
 

@@ -70,7 +70,6 @@ class LatencyTable:
     layers: dict[str, dict[str, Any]]
     fit: dict[str, float] = field(default_factory=lambda: {"intercept_ms": 0.0, "scale": 1.0})
     wholes: list[dict[str, Any]] = field(default_factory=list)
-    float_ms: dict[str, float] = field(default_factory=dict)
     left_out: dict[str, list[str]] = field(default_factory=dict)
 
     # -- prediction -------------------------------------------------------------------------
@@ -83,15 +82,26 @@ class LatencyTable:
     def key(self, layer: str, choices: dict[str, str]) -> str:
         return key_of(self.site_form(site, choices) for site in self.layers[layer]["sites"])
 
-    def layer_times(self, plan: dict[str, dict[str, Any]]) -> dict[str, float]:
+    def measured(self, plan: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+        """Each layer's measurement of the combination the plan's choices give it (None where
+        the table lacks it)."""
+        choices = plan_choices(plan)
+        return {
+            layer: entry["times"].get(self.key(layer, choices))
+            for layer, entry in self.layers.items()
+        }
+
+    def layer_times(
+        self, plan: dict[str, dict[str, Any]], measured: dict[str, Any] | None = None
+    ) -> dict[str, float]:
         """Each layer's measured time (ms) under the plan's choices: inside the whole graphs
         where the runtime profiles its nodes (`in_graph_ms`), else its segment's alone less the
         cost of calling the runtime on it (`call_ms`, which the whole graph pays once); a
         combination the table lacks takes the layer's slowest measured one."""
-        choices = plan_choices(plan)
+        measured = self.measured(plan) if measured is None else measured
         found = {}
         for layer, entry in self.layers.items():
-            timing = entry["times"].get(self.key(layer, choices))
+            timing = measured[layer]
             if timing is None:
                 timing = max(entry["times"].values(), key=lambda t: t["median_ms"])
             if "in_graph_ms" in timing:  # the runtime's own profile of the whole graphs
@@ -103,17 +113,13 @@ class LatencyTable:
     def segment_sum(self, plan: dict[str, dict[str, Any]]) -> float:
         return sum(self.layer_times(plan).values())
 
-    def on_integers(self, plan: dict[str, dict[str, Any]]) -> dict[str, bool]:
-        """Whether each layer runs on an integer kernel under the plan's choices."""
-        choices = plan_choices(plan)
-        return {
-            layer: entry["times"].get(self.key(layer, choices), {}).get("integer", False)
-            for layer, entry in self.layers.items()
-        }
-
-    def integer_layers(self, plan: dict[str, dict[str, Any]]) -> int:
-        """How many layers run on integer kernels under the plan's choices."""
-        return sum(self.on_integers(plan).values())
+    def on_integers(
+        self, plan: dict[str, dict[str, Any]], measured: dict[str, Any] | None = None
+    ) -> dict[str, bool]:
+        """Whether each layer runs on an integer kernel under the plan's choices (not where
+        the table lacks its combination)."""
+        measured = self.measured(plan) if measured is None else measured
+        return {layer: bool(t and t["integer"]) for layer, t in measured.items()}
 
     def successors(self) -> list[tuple[str, str]]:
         """(layer, layer its output reaches): a layer's segment holds the input quantizer of
@@ -130,36 +136,21 @@ class LatencyTable:
             if site in inputs and inputs[site] != layer
         ]
 
-    def transitions(self, plan: dict[str, dict[str, Any]]) -> int:
-        """How many times a value passes between an integer and a float kernel: where a
-        runtime converts layout and precision in the whole graph."""
-        integer = self.on_integers(plan)
-        return sum(integer[a] != integer[b] for a, b in self.successors())
-
-    def float_weights(self, plan: dict[str, dict[str, Any]]) -> float:
-        """Millions of weight elements dequantized to float at run time: those of the layers
-        not on integer kernels (a runtime dequantizes them every call; in the whole graph they
-        leave the caches, which a segment run alone keeps warm)."""
-        integer = self.on_integers(plan)
-        return (
-            sum(
-                entry.get("weights", 0)
-                for layer, entry in self.layers.items()
-                if not integer[layer]
-            )
-            / 1e6
-        )
-
     def features(self, plan: dict[str, dict[str, Any]]) -> list[float]:
-        """What the correction reads (FEATURES): the layer sum, the layers on integer kernels
-        (alone, each such segment changes layout at both boundaries), the passages between
-        integer and float kernels (where the whole graph changes it) and the weights
-        dequantized to float."""
+        """What the correction reads (FEATURES): the layer sum; the layers on integer kernels
+        (alone, each such segment changes layout at both boundaries); the passages between
+        integer and float kernels (where the whole graph changes layout and precision); and
+        the millions of weights dequantized to float at run time, those of the layers not on
+        integer kernels (dequantized at every call; in the whole graph they leave the caches,
+        which a segment run alone keeps warm)."""
+        measured = self.measured(plan)
+        integer = self.on_integers(plan, measured)
+        weights = sum(e.get("weights", 0) for n, e in self.layers.items() if not integer[n])
         return [
-            self.segment_sum(plan),
-            self.integer_layers(plan),
-            self.transitions(plan),
-            self.float_weights(plan),
+            sum(self.layer_times(plan, measured).values()),
+            sum(integer.values()),
+            sum(integer[a] != integer[b] for a, b in self.successors()),
+            weights / 1e6,
         ]
 
     def predict(self, plan: dict[str, dict[str, Any]]) -> float:
@@ -240,7 +231,7 @@ def layer_rows(table: LatencyTable) -> list[dict[str, Any]]:
                 "fastest_ms": times[fastest]["median_ms"],
                 "fastest": table.describe(layer, fastest),
                 "slowest_ms": times[slowest]["median_ms"],
-                "slowest": slowest,
+                "slowest": table.describe(layer, slowest),
             }
         )
     return rows

@@ -40,25 +40,15 @@ def leave_out(problem: Any, table: LatencyTable, where: str) -> list[str]:
     """Leave out of each gene the choices the table could not price (the export has no form
     for them, or the runtime refused their form): a format dropped from the gene's list, a
     bit-width range narrowed to the widths kept (one sentence where they are not a range, or
-    none is kept). Returns what was left
-    out, one entry per gene."""
+    none is kept). Returns what was left out, one entry per gene."""
     from model_explorer.problems.base import Variable
 
     said = []
+    choices = gene_choices(problem)
     for index, variable in enumerate(problem.variables):
         priced = table.genes.get(variable.name, {})
-        if problem.allowed is not None:
-            kept = [c for c in problem.allowed[index] if c in priced]
-        else:
-            kept = [
-                b for b in range(int(variable.lower), int(variable.upper) + 1) if str(b) in priced
-            ]
-        choices = (
-            problem.allowed[index]
-            if problem.allowed is not None
-            else range(int(variable.lower), int(variable.upper) + 1)
-        )
-        dropped = [str(c) for c in choices if str(c) not in priced]
+        kept = [c for c in choices[variable.name] if str(c) in priced]
+        dropped = [str(c) for c in choices[variable.name] if str(c) not in priced]
         if not dropped:
             continue
         if not kept:
