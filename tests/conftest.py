@@ -83,6 +83,32 @@ def searched(trained_digits: tuple[Path, Path], tmp_path_factory: pytest.TempPat
     return workload, result
 
 
+@pytest.fixture(scope="session")
+def resnet20_searched(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """(workload file, result file) of resnet20_digits (residual additions) with a shorter
+    training and search than shipped, to keep the suite fast: three epochs, a random start
+    (the sensitivity start's two tables of 44 quantizers would take three times the search)."""
+    import torch
+
+    from model_explorer.cli import main
+
+    folder = tmp_path_factory.mktemp("resnet20")
+    data = yaml.safe_load((REPOSITORY / "workloads" / "resnet20_digits.yaml").read_text())
+    body = data["workload"]
+    body["model"]["weights"] = str(folder / "baseline.pt")
+    body["calibration"]["file"] = str(folder / "calibration.pt")
+    body["retraining"]["epochs"] = 3
+    body["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=4)
+    body["exploration"]["initialization"] = "random"
+    workload = str(write_workload(data, folder / "resnet20.yaml"))
+    torch.manual_seed(0)
+    assert main(["retrain", "--baseline", workload]) == 0
+    assert main(["calibrate", workload]) == 0
+    result = folder / "result.pkl"
+    assert main(["explore", workload, "--output", str(result)]) == 0
+    return Path(workload), result
+
+
 if __name__ == "__main__":
     import tempfile
 

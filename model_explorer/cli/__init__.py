@@ -15,6 +15,7 @@ from typing import NoReturn
 from model_explorer import __version__
 from model_explorer.cli import analysis as _analysis  # noqa: F401
 from model_explorer.cli import cost as _cost  # noqa: F401
+from model_explorer.cli import debug as _debug  # noqa: F401
 from model_explorer.cli import deployment as _deployment  # noqa: F401
 from model_explorer.cli import latency as _latency  # noqa: F401
 from model_explorer.cli import listing as _listing  # noqa: F401
@@ -44,6 +45,7 @@ ORDER = (
     "blocks",
     "analyze",
     "diagnose",
+    "debug",
     "compare",
     "list",
 )

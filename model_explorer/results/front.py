@@ -46,8 +46,10 @@ def by_generation(result: Any, reference: dict[str, float], normalised: bool) ->
     measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
     history = []
-    for generation in sorted({i.generation for i in result.individuals}):
-        chosen = [i for i in result.individuals if i.generation <= generation and i.feasible]
+    # what the search found: individuals repaired after it (debug --target) left out
+    found = [i for i in result.individuals if "repaired_from" not in i.extra]
+    for generation in sorted({i.generation for i in found}):
+        chosen = [i for i in found if i.generation <= generation and i.feasible]
         value = float(measure(result.objective_matrix(chosen, names))) if chosen else 0.0
         history.append((generation, value / scale))
     return history
@@ -66,6 +68,8 @@ def by_samples(
     spent = result.stats.get("sensitivity_forwards", 0)
     history, front = [], np.empty((0, len(senses)))
     for record in result.records:
+        if "repaired_from" in (record.get("extra") or {}):
+            continue  # repaired after the search (debug --target): not what it bought
         spent += samples_of(record)
         if record["feasible"]:
             row = result.objective_matrix([individual(**record)], [n for n, _ in senses])

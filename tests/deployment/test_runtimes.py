@@ -113,29 +113,16 @@ def test_every_front_member_of_the_default_search_holds_in_both_runtimes(
 
 
 def test_the_cheapest_individuals_of_a_resnet20_search_hold_in_both_runtimes(
-    tmp_path: Path,
+    resnet20_searched, tmp_path: Path
 ) -> None:
-    """resnet20_digits (residual additions: some convolutions stay float) with a shorter
-    training and search than shipped, to keep the suite fast: three epochs, a random start
-    (the sensitivity start's two tables of 44 quantizers would take three times the search).
-    The four feasible individuals of the lowest cost, those a user would deploy: a front of a
-    search this short may hold two members only (measured) or, on another processor, one."""
-    data = yaml.safe_load((REPOSITORY / "workloads" / "resnet20_digits.yaml").read_text())
-    body = data["workload"]
-    body["model"]["weights"] = str(tmp_path / "baseline.pt")
-    body["calibration"]["file"] = str(tmp_path / "calibration.pt")
-    body["retraining"]["epochs"] = 3
-    body["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=4)
-    body["exploration"]["initialization"] = "random"
-    workload = str(write_workload(data, tmp_path / "resnet20.yaml"))
-    torch.manual_seed(0)
-    assert main(["retrain", "--baseline", workload]) == 0
-    assert main(["calibrate", workload]) == 0
-    result = tmp_path / "result.pkl"
-    assert main(["explore", workload, "--output", str(result)]) == 0
+    """resnet20_digits (residual additions: some convolutions stay float), searched shortly
+    (conftest.resnet20_searched). The four feasible individuals of the lowest cost, those a
+    user would deploy: a front of a search this short may hold two members only (measured)
+    or, on another processor, one."""
+    workload, result = resnet20_searched
     table_file = tmp_path / "deployment.csv"
     runtimes = runtimes_here()
-    arguments = [workload, str(result), "-n", "4", *backends(runtimes)]
+    arguments = [str(workload), str(result), "-n", "4", *backends(runtimes)]
     check_front(evaluate_deployed(arguments, table_file), runtimes)
 
 

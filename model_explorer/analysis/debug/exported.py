@@ -1,0 +1,84 @@
+"""The same per-layer errors measured in a runtime on the exported file: each layer's input
+before its QuantizeLinear and after its DequantizeLinear, taken out of the runtime as graph
+outputs (as onnxruntime's `qdq_loss_debug.modify_model_output_intermediate_tensors` takes
+them, which also keeps the runtime from fusing across them), beside the float model's input to
+that layer computed in PyTorch: onnxruntime's `qdq_err` and `xmodel_err` of the file."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+
+from model_explorer.analysis.debug.errors import SQNR, layer_io
+from model_explorer.runtimes import as_input, open_runtime
+
+RUNTIME_COLUMNS = ("local_db", "accumulated_db")
+
+
+def quantizer_tensors(proto: onnx.ModelProto, model: Any) -> dict[str, tuple[str, str]]:
+    """Layer -> (the tensor its input quantizer reads, the dequantized tensor the layer reads)
+    in an exported file, found by the names export gives a site's nodes (`<quantizer>/Quantize`,
+    `/Dequantize`, a 16-bit type's `/Clip` before them); layers whose input quantizer the file
+    does not hold (off, or moved by the export) are left out."""
+    paths = {id(module): name for name, module in model.named_modules()}
+    nodes = {node.name: node for node in proto.graph.node}
+    producers = {output: node for node in proto.graph.node for output in node.output}
+    found = {}
+    for layer_name, layer in model.layers.items():
+        site = paths.get(id(layer.input_quantizer))
+        quantize, dequantize = nodes.get(f"{site}/Quantize"), nodes.get(f"{site}/Dequantize")
+        if site is None or quantize is None or dequantize is None:
+            continue
+        before = quantize.input[0]
+        clip = producers.get(before)
+        if clip is not None and clip.name == f"{site}/Clip":
+            before = clip.input[0]
+        found[layer_name] = (before, dequantize.output[0])
+    return found
+
+
+def tapped(proto: onnx.ModelProto, tensors: Iterable[str]) -> onnx.ModelProto:
+    """A copy of `proto` with `tensors` among its graph outputs."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    outputs = {output.name for output in copy.graph.output}
+    for name in tensors:
+        if name not in outputs:
+            copy.graph.output.append(onnx.ValueInfoProto(name=name))
+            outputs.add(name)
+    return copy
+
+
+@torch.no_grad()
+def runtime_errors(
+    model: Any, batches: Iterable[Any], path: Path, runtime: str
+) -> dict[str, dict[str, float]]:
+    """Layer -> `local_db` and `accumulated_db` of the exported file at `path` run by `runtime`
+    (a name or NAME:SETTING), over the batches given (each `(inputs, ...)`); `model` is the
+    QuantizedModel the file was exported from, its plan in effect."""
+    proto = onnx.load(str(path))
+    tensors = quantizer_tensors(proto, model)
+    meters = {layer: {column: SQNR() for column in RUNTIME_COLUMNS} for layer in tensors}
+    layers = {name: model.layers[name] for name in tensors}
+    with tempfile.TemporaryDirectory(prefix="model_explorer_debug_") as folder:
+        file = Path(folder) / "tapped.onnx"
+        onnx.save(tapped(proto, [name for pair in tensors.values() for name in pair]), str(file))
+        session = open_runtime(runtime, file)
+        try:
+            for batch in batches:
+                outputs = session.infer(as_input(batch[0]))
+                with model.preserved_settings():
+                    model.set_enabled(False)
+                    floats, _ = layer_io(model, layers, batch[0])
+                for layer, (before, after) in tensors.items():
+                    meters[layer]["local_db"].add(outputs[before], outputs[after])
+                    if layer in floats:
+                        meters[layer]["accumulated_db"].add(floats[layer][0], outputs[after])
+        finally:
+            session.deactivate()
+    return {layer: {c: m.db for c, m in columns.items()} for layer, columns in meters.items()}
