@@ -25,6 +25,9 @@ _LAZY = {
     "evaluate": "model_explorer.metrics",
     "create_metric": "model_explorer.metrics",
     "train": "model_explorer.training",
+    "search": "model_explorer.library.search",
+    "quantize": "model_explorer.library.quantize",
+    "calibrate": "model_explorer.library.quantize",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -135,7 +135,9 @@ class Registry(Generic[T]):
         (options `import_options`; its builder is imported by `resolve`, not here), else None."""
         if name in self._entries:
             return self._entries[name]
-        if self.imports and ":" in name and self.namespace(name) is None:
+        if self.namespace(name) is not None:  # its builder, bound to the item, takes no options
+            return Entry(name, None)  # type: ignore[arg-type]
+        if self.imports and ":" in name:
             return Entry(name, None, self.import_options)  # type: ignore[arg-type]
         return None
 

@@ -1,0 +1,2 @@
+"""The package as calls from research code: `search` (a caller's model and batches in, a
+Search out), `quantize` and `calibrate`. Nothing below imports this room."""

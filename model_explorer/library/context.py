@@ -1,0 +1,133 @@
+"""The WorkloadContext of objects a caller holds: their nn.Module instead of a `model:` spec,
+their iterables of batches instead of `datasets:` specs. Everything above a context (the
+calibration, the problem builders, explore, export) runs unchanged on it, so a search started
+from Python builds what the command line builds."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Any
+
+import torch
+from torch import nn
+
+from model_explorer.context import WorkloadContext
+from model_explorer.datasets import TensorCache
+from model_explorer.errors import UserError
+from model_explorer.metrics import needs_reference, reference_outputs
+from model_explorer.roles import DATASET_ROLES
+from model_explorer.workload import Workload, dataset_spec
+
+# The roles a caller's data stands for: the exploration data also gives the baseline.
+SAME_DATA = {"baseline": "exploration"}
+
+
+def check_module(model: Any, where: str = "model") -> nn.Module:
+    """A plain nn.Module whose layers can be swapped: a torch.compile'd module or one with
+    forward hooks of the caller's is refused in one sentence."""
+    if not isinstance(model, nn.Module):
+        raise UserError(f"{where}: expected a torch.nn.Module, got {type(model).__name__}")
+    if hasattr(model, "_orig_mod"):
+        raise UserError(
+            f"{where}: the model is wrapped by torch.compile, whose compiled graph would keep "
+            "running the float layers; pass the module before compiling it (model._orig_mod)"
+        )
+    hooked = [
+        name or "the model"
+        for name, module in model.named_modules()
+        if module._forward_hooks or module._forward_pre_hooks
+    ]
+    if hooked:
+        raise UserError(
+            f"{where}: module '{hooked[0]}' carries forward hooks of its own, which would not "
+            "follow its layers when they are swapped for quantized ones; remove them (or pass "
+            "a copy without them) and add them to the models the search returns"
+        )
+    return model
+
+
+class ObjectContext(WorkloadContext):
+    """A WorkloadContext whose model is `model` (copied for every use: quantization swaps
+    layers in place) and whose dataset roles are the caller's iterables of batches (`data`:
+    role -> batches of `(inputs, targets)`, tensors or tuples of tensors; a calibration role's
+    batches may be inputs alone)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        model: nn.Module,
+        data: dict[str, Iterable[Any]],
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(workload, device)
+        self.model = check_module(model)
+        self.data = data
+        self._materialised: dict[str, list[Any]] = {}
+
+    def _role(self, role: str) -> str:
+        return role if role in self.data else SAME_DATA.get(role, role)
+
+    def has_dataset(self, role: str) -> bool:
+        return self._role(role) in self.data
+
+    def dataset(self, role: str) -> tuple[Any, str]:
+        if not self.has_dataset(role):
+            section, key = DATASET_ROLES[role]
+            raise UserError(
+                f"{key}: this step needs data for it; pass {key}= an iterable of batches"
+            )
+        found = dataset_spec(self.workload, role)
+        return found if found is not None else (None, self._role(role))
+
+    def _batches_of(self, role: str) -> list[Any]:
+        """The caller's batches of a role, read once (a generator can be read only once)."""
+        role = self._role(role)
+        if role not in self._materialised:
+            self._materialised[role] = list(self.data[role])
+            if not self._materialised[role]:
+                raise UserError(f"{role}: the iterable given yields no batch; pass one with data")
+        return self._materialised[role]
+
+    def build_model(self, load_weights: bool = True, fold: bool | None = None) -> nn.Module:
+        """A fresh copy of the caller's model on the device, in eval mode (its weights as
+        given: `load_weights` has no file to read), its batch norms folded where the
+        workload's `model.fold_batchnorm` says."""
+        from model_explorer.models.checkpoints import fold_batchnorm
+
+        torch.manual_seed(self.workload.seed)
+        model = copy.deepcopy(self.model).eval()
+        if self.workload.model.fold_batchnorm if fold is None else fold:
+            model = fold_batchnorm(model, where="model.fold_batchnorm")
+        return model.to(self.device)
+
+    @cached_property
+    def _probe_model(self) -> nn.Module:
+        return copy.deepcopy(self.model).eval().to(self.device)
+
+    def batches(self, role: str) -> TensorCache:
+        key = self._role(role)
+        if key not in self._caches:
+            self.dataset(role)  # refused when the caller gave no such data
+            cache = TensorCache.from_batches(self._batches_of(key), self.device, where=key)
+            self.check_data(cache, key)
+            if needs_reference(self.workload.metric):
+                outputs = reference_outputs(self.build_model(), cache)
+                targets = outputs[0] if len(outputs) == 1 else outputs
+                cache = TensorCache(cache.inputs, targets, cache.batch_size)
+            self._caches[key] = cache
+        return self._caches[key]
+
+    def loader(self, role: str, shuffle: bool = False) -> Any:
+        """The caller's batches of a role, as given (calibration reads inputs alone too)."""
+        self.dataset(role)
+        return self._batches_of(role)
+
+    def describe(self, role: str) -> dict[str, Any]:
+        return {
+            "role": role,
+            "where": self._role(role),
+            "type": "python",
+            "samples": self.batches(role).num_samples,
+        }

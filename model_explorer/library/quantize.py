@@ -1,0 +1,64 @@
+"""The smaller steps as calls: `calibrate(model, loader)` gives the caller's model with its
+layers swapped for fake-quantized ones and their ranges calibrated; `quantize(model, plan,
+calibration=loader)` also puts a plan (or one bit width everywhere) into effect. Both build
+the QuantizedModel a workload's `quantization:` and `calibration:` sections build, with their
+names and defaults."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from model_explorer.errors import UserError
+from model_explorer.library.context import check_module
+from model_explorer.plan import INPUT_BITS, WEIGHT_BITS, apply_plan
+
+
+def calibrate(
+    model: nn.Module,
+    calibration: Iterable[Any],
+    method: str = "mse",
+    quantization: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Any:
+    """A QuantizedModel of a copy of `model` (never changed), its input quantizers calibrated
+    on `calibration` (batches of inputs, or `(inputs, targets)`) by `method` (`max`,
+    `percentile`, `mse`, `entropy`, with their `options` as `calibration.options` takes them);
+    `quantization` holds `quantization:` settings (layer types, include/exclude, input and
+    weight quantizer settings)."""
+    from model_explorer.quantization import QuantizedModel
+    from model_explorer.quantization.spec import QuantizationSpec
+
+    spec = QuantizationSpec.model_validate(dict(quantization or {}))
+    quantized = QuantizedModel.from_spec(copy.deepcopy(check_module(model)).eval(), spec)
+    batches = list(calibration)
+    if not batches:
+        raise UserError("calibration: the iterable given yields no batch; pass one with data")
+    quantized.calibrate(batches, method, **options)
+    return quantized
+
+
+def quantize(
+    model: nn.Module,
+    plan: Mapping[str, Mapping[str, Any]] | int,
+    calibration: Iterable[Any],
+    method: str = "mse",
+    quantization: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Any:
+    """`calibrate`, then `plan` in effect: a per-layer plan (`{layer: {input_bits: 8,
+    weight_bits: 4}}`, as a result's individuals hold, e.g. `search.plan(individual)`), or one
+    bit width for every quantizer."""
+    quantized = calibrate(model, calibration, method, quantization, **options)
+    if isinstance(plan, int):
+        plan = {name: {INPUT_BITS: plan, WEIGHT_BITS: plan} for name in quantized.layers}
+    try:
+        apply_plan(plan, quantized=quantized)
+    except ValueError as error:
+        raise UserError(
+            f"plan: {error}; the model's layers are {list(quantized.layers)[:5]}..."
+        ) from None
+    return quantized

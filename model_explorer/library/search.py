@@ -1,0 +1,150 @@
+"""`model_explorer.search(model, data=loader, ...)`: the search a workload file describes,
+started from objects a caller holds. The arguments become the workload's settings under the
+YAML's names (anything else through `settings=`, laid out as under `workload:`), the model and
+the data stay objects (library/context.py), and the same calibration and `explore` as the
+command line's run on them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from model_explorer.errors import UserError
+from model_explorer.library.context import ObjectContext, check_module
+from model_explorer.library.result import Search
+
+# What the workload's model and data sections say of objects given in Python: `python:` names,
+# which the registries accept and which no file can resolve.
+MODEL, DATA = "python:model", "python:data"
+
+
+def _merged(base: dict[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` (as under `workload:`) over `base`, mappings merged key by key."""
+    merged = copy.deepcopy(base)
+    for key, value in settings.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _metric(score: str | Callable[..., Any], maximize: bool | None) -> str:
+    if isinstance(score, str):
+        if maximize is not None:
+            raise UserError("maximize: a metric of the project knows its direction; leave it out")
+        return score
+    if not callable(score):
+        raise UserError(f"score: a metric's name or a function, got {type(score).__name__}")
+    from model_explorer.library.scores import metric_name
+
+    return metric_name(score, True if maximize is None else maximize)
+
+
+def workload_data(
+    model: nn.Module,
+    score: str | Callable[..., Any],
+    maximize: bool | None,
+    objectives: Sequence[str],
+    bits: tuple[int, int],
+    formats: Sequence[str] | None,
+    seed: int,
+    settings: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The workload (as under `workload:`) the arguments describe."""
+    problem: dict[str, Any] = {
+        "problem_function": "quantization_problem",
+        "objectives": list(objectives),
+        "num_bits_lower_limit": int(bits[0]),
+        "num_bits_upper_limit": int(bits[1]),
+    }
+    if formats is not None:
+        problem["choices"] = list(formats)
+    base = {
+        "seed": seed,
+        "metric": _metric(score, maximize),
+        "problem": problem,
+        "model": {"type": MODEL, "pretrained": False},
+        "calibration": {"datasets": {"calibrate": {"type": DATA}}},
+        "exploration": {"datasets": {"exploration": {"type": DATA}}},
+    }
+    return _merged(base, settings or {})
+
+
+def search(
+    model: nn.Module,
+    data: Iterable[Any],
+    calibration: Iterable[Any] | None = None,
+    score: str | Callable[..., Any] = "top1",
+    maximize: bool | None = None,
+    objectives: Sequence[str] = ("accuracy", "weighted_bits"),
+    bits: tuple[int, int] = (2, 8),
+    formats: Sequence[str] | None = None,
+    seed: int = 0,
+    output: str | Path | None = None,
+    settings: Mapping[str, Any] | None = None,
+    resume: bool = False,
+    progress: bool = False,
+) -> Search:
+    """Search per-quantizer bit widths (or formats) of `model` with NSGA-II, as `explore` does
+    for a workload file, and return the front with every individual.
+
+    Args:
+        model: any nn.Module (not torch.compile'd, without forward hooks); it is copied,
+            never changed.
+        data: the exploration data: batches of `(inputs, targets)`, e.g. a DataLoader; it
+            scores every candidate and the float baseline.
+        calibration: batches (inputs alone or `(inputs, targets)`) to calibrate the
+            quantizers' ranges on; `data` when None.
+        score: a metric of the project by name (`top1`, `cosine`, `model-explorer list
+            metrics`), or a function: `fn(model) -> float` (the whole score of a candidate)
+            or `fn(outputs, targets) -> float` (a batch's mean, averaged over samples).
+        maximize: for a function, whether higher is better (default True; False for a loss).
+        objectives: the search's objectives, as `problem.objectives`.
+        bits: the bit widths each quantizer may take, as `problem.num_bits_lower_limit`
+            and `num_bits_upper_limit`.
+        formats: formats to choose among instead of bit widths, as `problem.choices`.
+        seed: the workload's seed (subsets, sampling, the algorithm).
+        output: the result file (default `results/expl_..._<time>.pkl`); its calibration is
+            written beside it (`<result>_calibration.pt`), so `export` can use it later.
+        settings: any other workload setting, laid out as under `workload:` in a file, e.g.
+            `{"exploration": {"nsga": {"generations": 5}}, "problem": {"layer_bounds": ...}}`.
+        resume: continue the unfinished result at `output`.
+        progress: progress bars.
+    """
+    from model_explorer.operations.explore import ExploreOptions, explore
+    from model_explorer.operations.pipeline import calibrate_workload
+
+    check_module(model)
+    body = workload_data(model, score, maximize, objectives, bits, formats, seed, settings)
+    workload, path = _placed(body, output)
+    roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
+    context = ObjectContext(workload, model, roles)
+    calibrate_workload(context, if_missing=True)
+    options = ExploreOptions(output=str(path), resume=resume, progress=progress)
+    result, path = explore(workload, options, context=context)
+    return Search(result, path, context)
+
+
+def _placed(body: dict[str, Any], output: str | Path | None) -> tuple[Any, Path]:
+    """The validated workload and its result file, its calibration file beside it (unless
+    `calibration.file` is set); a runner in other processes refused."""
+    from model_explorer.operations.explore import result_path
+    from model_explorer.workload import Workload
+
+    source = "model_explorer.search(...)"
+    workload = Workload.from_dict({"workload": body}, source=source)
+    if workload.require("exploration").runner.type != "serial":
+        raise UserError(
+            "exploration.runner: a model given in Python is evaluated in this process; "
+            "other processes cannot rebuild it, so leave the runner serial"
+        )
+    path = result_path(workload, None if output is None else str(output))
+    body.setdefault("calibration", {}).setdefault(
+        "file", str(path.with_name(f"{path.stem}_calibration.pt"))
+    )
+    return Workload.from_dict({"workload": body}, source=source), path
