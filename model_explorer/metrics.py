@@ -19,6 +19,7 @@ from pydantic import ConfigDict
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
+from model_explorer.modules import run_on, to_device
 from model_explorer.registry import Registry, call_user_code
 from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
@@ -285,9 +286,7 @@ def reference_outputs(model: nn.Module, batches: Iterable[tuple[Any, Any]]) -> l
     parts: list[list[Tensor]] = []
     for inputs, _ in batches:
         inputs = to_device(inputs, device)
-        outputs = output_list(
-            model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
-        )
+        outputs = output_list(run_on(model, inputs))
         parts.append([o.detach() for o in outputs])
     return [torch.cat([batch[i] for batch in parts]) for i in range(len(parts[0]))]
 
@@ -301,13 +300,6 @@ def output_list(output: Any) -> list[Tensor]:
     if isinstance(output, (list, tuple)):
         return list(output)
     raise TypeError(f"cannot score model output of type {type(output).__name__}")
-
-
-def to_device(value: Any, device: torch.device) -> Any:
-    """Move a tensor, or a tuple/list of tensors, to `device`."""
-    if isinstance(value, Tensor):
-        return value.to(device, non_blocking=True)
-    return type(value)(to_device(item, device) for item in value)
 
 
 @dataclass
@@ -351,9 +343,7 @@ def score(
     for inputs, targets in batches:
         inputs = to_device(inputs, device)
         targets = to_device(targets, device)
-        outputs = output_list(
-            model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
-        )
+        outputs = output_list(run_on(model, inputs))
         if not metrics:
             metrics = [create_metric(metric) for _ in outputs]
         if check_finite and not all(bool(torch.isfinite(o).all()) for o in outputs):

@@ -170,3 +170,28 @@ def unfused_attention() -> Iterator[None]:
         yield
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+def run_on(model: Any, inputs: Any) -> Any:
+    """`model` on a batch's inputs: a tuple or list of tensors is a model's several
+    arguments (as a DataLoader over a TensorDataset of several tensors yields them)."""
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
+
+
+def leading(inputs: Any, count: int = 1) -> Any:
+    """The first `count` samples of a batch's inputs (of each tensor of a tuple)."""
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(value[:count] for value in inputs)
+    return inputs[:count]
+
+
+def sample_count(inputs: Any) -> int:
+    """The samples in a batch's inputs (the first tensor's of a tuple)."""
+    return len(inputs[0] if isinstance(inputs, (tuple, list)) else inputs)
+
+
+def to_device(value: Any, device: Any) -> Any:
+    """Move a tensor, or a tuple/list of tensors, to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    return type(value)(to_device(item, device) for item in value)

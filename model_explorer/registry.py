@@ -37,12 +37,14 @@ class Entry(Generic[T]):
 
 @dataclass(frozen=True)
 class Namespace:
-    """Names `<prefix><separator><item>`; `placeholder` shows the item's form in listings."""
+    """Names `<prefix><separator><item>`; `placeholder` shows the item's form in listings
+    (`listed`: false for names only code makes, which no file or command line can give)."""
 
     prefix: str
     separator: str
     builder: Callable[..., Any]
     placeholder: str
+    listed: bool = True
 
     @property
     def form(self) -> str:
@@ -83,12 +85,18 @@ class Registry(Generic[T]):
         return decorator
 
     def register_namespace(
-        self, prefix: str, *, separator: str = ":", placeholder: str = "<name>"
+        self,
+        prefix: str,
+        *,
+        separator: str = ":",
+        placeholder: str = "<name>",
+        listed: bool = True,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator for the builder of every name `prefix<separator><item>` (item first)."""
 
         def decorator(builder: Callable[..., Any]) -> Callable[..., Any]:
-            self._namespaces[prefix] = Namespace(prefix, separator, builder, placeholder)
+            space = Namespace(prefix, separator, builder, placeholder, listed)
+            self._namespaces[prefix] = space
             return builder
 
         return decorator
@@ -108,7 +116,7 @@ class Registry(Generic[T]):
 
     def forms(self) -> list[str]:
         """The forms of names beyond the registered ones: namespaces, then import paths."""
-        forms = [space.form for space in self._namespaces.values()]
+        forms = [space.form for space in self._namespaces.values() if space.listed]
         return forms + ([self.import_form] if self.imports else [])
 
     def entries(self) -> list[Entry[T]]:

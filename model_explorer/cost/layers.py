@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model_explorer.modules import module_hooks
+from model_explorer.modules import module_hooks, run_on, sample_count
 
 _CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -55,7 +55,7 @@ def measure_layers(
         layers: the layers to measure, by name (e.g. a QuantizedModel's `layers`).
     """
     found: dict[str, LayerCost] = {}
-    samples = max(1, len(example))
+    samples = max(1, sample_count(example))
 
     def per_sample(count: int) -> int:
         return round(count / samples)
@@ -81,5 +81,5 @@ def measure_layers(
         found[name] = cost
 
     with module_hooks(model, after=record, modules=layers.items()), torch.no_grad():
-        model(example)
+        run_on(model, example)
     return found

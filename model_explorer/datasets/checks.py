@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError, first_line
+from model_explorer.modules import run_on
 
 
 def _tensors(value: Any) -> list[Tensor]:
@@ -50,7 +51,7 @@ def check_inputs_finite(inputs: Any, where: str) -> None:
 def run_first_batch(model: nn.Module, inputs: Any, where: str, expects: str | None) -> list[Tensor]:
     """The model's outputs on one batch, or a UserError naming the dataset and both shapes."""
     try:
-        output = model(*inputs) if isinstance(inputs, (list, tuple)) else model(inputs)
+        output = run_on(model, inputs)
     except Exception as error:  # shape, dtype and device errors of any layer
         text = first_line(error)
         if expects is None:

@@ -6,7 +6,7 @@ from Python builds what the command line builds."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
@@ -16,7 +16,9 @@ from torch import nn
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
+from model_explorer.library.stepped import Stepped, as_pair
 from model_explorer.metrics import needs_reference, reference_outputs
+from model_explorer.modules import sample_count
 from model_explorer.roles import DATASET_ROLES
 from model_explorer.workload import Workload, dataset_spec
 
@@ -60,11 +62,17 @@ class ObjectContext(WorkloadContext):
         model: nn.Module,
         data: dict[str, Iterable[Any]],
         device: torch.device | str | None = None,
+        forward_step: Callable[[nn.Module, Any], Any] | None = None,
     ) -> None:
         super().__init__(workload, device)
         self.model = check_module(model)
+        self.forward_step = forward_step
         self.data = data
+        self.keys: list[str] | None = None  # a dict batch's keys, in order
         self._materialised: dict[str, list[Any]] = {}
+        self._unlabelled: set[str] = set()
+        for role in data:
+            self._batches_of(role)
 
     def _role(self, role: str) -> str:
         return role if role in self.data else SAME_DATA.get(role, role)
@@ -85,10 +93,36 @@ class ObjectContext(WorkloadContext):
         """The caller's batches of a role, read once (a generator can be read only once)."""
         role = self._role(role)
         if role not in self._materialised:
-            self._materialised[role] = list(self.data[role])
-            if not self._materialised[role]:
+            pairs = []
+            for batch in self.data[role]:
+                inputs, targets, self.keys = as_pair(batch, self.keys)
+                if targets is None:  # inputs alone: a placeholder no label check accepts
+                    self._unlabelled.add(role)
+                    targets = torch.zeros(sample_count(inputs))
+                pairs.append((inputs, targets))
+            if not pairs:
                 raise UserError(f"{role}: the iterable given yields no batch; pass one with data")
+            self._materialised[role] = pairs
         return self._materialised[role]
+
+    def _stepped(self, model: nn.Module) -> nn.Module:
+        """The model called as the caller's batches need (stepped.py), where they need it."""
+        if self.keys is None and self.forward_step is None:
+            return model
+        return Stepped(model, self.forward_step, self.keys)
+
+    def check_data(self, cache: TensorCache, where: str) -> None:
+        """As the workload's, except that batches without targets are refused where the
+        score compares outputs with targets."""
+        metric = self.workload.metric
+        if where in self._unlabelled and not metric.type.startswith("python:"):
+            if not needs_reference(metric):
+                raise UserError(
+                    f"{where}: the batches hold inputs alone, and score '{metric.type}' "
+                    "compares outputs with targets; pass (inputs, targets) batches, a fidelity "
+                    "metric (cosine, kl, agreement) or a function of the model"
+                )
+        super().check_data(cache, where)
 
     def build_model(self, load_weights: bool = True, fold: bool | None = None) -> nn.Module:
         """A fresh copy of the caller's model on the device, in eval mode (its weights as
@@ -100,11 +134,11 @@ class ObjectContext(WorkloadContext):
         model = copy.deepcopy(self.model).eval()
         if self.workload.model.fold_batchnorm if fold is None else fold:
             model = fold_batchnorm(model, where="model.fold_batchnorm")
-        return model.to(self.device)
+        return self._stepped(model).to(self.device)
 
     @cached_property
     def _probe_model(self) -> nn.Module:
-        return copy.deepcopy(self.model).eval().to(self.device)
+        return self._stepped(copy.deepcopy(self.model).eval()).to(self.device)
 
     def batches(self, role: str) -> TensorCache:
         key = self._role(role)

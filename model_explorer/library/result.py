@@ -41,9 +41,10 @@ class Search:
         the individual's plan in effect: ready for the caller's evaluation or fine-tuning."""
         from model_explorer.operations.deployment_check import calibrated_individual
 
-        return calibrated_individual(
+        model = calibrated_individual(
             self.context, self.result, self._individual(individual), "individual"
         )
+        return model.eval()
 
     def export(self, individual: Individual | int, path: str | Path, pack: bool = True) -> Path:
         """The individual as a QDQ ONNX file, as `model-explorer export` writes it."""

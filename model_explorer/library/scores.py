@@ -96,7 +96,7 @@ def metric_name(function: Callable[..., Any], higher: bool) -> str:
             f"{len(inspect.signature(function).parameters)} arguments"
         )
     if METRICS.namespace(f"{PREFIX}:x") is None:
-        METRICS.register_namespace(PREFIX, placeholder="FUNCTION")(_build)
+        METRICS.register_namespace(PREFIX, placeholder="FUNCTION", listed=False)(_build)
     base = getattr(function, "__qualname__", "score").replace("<", "").replace(">", "")
     name, count = base, 1
     while name in FUNCTIONS and FUNCTIONS[name] != (function, higher):

@@ -84,11 +84,13 @@ def search(
     objectives: Sequence[str] = ("accuracy", "weighted_bits"),
     bits: tuple[int, int] = (2, 8),
     formats: Sequence[str] | None = None,
+    budget: Mapping[str, float] | None = None,
     seed: int = 0,
     output: str | Path | None = None,
     settings: Mapping[str, Any] | None = None,
     resume: bool = False,
     progress: bool = False,
+    forward_step: Callable[[nn.Module, Any], Any] | None = None,
 ) -> Search:
     """Search per-quantizer bit widths (or formats) of `model` with NSGA-II, as `explore` does
     for a workload file, and return the front with every individual.
@@ -96,38 +98,43 @@ def search(
     Args:
         model: any nn.Module (not torch.compile'd, without forward hooks); it is copied,
             never changed.
-        data: the exploration data: batches of `(inputs, targets)`, e.g. a DataLoader; it
-            scores every candidate and the float baseline.
+        data: the exploration data, e.g. a DataLoader: batches of `(inputs, targets)`, of
+            inputs alone (for a fidelity metric or a function of the model), inputs being a
+            tensor, a tuple of tensors (the model's arguments) or a dict (as Hugging Face
+            models take them; its `labels` are the targets); it scores every candidate and
+            the float baseline.
         calibration: batches (inputs alone or `(inputs, targets)`) to calibrate the
             quantizers' ranges on; `data` when None.
         score: a metric of the project by name (`top1`, `cosine`, `model-explorer list
             metrics`), or a function: `fn(model) -> float` (the whole score of a candidate)
             or `fn(outputs, targets) -> float` (a batch's mean, averaged over samples).
         maximize: for a function, whether higher is better (default True; False for a loss).
-        objectives: the search's objectives, as `problem.objectives`.
-        bits: the bit widths each quantizer may take, as `problem.num_bits_lower_limit`
-            and `num_bits_upper_limit`.
+        objectives: as `problem.objectives`; seed: the workload's seed.
+        bits: each quantizer's bit widths, `problem.num_bits_lower_limit`/`upper_limit`.
         formats: formats to choose among instead of bit widths, as `problem.choices`.
-        seed: the workload's seed (subsets, sampling, the algorithm).
+        budget: upper limits on costs known without the model, e.g. `{"weighted_bits":
+            120}`, as `problem.budget`: feasible candidates keep them.
         output: the result file (default `results/expl_..._<time>.pkl`); its calibration is
             written beside it (`<result>_calibration.pt`), so `export` can use it later.
         settings: any other workload setting, laid out as under `workload:` in a file, e.g.
             `{"exploration": {"nsga": {"generations": 5}}, "problem": {"layer_bounds": ...}}`.
-        resume: continue the unfinished result at `output`.
-        progress: progress bars.
+        resume: continue the unfinished result at `output`; progress: progress bars.
+        forward_step: `forward_step(model, batch) -> outputs` where the model is not called
+            as `model(inputs)` (or `model(**batch)` for a dict), e.g. pooling a Hugging Face
+            encoder's hidden states; it returns a tensor or a tuple of tensors.
     """
     from model_explorer.operations.explore import ExploreOptions, explore
     from model_explorer.operations.pipeline import calibrate_workload
 
     check_module(model)
     body = workload_data(model, score, maximize, objectives, bits, formats, seed, settings)
+    body["problem"].update({} if budget is None else {"budget": dict(budget)})
     workload, path = _placed(body, output)
     roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
-    context = ObjectContext(workload, model, roles)
+    context = ObjectContext(workload, model, roles, forward_step=forward_step)
     calibrate_workload(context, if_missing=True)
     options = ExploreOptions(output=str(path), resume=resume, progress=progress)
-    result, path = explore(workload, options, context=context)
-    return Search(result, path, context)
+    return Search(*explore(workload, options, context=context), context)
 
 
 def _placed(body: dict[str, Any], output: str | Path | None) -> tuple[Any, Path]:

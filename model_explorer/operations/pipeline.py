@@ -13,6 +13,7 @@ from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
+from model_explorer.modules import run_on
 from model_explorer.quantization.calibration_file import quantizer_settings, settings_difference
 from model_explorer.quantization.coverage import Coverage, FloatLayer, weight_coverage
 from model_explorer.quantization.model import QuantizedModel
@@ -159,7 +160,7 @@ def measure_coverage(
     """`model`'s coverage on `inputs`, and its float layers that `spec` (the workload's
     `quantization:`) warns about: above `coverage_warning` of the MACs and not left out."""
     with torch.no_grad():
-        coverage = weight_coverage(model, lambda: model(inputs))
+        coverage = weight_coverage(model, lambda: run_on(model, inputs))
     warned = coverage.warned(
         spec.coverage_warning, lambda name, kind: excluded_layer(spec, name, kind)
     )

@@ -151,6 +151,9 @@ class BitOptions(ProblemOptions):
     layer_bounds: dict[str, tuple[Bits, Bits] | list[str]] = Field(default_factory=dict)
     # The `latency` objective's measurement (its defaults when the objective is chosen)
     latency: LatencySettings | None = None
+    # Upper limits on costs known without the model (weighted_bits, model_size, bops, ...):
+    # constraints a feasible candidate keeps, like the accuracy's.
+    budget: dict[str, PositiveFloat] = Field(default_factory=dict)
 
     @property
     def latency_settings(self) -> LatencySettings | None:

@@ -14,6 +14,7 @@ from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.layers import LayerCost, measure_layers
 from model_explorer.errors import UserError
 from model_explorer.metrics import MetricSpec, higher_is_better, output_list
+from model_explorer.modules import leading, run_on
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable
 from model_explorer.problems.checks import check_layer_bounds
@@ -127,9 +128,9 @@ class LayerwiseQuantizationProblem(ModelProblem):
                 Variable(name, 0, len(allowed) - 1)
                 for name, allowed in zip(names, self.allowed, strict=True)
             ]
-        example = next(iter(batches))[0][:1]
+        example = leading(next(iter(batches))[0])
         with torch.no_grad():
-            outputs = len(output_list(model(example)))
+            outputs = len(output_list(run_on(model, example)))
         self.minimum_accuracy = per_output_minimum(
             minimum_accuracy, outputs, options.key("minimum_accuracy")
         )
@@ -145,6 +146,27 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self.costs = BitCostModel({name: layer_costs[name] for name in model.layers})
         self.energy = energy
         self.seeds: list[list[int]] = []
+        self.constraints += self._budget(options)
+
+    def _budget(self, options: BitOptions) -> list[Constraint]:
+        """`budget`'s limits as constraints; one that even the cheapest configuration (every
+        gene at its lowest) exceeds, or a cost not known without the model, refused."""
+        if not options.budget:
+            return []
+        lowest = self.decode([v.lower for v in self.variables])
+        known = self.cost_values(self.plan(lowest))
+        for name, limit in options.budget.items():
+            if name not in known:
+                raise UserError(
+                    f"{options.key('budget')}: '{name}' is not a cost known without the model; "
+                    f"budget one of {', '.join(sorted(known))}"
+                )
+            if known[name] > limit:
+                raise UserError(
+                    f"{options.key('budget')}: {name} <= {limit:g} cannot be met: the cheapest "
+                    f"configuration (every quantizer at its lowest choice) costs {known[name]:g}"
+                )
+        return [Constraint(name, maximum=limit) for name, limit in options.budget.items()]
 
     @staticmethod
     def _bounds(name: str, default: Any, layer_bounds: dict[str, Any]) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from model_explorer.metrics import higher_is_better, output_list
+from model_explorer.modules import leading, run_on
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Variable
 from model_explorer.problems.objectives import Measured
@@ -97,9 +98,9 @@ class SparsityThresholdProblem(ModelProblem):
         self.variables = self.genes.variables()
         higher = higher_is_better(metric)
         self.objectives = chosen_objectives(options, higher)
-        example = next(iter(batches))[0][:1]
+        example = leading(next(iter(batches))[0])
         with torch.no_grad():
-            outputs = len(output_list(model(example)))
+            outputs = len(output_list(run_on(model, example)))
         self.minimum_accuracy = per_output_minimum(
             minimum_accuracy, outputs, options.key("minimum_accuracy")
         )

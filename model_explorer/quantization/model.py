@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.modules import set_child, unfused_attention
+from model_explorer.modules import run_on, set_child, to_device, unfused_attention
 from model_explorer.quantization import calibration_file
 from model_explorer.quantization.attention import ActivationProduct
 from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_options
@@ -333,7 +333,7 @@ class QuantizedModel(Wrapper, nn.Module):
                         layer.weight_quantizer.enabled = False
                 for batch in batches:
                     data = batch[0] if isinstance(batch, (tuple, list)) else batch
-                    self(data.to(device))
+                    run_on(self, to_device(data, device))
                     seen += 1
         finally:
             self._calibrating = None

@@ -199,22 +199,48 @@ def test_bad_input_is_one_sentence(trained, tmp_path: Path) -> None:
     _refused(lambda: _search(trained, tmp_path / "e", score=broken), "broken", "ValueError")
     _refused(lambda: _search(trained, tmp_path / "f", score=lambda model: "high"), "not a number")
     _refused(lambda: _search((nn.Sequential(nn.ReLU()), train, held), tmp_path / "g"), "quantiz")
+    _refused(
+        lambda: _search(trained, tmp_path / "i", budget={"weighted_bits": 3}),
+        "problem.budget",
+        "cannot be met",
+    )
     runner = {"exploration": {"runner": {"type": "processes"}}}
     _refused(lambda: _search(trained, tmp_path / "h", settings=runner), "serial")
 
 
-def test_a_search_that_fails_midway_keeps_what_it_evaluated(trained, tmp_path: Path) -> None:
-    """A score function that fails on its tenth call: one sentence, and the nine evaluations
-    before it are in the result file."""
+def test_a_search_that_fails_midway_keeps_its_evaluations_and_resumes(
+    trained, tmp_path: Path
+) -> None:
+    """A score function that fails once, on its twelfth call: one sentence, the evaluations
+    before it in the result file, and `resume=True` ends with the individuals of a search
+    that never failed."""
+    _, _, held = trained
     calls = []
 
     def flaky(model: nn.Module) -> float:
         calls.append(1)
-        if len(calls) > 9:
+        if len(calls) == 12:
             raise RuntimeError("out of memory")
-        return 0.5
+        with torch.no_grad():
+            return float(sum((model(x).argmax(1) == y).sum() for x, y in held)) / 300
 
-    settings = {"exploration": {"initialization": "random", "nsga": {"generations": 3}}}
+    settings = {"exploration": {"initialization": "random", "nsga": SMALL}}
     _refused(lambda: _search(trained, tmp_path, score=flaky, settings=settings), "flaky", "kept")
     saved = ExplorationResult.load(tmp_path / "r.pkl")
-    assert len(saved.records) + len(saved.partial) >= 8
+    assert len(saved.records) + len(saved.partial) >= 10
+    resumed = _search(trained, tmp_path, score=flaky, settings=settings, resume=True)
+    whole = _search(trained, tmp_path / "whole", score=flaky, settings=settings)
+    assert _records(resumed.result) == _records(whole.result)
+
+
+def test_a_budget_holds_every_feasible_individual_to_it(trained, tmp_path: Path) -> None:
+    """weighted_bits at most 14 (of 8 to 32 here): feasibility is the accuracy limit and the
+    budget, each individual's cost recomputed from its plan by the bit-cost model's rule."""
+    found = _search(trained, tmp_path, budget={"weighted_bits": 14})
+    assert found.front
+    for individual in found.individuals:
+        bits = sum(s["input_bits"] + s["weight_bits"] for s in found.plan(individual).values())
+        assert individual.values["weighted_bits"] == bits
+        if individual.feasible:
+            assert individual.values["weighted_bits"] <= 14
+    assert any(not i.feasible and i.values["weighted_bits"] > 14 for i in found.individuals)
