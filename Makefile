@@ -9,7 +9,7 @@ TORCH_CONSTRAINTS ?= constraints.txt
 # onnxruntime, OpenVINO, Apache TVM, a pretrained MiniLM, numba's AGE-MOEA and torchao's
 # MX/NVFP4 reference and quantizes networks of timm and EfficientNet-Lite; `make test
 # TEST_EXTRAS=dev LITERT=0` skips those tests.
-TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,tvm,transformers,agemoea,torchao,zoo
+TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,tvm,transformers,agemoea,torchao,zoo,photos
 # LiteRT cannot share an environment with TVM (pyproject.toml, the litert extra): its packages
 # go into a small second environment layered over the test environment (a .pth file adds the
 # first one's packages behind its own), where its tests run. LITERT=0 leaves it out.

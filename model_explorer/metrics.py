@@ -1,5 +1,5 @@
 """Accuracy functions by name (top-1, top-k, segmentation pixel accuracy, mean IoU), label-free
-fidelity to the float model (agreement, cosine, kl), and `evaluate`.
+fidelity to the float model (agreement, agreement_top5, cosine, kl), and `evaluate`.
 
 Metrics accumulate over batches (`update`) and report once (`compute`), so an accuracy over a
 subset does not depend on how it is batched. A model with several outputs (a tuple of tensors)
@@ -212,8 +212,7 @@ class MeanIoU(ConfusionMatrix):
 
 
 class Agreement(MeanOverSamples):
-    """Share of samples (and positions, for dense outputs) whose top-1 class is the float
-    model's."""
+    """Share of samples (and positions, for dense outputs) with the float model's top-1."""
 
     needs_reference = True
 
@@ -222,9 +221,21 @@ class Agreement(MeanOverSamples):
         return same.reshape(same.shape[0], -1).mean(dim=1)
 
 
+class TopKAgreement(MeanOverSamples):
+    """Share of samples whose float top-1 class is among the quantized model's top k."""
+
+    needs_reference = True
+
+    def __init__(self, k: int = 5) -> None:
+        self.k = k
+        super().__init__()
+
+    def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
+        return topk_correct(output, reference.argmax(dim=1), self.k).float()
+
+
 class Cosine(MeanOverSamples):
-    """Mean cosine similarity of each sample's output (logits or embedding, flattened) to the
-    float model's."""
+    """Mean cosine similarity of each sample's output (flattened) to the float model's."""
 
     needs_reference = True
 
@@ -248,6 +259,7 @@ class KLDivergence(MeanOverSamples):
 
 
 METRICS.register("agreement")(lambda options: Agreement())
+METRICS.register("agreement_top5")(lambda options: TopKAgreement(5))
 METRICS.register("cosine")(lambda options: Cosine())
 METRICS.register("kl")(lambda options: KLDivergence())
 METRICS.register("top1")(lambda options: TopKAccuracy(1))
@@ -359,8 +371,7 @@ def score(
 
 
 def _out_of_reach(metrics: list[Metric], limits: list[float], remaining: int) -> bool:
-    """Whether some metric can no longer meet its limit (a minimum, or for a divergence a
-    maximum) however the `remaining` samples turn out."""
+    """Whether some metric can no longer meet its limit (a minimum; a divergence's maximum)."""
     for metric, limit in zip(metrics, limits, strict=True):
         best = metric.upper_bound(remaining)
         if best is not None and (best < limit if metric.higher_is_better else best > limit):

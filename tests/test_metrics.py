@@ -90,3 +90,23 @@ def test_metric_registry_rejects_unknown_names() -> None:
     assert set(METRICS.names()) >= {"top1", "top5", "topk", "pixel_accuracy", "mean_iou"}
     with pytest.raises(UserError, match="unknown metric 'top_1' \\(did you mean 'top1'"):
         METRICS.get("top_1")
+
+
+def test_agreement_top5_counts_the_float_class_among_the_five_highest() -> None:
+    """Hand-made scores: the float class is the quantized top-1 in sample 0, fifth in sample
+    1 and sixth in sample 2: 2 of 3 agree at top 5, 1 of 3 at top 1."""
+    from model_explorer.metrics import evaluate
+
+    reference = torch.zeros(3, 8)
+    reference[:, 7] = 1.0  # the float model says class 7 everywhere
+    quantized = torch.tensor(
+        [
+            [0, 0, 0, 0, 0, 0, 0, 9.0],
+            [9.0, 8, 7, 6, 0, 0, 0, 5],
+            [9.0, 8, 7, 6, 5, 0, 0, 4],
+        ]
+    )
+    batches = [(quantized, reference)]
+    identity = torch.nn.Identity()
+    assert evaluate(identity, batches, "agreement_top5") == pytest.approx(2 / 3)
+    assert evaluate(identity, batches, "agreement") == pytest.approx(1 / 3)

@@ -54,6 +54,7 @@ DOCUMENTED = {
         "resnet56",
         "digits_vit",
         "all_minilm_l6_v2",
+        "efficientnet_lite0",
     },
     "datasets": {
         "digits",
@@ -63,8 +64,19 @@ DOCUMENTED = {
         "imagenet_c",
         "arrays",
         "sentences",
+        "photos",
     },
-    "metrics": {"top1", "top5", "topk", "pixel_accuracy", "mean_iou", "agreement", "cosine", "kl"},
+    "metrics": {
+        "top1",
+        "top5",
+        "topk",
+        "pixel_accuracy",
+        "mean_iou",
+        "agreement",
+        "agreement_top5",
+        "cosine",
+        "kl",
+    },
     "problems": {
         "quantization_problem",
         "energy_aware_quant_problem",

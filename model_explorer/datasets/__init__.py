@@ -9,6 +9,7 @@ from model_explorer.datasets import arrays as _arrays  # noqa: E402,F401
 from model_explorer.datasets import digits as _digits  # noqa: E402,F401
 from model_explorer.datasets import imagenet as _imagenet  # noqa: E402,F401
 from model_explorer.datasets import imported as _imported  # noqa: E402,F401
+from model_explorer.datasets import photos as _photos  # noqa: E402,F401
 from model_explorer.datasets import text as _text  # noqa: E402,F401
 from model_explorer.datasets import vision as _vision  # noqa: E402,F401
 from model_explorer.datasets.base import (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -45,19 +46,61 @@ def build_model(
 
 
 def fold_batchnorm(model: nn.Module, where: str = "fold_batchnorm") -> nn.Module:
-    """The trained `model` with every batch norm that only follows a convolution folded into
-    it (torch.fx's conv-bn fusion), as an integer deployment would run it. Module names of the
+    """The trained `model` with every batch norm that only follows a convolution (or a linear
+    layer) folded into it, as an integer deployment would run it. Traced by torch.fx with every
+    convolution and linear layer a leaf, subclasses included (EfficientNet-Lite's
+    `Conv2dStaticSamePadding`), so that a subclass keeps its own forward and is folded too (torch's
+    `fuse` matches exact types only and traces through subclasses). Module names of the
     convolutions are kept, so quantization patterns still match."""
-    from torch.fx.experimental.optimization import fuse
+    from torch import fx
+    from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
 
+    root = copy.deepcopy(model).eval()
     try:
-        return fuse(model.eval()).eval()
+        graph = _leaf_tracer().trace(root)
     except Exception as error:  # symbolic tracing fails in many ways on dynamic code
         raise UserError(
             f"{where}: torch.fx cannot trace the model to fold its batch norms "
             f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
             "fold them in the model's code or set fold_batchnorm: false"
         ) from error
+    modules = dict(root.named_modules())
+    for node in list(graph.nodes):
+        norm = modules.get(node.target) if node.op == "call_module" else None
+        source = node.args[0] if norm is not None and node.args else None
+        if not isinstance(norm, nn.modules.batchnorm._BatchNorm) or not norm.track_running_stats:
+            continue
+        if not isinstance(source, fx.Node) or source.op != "call_module" or len(source.users) > 1:
+            continue
+        product = modules[source.target]
+        if isinstance(product, _CONVOLUTIONS):
+            fused = fuse_conv_bn_eval(product, norm)
+        elif isinstance(product, nn.Linear) and isinstance(norm, nn.BatchNorm1d):
+            fused = fuse_linear_bn_eval(product, norm)
+        else:
+            continue
+        parent, _, name = source.target.rpartition(".")
+        setattr(root.get_submodule(parent) if parent else root, name, fused)
+        node.replace_all_uses_with(source)
+        graph.erase_node(node)
+    return fx.GraphModule(root, graph).eval()
+
+
+_CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def _leaf_tracer() -> Any:
+    from torch import fx
+
+    class LeafProducts(fx.Tracer):
+        """torch.fx's tracer with every convolution and linear layer a leaf."""
+
+        def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
+            return isinstance(module, (*_CONVOLUTIONS, nn.Linear)) or super().is_leaf_module(
+                module, qualified_name
+            )
+
+    return LeafProducts()
 
 
 def _state_dict_of(checkpoint: Any) -> dict[str, torch.Tensor] | None:

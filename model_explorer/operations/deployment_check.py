@@ -206,6 +206,12 @@ def export_individual(
     problem = calibrated_problem(context, result, individual, where)
     model = problem.model
     inputs = next(iter(context.batches(ROLE)))[0]
+    if isinstance(inputs, (tuple, list)):
+        raise UserError(
+            f"{where}: the model takes {len(inputs)} input tensors per batch, and export writes "
+            "graphs of one input (as the runtimes here run them); the individual's model is "
+            "usable in PyTorch (e.g. `search(...).model(individual)`)"
+        )
     example = (inputs[:1] if isinstance(inputs, Tensor) else inputs).to(context.device)
     recorded = individual.values.get("accuracy")
     metadata = {

@@ -63,6 +63,7 @@ def test_minilm_with_dict_batches_and_a_forward_step(tmp_path: Path) -> None:
         output=tmp_path / "minilm.pkl",
         settings={
             "problem": {"minimum_accuracy": 0.9},
+            "calibration": {"method": "max"},
             "exploration": {
                 "initialization": "random",
                 "nsga": {"pop_size": 4, "offsprings": 2, "generations": 1},
@@ -80,3 +81,6 @@ def test_minilm_with_dict_batches_and_a_forward_step(tmp_path: Path) -> None:
             [(embed(model, batch) * embed(encoder, batch)).sum(1) for batch in data]
         ).mean()
     assert float(cosine) == pytest.approx(member.values["accuracy"], abs=1e-5)
+    # three input tensors: export refuses in one sentence
+    with pytest.raises(model_explorer.UserError, match="takes 3 input tensors"):
+        found.export(member, tmp_path / "minilm.onnx")

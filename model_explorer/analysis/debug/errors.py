@@ -121,7 +121,8 @@ def _alone(model: Any, name: str, x: Tensor, rest: tuple, which: str) -> Tensor:
     input_name, weight_name = _own(name)
     keep, other = (input_name, weight_name) if which == "input" else (weight_name, input_name)
     with _enabled({other: False, keep: model.quantizers[keep].enabled}, model):
-        return model.layers[name].transformed(x, *rest).detach()
+        # through the layer's own forward: a subclass's (TensorFlow's SAME padding) pads first
+        return model.layers[name](x, *rest).detach()
 
 
 def _add_batch(model: Any, errors: dict[str, LayerErrors], floats: dict, quantized: dict) -> None:
