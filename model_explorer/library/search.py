@@ -129,7 +129,7 @@ def search(
     check_module(model)
     body = workload_data(model, score, maximize, objectives, bits, formats, seed, settings)
     body["problem"].update({} if budget is None else {"budget": dict(budget)})
-    workload, path = _placed(body, output)
+    workload, path = _placed(body, output, resume)
     roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
     context = ObjectContext(workload, model, roles, forward_step=forward_step)
     calibrate_workload(context, if_missing=True)
@@ -137,9 +137,10 @@ def search(
     return Search(*explore(workload, options, context=context), context)
 
 
-def _placed(body: dict[str, Any], output: str | Path | None) -> tuple[Any, Path]:
+def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tuple[Any, Path]:
     """The validated workload and its result file, its calibration file beside it (unless
-    `calibration.file` is set); a runner in other processes refused."""
+    `calibration.file` is set); a runner in other processes, or an existing result file
+    without `resume`, refused."""
     from model_explorer.operations.explore import result_path
     from model_explorer.workload import Workload
 
@@ -151,6 +152,10 @@ def _placed(body: dict[str, Any], output: str | Path | None) -> tuple[Any, Path]
             "other processes cannot rebuild it, so leave the runner serial"
         )
     path = result_path(workload, None if output is None else str(output))
+    if path.exists() and not resume:
+        raise UserError(
+            f"output: '{path}' exists; choose another path, or pass resume=True to continue it"
+        )
     body.setdefault("calibration", {}).setdefault(
         "file", str(path.with_name(f"{path.stem}_calibration.pt"))
     )

@@ -204,6 +204,8 @@ def test_bad_input_is_one_sentence(trained, tmp_path: Path) -> None:
         "problem.budget",
         "cannot be met",
     )
+    _search(trained, tmp_path / "j")
+    _refused(lambda: _search(trained, tmp_path / "j"), "exists", "resume=True")
     runner = {"exploration": {"runner": {"type": "processes"}}}
     _refused(lambda: _search(trained, tmp_path / "h", settings=runner), "serial")
 
