@@ -66,17 +66,26 @@ class WorkloadContext:
         """The role's evaluation subset as tensors on the device, decoded on first use. With a
         fidelity metric (agreement, cosine, kl) the targets are the float model's outputs,
         computed here once instead of for every candidate."""
-        if role not in self._caches:
-            spec, where = self.dataset(role)
-            log.debug("caching %s (%s)", where, spec.type)
-            cache = TensorCache.from_spec(spec, self.workload.seed, self.device, where)
+        key = self.cache_key(role)
+        if key not in self._caches:
+            cache, where = self.decoded(role)
             self.check_data(cache, where)
             if needs_reference(self.workload.metric):
                 outputs = reference_outputs(self.build_model(), cache)
                 targets = outputs[0] if len(outputs) == 1 else outputs
                 cache = TensorCache(cache.inputs, targets, cache.batch_size)
-            self._caches[role] = cache
-        return self._caches[role]
+            self._caches[key] = cache
+        return self._caches[key]
+
+    def cache_key(self, role: str) -> str:
+        """Which cache serves a role: its own."""
+        return role
+
+    def decoded(self, role: str) -> tuple[TensorCache, str]:
+        """The role's subset decoded as tensors, and its key path."""
+        spec, where = self.dataset(role)
+        log.debug("caching %s (%s)", where, spec.type)
+        return TensorCache.from_spec(spec, self.workload.seed, self.device, where), where
 
     def loader(self, role: str, shuffle: bool = False) -> DataLoader:
         """A DataLoader over the role's subset (for training, which needs fresh augmentation);

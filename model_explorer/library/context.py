@@ -17,7 +17,7 @@ from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
 from model_explorer.library.stepped import Stepped, as_pair
-from model_explorer.metrics import needs_reference, reference_outputs
+from model_explorer.metrics import needs_reference
 from model_explorer.modules import sample_count
 from model_explorer.roles import DATASET_ROLES
 from model_explorer.workload import Workload, dataset_spec
@@ -140,18 +140,14 @@ class ObjectContext(WorkloadContext):
     def _probe_model(self) -> nn.Module:
         return self._stepped(copy.deepcopy(self.model).eval()).to(self.device)
 
-    def batches(self, role: str) -> TensorCache:
+    def cache_key(self, role: str) -> str:
+        """The role whose batches serve it (the baseline is scored on the exploration data)."""
+        return self._role(role)
+
+    def decoded(self, role: str) -> tuple[TensorCache, str]:
+        self.dataset(role)  # refused when the caller gave no such data
         key = self._role(role)
-        if key not in self._caches:
-            self.dataset(role)  # refused when the caller gave no such data
-            cache = TensorCache.from_batches(self._batches_of(key), self.device, where=key)
-            self.check_data(cache, key)
-            if needs_reference(self.workload.metric):
-                outputs = reference_outputs(self.build_model(), cache)
-                targets = outputs[0] if len(outputs) == 1 else outputs
-                cache = TensorCache(cache.inputs, targets, cache.batch_size)
-            self._caches[key] = cache
-        return self._caches[key]
+        return TensorCache.from_batches(self._batches_of(key), self.device, where=key), key
 
     def loader(self, role: str, shuffle: bool = False) -> Any:
         """The caller's batches of a role, as given (calibration reads inputs alone too)."""
