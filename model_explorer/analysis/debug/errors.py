@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.metrics import output_list
-from model_explorer.modules import module_hooks
+from model_explorer.modules import module_hooks, run_on
 
 # onnxruntime's floor for both norms (numpy's float epsilon), so a noiseless tensor gives a
 # finite figure as there.
@@ -83,20 +83,6 @@ class LayerErrors:
         return {name: meter.db for name, meter in self.meters.items()}
 
 
-@contextmanager
-def _enabled(quantizers: dict[str, bool], model: Any) -> Iterator[None]:
-    """The named quantizers on or off within the block, their states back on leaving."""
-    every = model.quantizers
-    before = {name: every[name].enabled for name in quantizers}
-    try:
-        for name, state in quantizers.items():
-            every[name].enabled = state
-        yield
-    finally:
-        for name, state in before.items():
-            every[name].enabled = state
-
-
 def layer_io(model: Any, layers: dict[str, nn.Module], inputs: Any) -> tuple[dict, Tensor]:
     """Each layer's (input, output, call arguments) and the network's output, on one batch."""
     seen: dict[str, tuple[Tensor, Tensor, tuple]] = {}
@@ -107,7 +93,7 @@ def layer_io(model: Any, layers: dict[str, nn.Module], inputs: Any) -> tuple[dic
             seen[name] = (args[0].detach().clone(), output.detach().clone(), args[1:])
 
     with module_hooks(model, after=keep, modules=layers.items(), eval_mode=False):
-        output = model(inputs)
+        output = run_on(model, inputs)
     return seen, network_output(output)
 
 
@@ -119,8 +105,8 @@ def _own(layer: str) -> tuple[str, str]:
 def _alone(model: Any, name: str, x: Tensor, rest: tuple, which: str) -> Tensor:
     """The layer's output on `x` with only its `which` quantizer on (as the individual has it)."""
     input_name, weight_name = _own(name)
-    keep, other = (input_name, weight_name) if which == "input" else (weight_name, input_name)
-    with _enabled({other: False, keep: model.quantizers[keep].enabled}, model):
+    with model.preserved_settings():
+        model.quantizers[weight_name if which == "input" else input_name].enabled = False
         # through the layer's own forward: a subclass's (TensorFlow's SAME padding) pads first
         return model.layers[name](x, *rest).detach()
 
@@ -162,7 +148,7 @@ def layer_errors(model: Any, batches: Iterable[Any]) -> dict[str, dict[str, floa
         meter = errors[name].meters["network_db"]
         with _only(model, name):
             for batch, reference in zip(batches, float_outputs, strict=True):
-                meter.add(reference, network_output(model(batch[0])))
+                meter.add(reference, network_output(run_on(model, batch[0])))
     return {name: errors[name].values() for name in layers}
 
 
