@@ -343,9 +343,9 @@ def score(
     With `check_finite`, a non-finite output stops scoring with accuracy 0.
     """
     model.eval()
-    template = create_metric(metric)
-    if hasattr(template, "of_model"):  # a caller's function of the whole model (library/)
-        return template.of_model(model, batches)
+    first = create_metric(metric)  # the first output's; each further output gets its own
+    if hasattr(first, "of_model"):  # a caller's function of the whole model (library/)
+        return first.of_model(model, batches)
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = torch.device(device)
@@ -357,7 +357,7 @@ def score(
         targets = to_device(targets, device)
         outputs = output_list(run_on(model, inputs))
         if not metrics:
-            metrics = [create_metric(metric) for _ in outputs]
+            metrics = [first] + [create_metric(metric) for _ in outputs[1:]]
         if check_finite and not all(bool(torch.isfinite(o).all()) for o in outputs):
             return Outcome([0.0] * len(outputs), complete=False, finite=False, samples=seen)
         paired = targets if isinstance(targets, (list, tuple)) else [targets] * len(outputs)
