@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +11,6 @@ import matplotlib
 import nbformat
 import pytest
 import yaml
-from nbclient import NotebookClient
 
 from conftest import REPOSITORY
 from model_explorer import plotting
@@ -22,7 +20,7 @@ from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.models import create_model
 from model_explorer.results import ExplorationResult, samples_of
-from tests_support import Synthetic
+from tests_support import Synthetic, notebook_project, run_in_project
 
 matplotlib.use("Agg")
 
@@ -128,21 +126,11 @@ def test_notebooks_run_top_to_bottom(
         for cell in notebook.cells
         if cell.cell_type == "code"
     )
-    project = tmp_path / "project"
-    (project / "evaluation_scripts").mkdir(parents=True)
-    (project / "results").mkdir()
+    project = notebook_project(tmp_path)
     shutil.copy(digits_result, project / "results" / "expl_digits.pkl")
     for variable in ("RESULTS_FILE", "DRAM_CSV", "DISPLAY", "MPLBACKEND"):
         monkeypatch.delenv(variable, raising=False)
-    client = NotebookClient(
-        notebook,
-        timeout=300,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(project / "evaluation_scripts")}},
-    )
-    client.execute()
-    text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
-    assert "Error" not in text and "Traceback" not in text
+    text = run_in_project(notebook, project)
     expected = "feasible" if name == "visualize_individuals" else "total DRAM energy"
     assert expected in text and "expl_digits.pkl" in text
     images = [

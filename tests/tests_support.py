@@ -215,3 +215,30 @@ def localise_perturbed(spec: str, layer: str, samples: int) -> dict:
     model = create_model("digits_cnn").eval()
     comparison = compare(model, torch.randn(samples, 1, 8, 8), ["eager", perturbed])
     return comparison.localisations[("eager", "perturbed")]
+
+
+def notebook_project(folder: Path) -> Path:
+    """A project as a user has one after `make run`: `evaluation_scripts/` and `results/`."""
+    project = folder / "project"
+    (project / "evaluation_scripts").mkdir(parents=True)
+    (project / "results").mkdir()
+    return project
+
+
+def run_in_project(notebook: Any, project: Path) -> str:
+    """Execute `notebook` as a user runs it (the kernel started in the project's
+    evaluation_scripts/); its cells' outputs as JSON text, which must hold no error."""
+    import json
+
+    from nbclient import NotebookClient
+
+    client = NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(project / "evaluation_scripts")}},
+    )
+    client.execute()
+    text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
+    assert "Error" not in text and "Traceback" not in text
+    return text
