@@ -214,7 +214,8 @@ def test_every_dataset_type_validates_its_defaults(name: str, tmp_path: Path) ->
 
 def test_a_key_of_another_entry_says_which_entry_takes_it() -> None:
     with pytest.raises(
-        ValidationError, match="only the cifar10, digits, photos and sentences datasets take 'split'"
+        ValidationError,
+        match="only the cifar10, digits, photos and sentences datasets take 'split'",
     ):
         DatasetSpec.model_validate({"type": "arrays", "path": "x.npz", "split": "test"})
     with pytest.raises(ValidationError, match="only the zigzag energy backend takes 'hardware'"):
