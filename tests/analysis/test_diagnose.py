@@ -28,6 +28,7 @@ from model_explorer.analysis.diagnose import (
     run_inspectors,
 )
 from model_explorer.analysis.diagnose.inspectors import Image, channel_sqnr
+from model_explorer.analysis.diagnose.inspectors.ranges import layer_sqnr
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
@@ -342,6 +343,33 @@ def test_sensitivity_table_matches_evaluating_one_quantizer_alone(
             total += len(y)
     row = next(r for r in table.rows if r.name == name)
     assert row.accuracy == pytest.approx(correct / total)
+
+
+def test_layer_sqnr_matches_the_network_run_with_one_layer_quantized(
+    clean: dict, tmp_path: Path
+) -> None:
+    # the reference: the whole network run with only that layer's quantizers on, the layer's
+    # output read by a hook, per-channel powers summed over every batch
+    context = _context(copy.deepcopy(clean), tmp_path)
+    table = layer_sqnr(context)
+    model = context.quantized_model
+    assert all(q.enabled for q in model.quantizers.values())  # the table left them on
+    batches = [x for (x,) in context.input_batches()]
+    assert set(table) == set(model.layers)
+    for name, layer in model.layers.items():
+        outputs = {True: [], False: []}
+        for on in (False, True):
+            for quantizer_name, quantizer in model.quantizers.items():
+                quantizer.enabled = on and quantizer_name.rpartition(".")[0] == name
+            handle = layer.register_forward_hook(lambda m, a, y, kept=outputs[on]: kept.append(y))
+            with torch.no_grad():
+                for x in batches:
+                    model(x)
+            handle.remove()
+        expected = channel_sqnr(torch.cat(outputs[False]), torch.cat(outputs[True]))
+        assert table[name] == pytest.approx(expected, abs=1e-6)
+    for quantizer in model.quantizers.values():
+        quantizer.enabled = True
 
 
 def test_channel_sqnr_by_hand() -> None:
