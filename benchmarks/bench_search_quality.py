@@ -5,8 +5,9 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
 
     python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--seeds S]
         [--strategies nsga2,surrogate,surrogate+random] [--generations G] [--no-baselines]
+        [--without integer,uniform,random]
         [--peers aimet,modelopt] [--aimet-candidates 4,9,25] [--budgets 0.375,0.4375,0.5]
-        [--json PATH]
+        [--json PATH] [--set KEY=VALUE ...]
 
 A strategy runs with the workload's `exploration.initialization` (`auto`: the sensitivity
 seeds where the genes are bit widths, their table's and bisection's sample-forwards counted
@@ -36,6 +37,7 @@ import argparse
 import json
 import statistics
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from peer_result import Scoring
@@ -43,6 +45,7 @@ from prepared import prepared_context
 
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
+from model_explorer.metrics import higher_is_better
 from model_explorer.operations.explore import (
     measure_baseline,
     minimum_accuracy,
@@ -68,23 +71,34 @@ class Run:
         return self.points[-1][0] if self.points else 0
 
 
-def hypervolume(points, reference: tuple[float, float]) -> float:  # noqa: ANN001
-    """Hypervolume of the feasible (accuracy up, cost down) points, normalised by the box
-    between the reference point and (accuracy 1, cost 0)."""
-    feasible = np.array([(-a, c) for _, a, c, ok in points if ok], dtype=float).reshape(-1, 2)
+class Reference(NamedTuple):
+    """The hypervolumes' reference point: the accuracy limit (a minimum, or for a metric
+    where lower is better, kl, a maximum) and the cost of every quantizer at its upper bound."""
+
+    accuracy: float
+    cost: float
+    higher: bool = True
+
+
+def hypervolume(points, reference: Reference) -> float:  # noqa: ANN001
+    """Hypervolume of the feasible (accuracy better, cost down) points, normalised by the box
+    between the reference point and (accuracy 1, or 0 where lower is better; cost 0)."""
+    sign = -1.0 if reference.higher else 1.0
+    feasible = np.array([(sign * a, c) for _, a, c, ok in points if ok], dtype=float)
+    feasible = feasible.reshape(-1, 2)
     if not len(feasible):
         return 0.0
-    senses = [("accuracy", True), ("cost", False)]
+    senses = [("accuracy", reference.higher), ("cost", False)]
     point = {"accuracy": reference[0], "cost": reference[1]}
     return float(indicator(senses, point)(feasible)) / ideal_box(senses, point)
 
 
-def within(run: Run, forwards: float, reference: tuple[float, float]) -> float:
+def within(run: Run, forwards: float, reference: Reference) -> float:
     """Hypervolume of what the run found with at most `forwards` sample-forwards."""
     return hypervolume([p for p in run.points if p[0] <= forwards], reference)
 
 
-def forwards_to_reach(run: Run, target: float, reference: tuple[float, float]) -> float | None:
+def forwards_to_reach(run: Run, target: float, reference: Reference) -> float | None:
     """The sample-forwards after which the run's hypervolume first reaches `target`."""
     for count in range(1, len(run.points) + 1):
         if hypervolume(run.points[:count], reference) >= target - 1e-12:
@@ -196,6 +210,7 @@ PEERS = ("aimet", "modelopt")
 # Cost budgets of the best-accuracy table, as fractions of the reference cost (every quantizer
 # at its upper bound): with bits 2-8, 0.375 is 3 bits per quantizer on average, 0.5 is 4.
 BUDGETS = (0.375, 0.4375, 0.5)
+BASELINES = ("integer", "uniform", "random")
 
 
 def peer_runs(  # noqa: ANN201
@@ -287,6 +302,11 @@ def main() -> None:
     parser.add_argument("--generations", type=int, help="generations of `surrogate`")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
+        "--without",
+        default="",
+        help="baselines to leave out (comma-separated): integer, uniform, random",
+    )
+    parser.add_argument(
         "--peers",
         default=",".join(PEERS),
         help="peer searches to run where installed (the `peers` extra): aimet, modelopt",
@@ -302,21 +322,33 @@ def main() -> None:
         help="cost budgets of the best-accuracy table, as fractions of the reference cost",
     )
     parser.add_argument("--json", help="write every run's points here")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a workload setting, as the CLI's --set (e.g. "
+        "problem.num_bits_lower_limit=4)",
+    )
     args = parser.parse_args()
 
-    workload, context = prepared_context(args.workload)
-    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context))
+    workload, context = prepared_context(args.workload, args.set)
+    higher = higher_is_better(workload.metric)
+    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context), higher)
     problem = build_problem(context, minimum)
     cost = next(o.name for o in problem.objectives if o.name != "accuracy")
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
-    reference = (min(minimum), problem.known_values([high for _, high in bounds])[cost])
-    runs = collect(args, workload, problem, cost, min(minimum), bounds)
+    limit = min(minimum) if higher else max(minimum)
+    top = problem.known_values([high for _, high in bounds])[cost]
+    reference = Reference(limit, top, higher)
     peers = [n for n in args.peers.split(",") if n]
     sets = [int(n) for n in args.aimet_candidates.split(",") if n]
-    runs.update(peer_runs(peers, context, problem, cost, sets))
+    proposed = peer_runs(peers, context, problem, cost, sets)  # first: the likelier to fail
+    runs = collect(args, workload, problem, cost, reference, bounds)
+    runs.update(proposed)
     print(
         f"{workload.name}: {len(bounds)} quantizers, bits {bounds[0][0]}-{bounds[0][1]}, "
-        f"accuracy / {cost}, reference point accuracy {reference[0]:.4f}, {cost} "
+        f"{workload.metric} / {cost}, reference point {reference[0]:.4f}, {cost} "
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
@@ -332,7 +364,7 @@ def main() -> None:
             )
 
 
-def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Run]]:  # noqa: ANN001
+def collect(args, workload, problem, cost, reference, bounds) -> dict[str, list[Run]]:  # noqa: ANN001
     """Every method's runs, by name."""
     spec = workload.exploration
     pop, offsprings = spec.nsga.pop_size, spec.nsga.offsprings or spec.nsga.pop_size
@@ -351,13 +383,21 @@ def collect(args, workload, problem, cost, minimum, bounds) -> dict[str, list[Ru
             search(problem, nsga, name, workload.seed + s, cost, sensitivity=seeded)
             for s in range(args.seeds)
         ]
-    if args.baselines:
-        runs["integer program (one-shot)"] = [integer_program(problem, cost, minimum)]
+    without = set(filter(None, args.without.split(","))) if args.baselines else set(BASELINES)
+    if without - set(BASELINES):
+        raise SystemExit(f"--without: baselines are {', '.join(BASELINES)}")
+    if "integer" not in without:
+        if reference.higher:  # its table is of accuracy drops
+            runs["integer program (one-shot)"] = [integer_program(problem, cost, reference[0])]
+        else:
+            print("integer program: skipped (its table is of drops of a higher-is-better metric)")
+    if "uniform" not in without:
         low, high = min(b for b, _ in bounds), max(h for _, h in bounds)
         uniform = Scorer(problem, cost)
         for bits in range(low, high + 1):
             uniform([min(max(bits, lo), hi) for lo, hi in bounds])
         runs["uniform bit widths"] = [uniform.run]
+    if "random" not in without:
         runs["random search"] = []
         for s in range(args.seeds):
             rng, random = np.random.default_rng(workload.seed + s), Scorer(problem, cost)
@@ -376,9 +416,7 @@ def mean_sd(values: list[float | None]) -> str:
     return f"{statistics.mean(found):.4f} +- {spread:.4f}{missing}"
 
 
-def summarise(
-    runs: dict[str, list[Run]], reference: tuple[float, float], fractions: list[float]
-) -> None:
+def summarise(runs: dict[str, list[Run]], reference: Reference, fractions: list[float]) -> None:
     nsga = runs.get("nsga2")
     target = statistics.mean(hypervolume(r.points, reference) for r in nsga) if nsga else None
     third = statistics.mean(r.forwards for r in nsga) / 3 if nsga else None
@@ -410,15 +448,21 @@ def summarise(
     )
     print("| method | " + " | ".join(f"cost <= {b:.0f}" for b in budgets) + " |")
     print("|---|" + "---|" * len(budgets))
+    seeds: list[str] = []
     for name, group in runs.items():
-        cells = [mean_sd([best_within(r.points, b) for r in group]) for b in budgets]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        found = [[best_within(r.points, b, reference.higher) for r in group] for b in budgets]
+        print(f"| {name} | " + " | ".join(mean_sd(cell) for cell in found) + " |")
+        for budget, cell in zip(budgets, found, strict=True):
+            if len(cell) > 1:
+                values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
+                seeds.append(f"{name}, cost <= {budget:.0f}: {values}")
+    print("\nPer seed:\n" + "\n".join(seeds))
 
 
-def best_within(points, budget: float) -> float | None:  # noqa: ANN001
+def best_within(points, budget: float, higher: bool = True) -> float | None:  # noqa: ANN001
     """The best accuracy among a run's feasible points that cost at most `budget`."""
     inside = [a for _, a, c, ok in points if ok and c <= budget]
-    return max(inside) if inside else None
+    return (max(inside) if higher else min(inside)) if inside else None
 
 
 if __name__ == "__main__":

@@ -123,3 +123,17 @@ def test_aimet_gets_the_model_unprepared_where_tracing_fails(benchmarks) -> None
     assert notes[0].startswith("2 dropouts") and "slice indices must be integers" in notes[1]
     found, notes = prepared(model, lambda module: "traced")
     assert found == "traced" and notes == []  # no dropout left to replace, prepared as is
+
+
+def test_bench_hypervolume_for_a_metric_where_lower_is_better(benchmarks) -> None:
+    """By hand: with kl bounded at 0.25 and a reference cost of 800, a feasible point at kl 0.1
+    and cost 400 dominates (0.25 - 0.1) x (800 - 400) = 60 of the 0.25 x 800 box; a second at
+    kl 0.2 and cost 200 adds (0.25 - 0.2) x (400 - 200) = 10; an infeasible one adds nothing."""
+    bench = importlib.import_module("bench_search_quality")
+    reference = bench.Reference(0.25, 800.0, higher=False)
+    points = [(10, 0.1, 400.0, True), (20, 0.2, 200.0, True), (30, 0.0, 0.0, False)]
+    assert bench.hypervolume(points[:1], reference) == pytest.approx(60 / 200)
+    assert bench.hypervolume(points, reference) == pytest.approx(70 / 200)
+    assert bench.best_within(points, 400.0, higher=False) == 0.1
+    assert bench.best_within(points, 300.0, higher=False) == 0.2
+    assert bench.best_within(points, 100.0, higher=False) is None
