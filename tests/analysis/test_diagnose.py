@@ -150,6 +150,16 @@ def test_a_model_that_normalizes_inside(
     assert finding.evidence["expected_std"] == pytest.approx([raw.std()], rel=1e-4)
 
 
+def test_inputs_filling_minus_one_to_one_are_normalized(clean: dict, tmp_path: Path) -> None:
+    # TensorFlow's convention, (p - 127.5) / 127.5: std about 0.8 here, under 0.5 on photographs
+    x, y = digits_tensors("train")
+    unit = (x.numpy() - x.numpy().min()) / (x.numpy().max() - x.numpy().min())
+    data, body = _variant(clean)
+    body["calibration"]["datasets"]["calibrate"] = _arrays(tmp_path, unit * 2 - 1, y.numpy())
+    [finding] = _run(_context(data, tmp_path), "Norm")
+    assert finding.severity == "info" and "[-1, 1]" in finding.message
+
+
 def test_inputs_in_zero_one_are_a_norm_warning(clean: dict, tmp_path: Path) -> None:
     x, y = digits_tensors("train")
     unit = (x.numpy() - x.numpy().min()) / (x.numpy().max() - x.numpy().min())

@@ -104,3 +104,24 @@ def test_the_workload_validates_and_a_short_search_runs(tmp_path: Path) -> None:
     assert main(["validate", str(WORKLOAD)]) == 0
     assert main(["calibrate", workload]) == 0
     assert main(["explore", workload, "--output", str(tmp_path / "result.pkl")]) == 0
+
+
+@pytest.mark.parametrize("preprocessing", ["lite", "imagenet"])
+def test_diagnose_takes_the_published_preprocessings_as_normalized(
+    tmp_path: Path, preprocessing: str
+) -> None:
+    """The network's own (p - 127) / 128 fills [-1, 1] with stds of 0.3-0.45 on these
+    photographs, torchvision's ImageNet standardization gives stds near 1: neither is a reason
+    to re-normalize or retrain a published network."""
+    from model_explorer.analysis.diagnose.base import DiagnosisContext, run_inspectors
+    from model_explorer.context import WorkloadContext
+    from model_explorer.workload import Workload
+
+    data = yaml.safe_load(WORKLOAD.read_text())
+    calibrate = data["workload"]["calibration"]["datasets"]["calibrate"]
+    calibrate.update(sample_limit=16, batch_size=16, preprocessing=preprocessing)
+    workload = Workload.load(write_workload(data, tmp_path / "efficientnet.yaml"))
+    context = DiagnosisContext(WorkloadContext(workload, device="cpu"), tmp_path / "out")
+    [finding] = run_inspectors(context, ["Norm"])
+    assert finding.severity == "info", finding.message
+    assert ("[-1, 1]" in finding.message) == (preprocessing == "lite")
