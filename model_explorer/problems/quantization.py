@@ -226,7 +226,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         table = layer_sensitivity(self.model, self.batches, self.metric, low)
         # how fast each drop falls with the bits, from a second table two bits wider for the
         # quantizers whose drop there can be resolved (decay_rates; 4 per bit elsewhere)
-        wider = SensitivityTable(table.baseline, low + 2, [])
+        wider = SensitivityTable(table.baseline, low + 2, [], table.higher)
         if low + 2 < max(high for _, high in bounds):
             names = resolvable(table)
             wider = layer_sensitivity(

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_explorer.metrics import score
+from model_explorer.metrics import higher_is_better, score
 
 
 @dataclass
 class Row:
+    """One quantizer's score alone and its `drop`: the damage against the float model, in the
+    metric's units and positive when worse (accuracy lost, or kl gained)."""
+
     name: str
     accuracy: float
     drop: float
@@ -21,11 +24,17 @@ class Row:
 
 @dataclass
 class SensitivityTable:
-    """Accuracy of the model with only one quantizer on at `bits`, per quantizer."""
+    """Accuracy of the model with only one quantizer on at `bits`, per quantizer; `higher`:
+    whether the metric is better higher (top-1) or lower (kl)."""
 
     baseline: float
     bits: int
     rows: list[Row]
+    higher: bool = True
+
+    def damage(self, accuracy: float) -> float:
+        """How much worse than the float model `accuracy` is (positive when worse)."""
+        return self.baseline - accuracy if self.higher else accuracy - self.baseline
 
     def ranked(self) -> list[Row]:
         """Most sensitive first (ties keep the model's order)."""
@@ -61,7 +70,7 @@ class SensitivityTable:
         `drop` accuracy (the range's top when none does)."""
         low, high = bit_range
         for bits in range(low, high + 1):
-            if self.baseline - _alone(model, batches, metric, name, bits) <= drop:
+            if self.damage(_alone(model, batches, metric, name, bits)) <= drop:
                 return bits
         return high
 
@@ -96,12 +105,12 @@ def layer_sensitivity(
     if baseline is None:
         baseline = _alone(model, batches, metric, None, bits)
     wanted = None if names is None else set(names)
-    rows = []
+    table = SensitivityTable(baseline, bits, [], higher_is_better(metric))
     for name in model.explorable_modules:
         if wanted is None or name in wanted:
             accuracy = _alone(model, batches, metric, name, bits)
-            rows.append(Row(name, accuracy, baseline - accuracy))
-    return SensitivityTable(baseline, bits, rows)
+            table.rows.append(Row(name, accuracy, table.damage(accuracy)))
+    return table
 
 
 # A drop at a second width is used where it is at least this many times the table's

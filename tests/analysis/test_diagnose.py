@@ -332,6 +332,28 @@ def test_a_very_sensitive_layer_is_ranked_first(clean: dict, tmp_path: Path) -> 
     assert rows[1].split(",")[1] == "2.weight_quantizer"
 
 
+def test_a_sensitive_layer_ranks_first_under_a_metric_where_lower_is_better(
+    clean: dict, tmp_path: Path
+) -> None:
+    """Scored by kl against the float model, the planted layer's weights alone at 4 bits gain
+    the most divergence: the drop is that gain (positive), ranked first and named in kl."""
+    data = _plant_sensitive_layer(clean, tmp_path)
+    body = data["workload"]
+    body["metric"] = "kl"
+    body["problem"].pop("allowable_accuracy_drop", None)
+    body["problem"].pop("minimum_accuracy", None)
+    body["problem"]["maximum_divergence"] = 0.5
+    context = _context(data, tmp_path)
+    [*warnings, summary] = _run(context, "Sensitivity")
+    table: SensitivityTable = context.cache["sensitivity"]
+    assert table.baseline == pytest.approx(0.0, abs=1e-6)  # the float model against itself
+    assert all(row.drop == pytest.approx(row.accuracy - table.baseline) for row in table.rows)
+    assert all(row.drop >= -1e-6 for row in table.rows)
+    assert table.ranked()[0].name == "2.weight_quantizer"
+    assert "raises kl by" in summary.message and "2.weight_quantizer" in summary.message
+    assert all(w.severity == "warning" and "raises kl by" in w.message for w in warnings)
+
+
 def test_sensitivity_table_matches_evaluating_one_quantizer_alone(
     clean: dict, tmp_path: Path
 ) -> None:

@@ -158,7 +158,8 @@ class Sensitivity(BaseInspector):
     the accuracy drop on the exploration data (AIMET's per-layer analysis). Writes
     sensitivity.csv and sensitivity.png, ranked. A drop above 5 points is a warning, with the
     smallest bit width whose drop is at most 1 point (searched upwards) recommended as that
-    quantizer's lower bound."""
+    quantizer's lower bound. For a metric where lower is better (kl) the drop is what it
+    gains over the float model, with the same bounds in its units (0.05 and 0.01 nats)."""
 
     name = "Sensitivity"
     warning_drop, target_drop = 0.05, 0.01
@@ -178,6 +179,8 @@ class Sensitivity(BaseInspector):
             low,
         )
         context.cache["sensitivity"] = table
+        spec = context.workload.metric
+        metric = spec if isinstance(spec, str) else spec.type
         table.to_csv(context.out_dir / "sensitivity.csv")
         plot_sensitivity(table, context.out_dir / "sensitivity.png")
         findings = []
@@ -195,9 +198,9 @@ class Sensitivity(BaseInspector):
             findings.append(
                 self.finding(
                     "warning",
-                    f"alone at {low} bits it costs {row.drop * 100:.1f} points of accuracy "
-                    f"(rank {rank} of {len(table.rows)}); {bits} bits keep the drop within "
-                    f"{self.target_drop * 100:g} point{'' if self.target_drop == 0.01 else 's'}",
+                    f"alone at {low} bits it {_damage(table, row.drop, metric)} (rank {rank} of "
+                    f"{len(table.rows)}); {bits} bits keep that within "
+                    f"{_amount(table, self.target_drop, metric)}",
                     layer=row.name,
                     evidence={"drop": round(row.drop, 4), "rank": rank, "bits": bits},
                     recommendation={"problem": {"layer_bounds": {row.name: [bits, high]}}},
@@ -207,12 +210,26 @@ class Sensitivity(BaseInspector):
         findings.append(
             self.finding(
                 "info",
-                f"float accuracy {table.baseline:.4f}; most sensitive at {low} bits: {top.name} "
-                f"({top.drop:.1%}); table in sensitivity.csv, plot in sensitivity.png",
+                f"float {metric} {table.baseline:.4f}; most sensitive at {low} bits: {top.name} "
+                f"({_damage(table, top.drop, metric)}); table in sensitivity.csv, plot in "
+                "sensitivity.png",
                 evidence={"baseline": table.baseline, "drops": table.drops()},
             )
         )
         return findings
+
+
+def _damage(table: SensitivityTable, drop: float, metric: str) -> str:
+    """A drop in words: points of accuracy, or what a lower-is-better metric (kl) gains."""
+    if table.higher:
+        return f"costs {_amount(table, drop, metric)}"
+    return f"raises {metric} by {drop:.4f}"
+
+
+def _amount(table: SensitivityTable, drop: float, metric: str) -> str:
+    if not table.higher:
+        return f"{drop:g} of {metric}"
+    return f"{drop * 100:.1f} points of {metric}".replace(".0 points", " points")
 
 
 def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
@@ -220,9 +237,10 @@ def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
     plt = pyplot()
     rows = table.ranked()
     figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows) + 2), 4))
-    axes.bar(range(len(rows)), [100 * row.drop for row in rows], color="tab:red")
+    scale = 100 if table.higher else 1
+    axes.bar(range(len(rows)), [scale * row.drop for row in rows], color="tab:red")
     axes.set_xticks(range(len(rows)), [row.name for row in rows], rotation=75, fontsize=7)
-    axes.set_ylabel("accuracy drop (points)")
+    axes.set_ylabel("accuracy drop (points)" if table.higher else "increase over float")
     axes.set_title(f"one quantizer at {table.bits} bits, all others float")
     figure.tight_layout()
     save_figure(figure, path, dpi=120, close=True)
