@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer import __version__
+from model_explorer.deployment.biases import place_biases
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.graph import QDQGraph
 from model_explorer.deployment.inplace import drop_copy_backs
@@ -123,7 +124,7 @@ def export_qdq(
         len(quantizers),
         folded_batch_norms=graph.fold_batch_norms(),
         quantized_outputs=graph.quantize_outputs(),
-        integer_biases=graph.place_biases(),
+        integer_biases=place_biases(graph),
         formats=formats,
     )
     graph.write_sites()

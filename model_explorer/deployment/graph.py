@@ -1,12 +1,13 @@
 """The traced graph turned into QDQ form: each quantizer's marker replaced by its QDQ nodes,
-batch norms folded into the quantized convolutions before them, quantized outputs where a
-runtime's integer kernels need them, and integer biases.
+batch norms folded into the quantized convolutions before them, and quantized outputs where a
+runtime's integer kernels need them (the biases: biases.py).
 
 What the search computed is kept: a batch norm after a quantized convolution scales each output
 channel, so it is folded into that channel's weight scale (the stored integers are the search's;
 a negative factor negates them), and the bias absorbs its shift. A convolution's output is
 quantized (a copy of the next quantizer) only where what lies between them commutes with that
-quantizer (ReLU, max pooling, reshapes: `COMMUTING`; where the value branches, every branch
+quantizer (ReLU, max pooling, reshapes: `COMMUTING`; a Clip, ReLU6, where the quantizer maps
+its bounds to its own end levels; where the value branches, every branch
 must reach a quantizer on the same grid), so the values are the same and a runtime can fuse
 DequantizeLinear -> Conv -> QuantizeLinear into one integer kernel; where an addition or an
 average lies between, the convolution stays a float one and the runtime says so, unless the
@@ -89,11 +90,15 @@ class QDQGraph:
         return numpy_helper.to_array(self.initializers[name])
 
     def constant(self, name: str) -> np.ndarray | None:
-        """The stored values of `name`: an initializer, or one behind Identity nodes (the
-        exporter shares equal tensors, e.g. the fresh batch norms of an untrained model, so);
-        None for a computed value."""
+        """The stored values of `name`: an initializer, a Constant node's value (the exporter
+        writes a padded convolution's bias, and Clip's bounds, so), or one behind Identity
+        nodes (the exporter shares equal tensors, e.g. the fresh batch norms of an untrained
+        model, so); None for a computed value."""
         while name not in self.initializers:
             node = self.producer(name)
+            if node is not None and node.op_type == "Constant":
+                value = next((a for a in node.attribute if a.name == "value"), None)
+                return None if value is None else numpy_helper.to_array(value.t)
             if node is None or node.op_type != "Identity":
                 return None
             name = node.input[0]
@@ -128,7 +133,7 @@ class QDQGraph:
         typed = {} if encoding.integer else {"output_dtype": encoding.onnx_type}
         quantized = f"{prefix}_quantized"
         nodes = []
-        if encoding.clipped and not _eight_bit(site):
+        if encoding.clipped and not eight_bit(site):
             low, high = f"{site.name}_low", f"{site.name}_high"
             step = encoding.scale.astype(np.float32)
             self.set_initializer(low, (step * np.float32(encoding.low - encoding.zero)))
@@ -146,7 +151,7 @@ class QDQGraph:
                 **typed,
             )
         )
-        if encoding.clipped and _eight_bit(site):
+        if encoding.clipped and eight_bit(site):
             low, high = f"{site.name}_low", f"{site.name}_high"
             self.set_initializer(low, np.array(encoding.low, dtype=encoding.dtype))
             self.set_initializer(high, np.array(encoding.high, dtype=encoding.dtype))
@@ -285,6 +290,9 @@ class QDQGraph:
             elif node.op_type in COMMUTING and list(node.input) == [name]:
                 site = self._next_quantizer(node.output[0])
                 ok = site is not None
+            elif node.op_type == "Clip" and node.input[0] == name:
+                site = self._next_quantizer(node.output[0])
+                ok = site is not None and self._inside_clip(node, site)
             else:
                 return None
             if not ok:
@@ -293,6 +301,27 @@ class QDQGraph:
         if not found or not all(_same_grid(found[0], site) for site in found[1:]):
             return None
         return found[0]
+
+    def _inside_clip(self, clip: onnx.NodeProto, site: Site) -> bool:
+        """Whether `site` quantizes the Clip's constant bounds to its own lowest and highest
+        levels (ReLU6's [0, 6] before an unsigned quantizer of amax near 6: each bound within
+        half a level of the range's end): then Q(Clip(x)) = Q(x), and quantizing the value
+        before the Clip changes nothing."""
+        bounds = []
+        for index, default in ((1, -np.inf), (2, np.inf)):
+            name = clip.input[index] if len(clip.input) > index else ""
+            value = self.constant(name) if name else np.array(default)
+            if value is None or value.size != 1:
+                return False
+            bounds.append(float(value.reshape(())))
+        encoding = site.encoding
+        scale = np.asarray(encoding.scale, dtype=np.float64).reshape(-1)
+        if scale.size != 1:
+            return False
+        if not scale[0] > 0:
+            return False
+        lowest, highest = (bound / scale[0] + encoding.zero for bound in bounds)
+        return lowest < encoding.low + 0.5 and highest > encoding.high - 0.5
 
     def _dequantized_by(self, quantize: onnx.NodeProto) -> str:
         name = quantize.output[0]
@@ -304,66 +333,6 @@ class QDQGraph:
                 return node[0].output[0]
             name = node[0].output[0]
         return ""
-
-    def place_biases(self) -> int:
-        """Biases as the search computed them: a float bias added to the product, as an Add
-        after it (a runtime would otherwise round a float bias of a product of quantized
-        operands to INT32 at the scale input scale x weight scale, coarse where those are
-        few-bit scales). Only a product of 8-bit integer operands whose output is quantized
-        takes its bias as INT32 at that scale, the form integer kernels read (an error of half
-        that scale at most). Returns how many biases are integers."""
-        integer = 0
-        for kernel in [node for node in self.graph.node if node.op_type in ("Conv", "Gemm")]:
-            if len(kernel.input) < 3 or self.constant(kernel.input[2]) is None:
-                continue
-            activation, weight = (self.sites.get(name) for name in kernel.input[:2])
-            if activation is None or weight is None:
-                continue
-            if kernel.name in self.quantized_outputs and self._integer_bias(
-                kernel, activation, weight
-            ):
-                integer += 1
-            else:
-                self._bias_after(kernel)
-        return integer
-
-    def _integer_bias(self, kernel: onnx.NodeProto, activation: Site, weight: Site) -> bool:
-        if not (_eight_bit(activation) and _eight_bit(weight)) or activation.encoding.clipped:
-            return False
-        if weight.encoding.block_size is not None or weight.encoding.axis not in (None, 0):
-            return False
-        scale = (activation.encoding.scale * weight.encoding.scale).astype(np.float32)
-        levels = np.round(self.constant(kernel.input[2]) / scale)
-        if np.abs(levels).max(initial=0) >= 2**31 or not np.all(scale > 0):
-            return False
-        name = f"{weight.name}_bias"
-        self.set_initializer(f"{name}_quantized", levels.astype(np.int32))
-        self.set_initializer(f"{name}_scale", np.broadcast_to(scale, levels.shape).copy())
-        self.set_initializer(f"{name}_zero_point", np.zeros(levels.shape, np.int32))
-        dequantize = helper.make_node(
-            "DequantizeLinear",
-            [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
-            [f"{name}_dequantized"],
-            f"{name}/Dequantize",
-            axis=0,
-        )
-        self.graph.node.insert(list(self.graph.node).index(kernel), dequantize)
-        kernel.input[2] = f"{name}_dequantized"
-        return True
-
-    def _bias_after(self, kernel: onnx.NodeProto) -> None:
-        """Take the bias out of `kernel` into an Add after it (broadcast over a convolution's
-        spatial axes)."""
-        bias = self.constant(kernel.input[2])
-        if kernel.op_type == "Conv":
-            dims = len(next(a.ints for a in kernel.attribute if a.name == "kernel_shape"))
-            bias = bias.reshape((-1,) + (1,) * dims)
-        name = self.set_initializer(f"{kernel.name}_bias", bias)
-        del kernel.input[2:]
-        output = kernel.output[0]
-        kernel.output[0] = f"{output}_without_bias"
-        add = helper.make_node("Add", [kernel.output[0], name], [output], f"{kernel.name}/bias")
-        self.graph.node.insert(list(self.graph.node).index(kernel) + 1, add)
 
 
 def _set_axis(node: onnx.NodeProto, axis: int) -> None:
@@ -380,7 +349,7 @@ def _same_grid(one: Site, other: Site) -> bool:
     )
 
 
-def _eight_bit(site: Site | None) -> bool:
+def eight_bit(site: Site | None) -> bool:
     """True for an integer site stored as INT8 or UINT8, what integer kernels read."""
     return site is not None and np.dtype(site.encoding.dtype) in _EIGHT_BIT
 

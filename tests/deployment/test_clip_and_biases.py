@@ -1,0 +1,78 @@
+"""Two graph edits of the QDQ export on a small ReLU6 network, checked against onnxruntime's
+kernels and the onnx reference evaluator: a ReLU6 (a Clip) between a convolution and the next
+quantizer lets the convolution's output be quantized when that quantizer maps the Clip's bounds
+to its own end levels, and a near-dead output channel (weights of 1e-7 beside a bias of 2, as
+batch-norm folding leaves them) still gets an INT32 bias, at a coarser weight scale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("onnx", reason="the onnx extra is not installed")
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from model_explorer.deployment.export import export_qdq  # noqa: E402
+from model_explorer.library.quantize import quantize  # noqa: E402
+from model_explorer.runtimes import describe_kernels, open_runtime  # noqa: E402
+
+
+def _network(dead_channel: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU6(), nn.Conv2d(8, 4, 1), nn.Flatten()
+    ).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(4)  # so that ReLU6 saturates on part of the inputs
+        if dead_channel:
+            model[0].weight[0] = 1e-7 * torch.sign(model[0].weight[0])
+            model[0].bias[0] = 2.0
+    return model
+
+
+def _exported(model: nn.Module, tmp_path: Path, amax: float | None = None) -> tuple:
+    inputs = torch.randn(64, 3, 6, 6)
+    quantized = quantize(model, 8, [inputs[:32]], method="max")
+    second = quantized.layers["2"].input_quantizer
+    assert second.unsigned and second.amax.item() == pytest.approx(6.0)  # ReLU6's range
+    if amax is not None:
+        second.amax.fill_(amax)
+    with torch.no_grad():
+        expected = quantized(inputs[32:]).numpy()
+    path = tmp_path / "model.onnx"
+    summary = export_qdq(quantized, inputs[:1], path)
+    kernels = describe_kernels(open_runtime("onnxruntime", path).kernels(), quantized.layers)
+    reference = ReferenceEvaluator(str(path)).run(None, {"input": inputs[32:].numpy()})[0]
+    return summary, kernels, reference, expected
+
+
+def test_a_relu6_before_an_unsigned_quantizer_of_its_range_lets_the_output_be_quantized(
+    tmp_path: Path,
+) -> None:
+    summary, kernels, reference, expected = _exported(_network(), tmp_path)
+    assert summary.quantized_outputs == 1 and summary.integer_biases == 1
+    assert kernels["integer"] == ["0"]  # the second layer's output is the network's: float
+    # an INT32 bias moves each output by half a product level at most (see test_export.py)
+    np.testing.assert_allclose(reference, expected, atol=0.05)
+
+
+def test_a_quantizer_wider_than_the_clip_keeps_the_convolution_float(tmp_path: Path) -> None:
+    # amax 8: values in (6, 8] would quantize to levels the Clip never lets through, so
+    # quantizing before the Clip would change them; the export must not.
+    summary, kernels, reference, expected = _exported(_network(), tmp_path, amax=8.0)
+    assert summary.quantized_outputs == 0 and kernels["integer"] == []
+    np.testing.assert_allclose(reference, expected, atol=1e-4)
+
+
+def test_a_near_dead_channel_gets_an_int32_bias_at_a_coarser_weight_scale(
+    tmp_path: Path,
+) -> None:
+    # weight scale 1e-7 / 127, input scale about 0.05: the bias of 2 would be 3e11 levels
+    summary, kernels, reference, expected = _exported(_network(dead_channel=True), tmp_path)
+    assert summary.integer_biases == 1 and kernels["integer"] == ["0"]
+    np.testing.assert_allclose(reference, expected, atol=0.05)
