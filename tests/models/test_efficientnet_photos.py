@@ -101,7 +101,8 @@ def test_the_workload_validates_and_a_short_search_runs(tmp_path: Path) -> None:
     body["exploration"]["datasets"]["exploration"].update(sample_limit=8, batch_size=8)
     body["exploration"]["nsga"].update(pop_size=2, offsprings=2, generations=1)
     workload = str(write_workload(data, tmp_path / "efficientnet.yaml"))
-    assert main(["validate", str(WORKLOAD)]) == 0
+    formats = WORKLOAD.with_name("efficientnet_lite0_photos_formats.yaml")
+    assert main(["validate", str(WORKLOAD)]) == 0 and main(["validate", str(formats)]) == 0
     assert main(["calibrate", workload]) == 0
     assert main(["explore", workload, "--output", str(tmp_path / "result.pkl")]) == 0
 
