@@ -202,18 +202,20 @@ def test_debug_writes_the_table_and_figure_and_names_the_layers(
 def test_a_repaired_resnet20_individual_holds_in_onnxruntime(
     resnet20_searched, tmp_path: Path, capsys
 ) -> None:
-    """The least accurate fully scored individual of a short resnet20 search, repaired to
-    1.5 points below the float model (every quantizer at 8 bits keeps it within about one
-    point): the repaired individual is appended with its parent, meets the target on the
-    exploration data, and exported and scored in onnxruntime it keeps what the repair
-    measured (the export check's half point)."""
+    """The most accurate fully scored individual of a short resnet20 search that misses 1.5
+    points below the float model (every quantizer at 8 bits keeps it within about one point),
+    repaired to that: the repaired individual is appended with its parent, meets the target on
+    the exploration data, and exported and scored in onnxruntime it keeps what the repair
+    measured (the export check's half point). The nearest miss raises the fewest quantizers,
+    which keeps the give-back pass short."""
     workload, original = resnet20_searched
     result_file = tmp_path / "result.pkl"
     shutil.copyfile(original, result_file)
     result = ExplorationResult.load(result_file)
-    parent = min((i for i in result.individuals if i.complete), key=lambda i: i.values["accuracy"])
     target = result.baseline[0] - 0.015
-    assert parent.values["accuracy"] < target, "the search left nothing to repair"
+    misses = [i for i in result.individuals if i.complete and i.values["accuracy"] < target]
+    assert misses, "the search left nothing to repair"
+    parent = max(misses, key=lambda i: i.values["accuracy"])
     done = debug_api.repair(f"{result_file}#{parent.id}", drop=0.015, workload=workload)
     repaired = ExplorationResult.load(result_file).records[-1]
     assert repaired == done.record and done.id == len(result.records)
