@@ -365,4 +365,8 @@ def compare_command(args: argparse.Namespace) -> int:
     written = write_comparison(comparison, out, **about)
     print(table(comparison))
     print(f"wrote {', '.join(p.name for p in written)} to {out}/")
+    if comparison.failures:  # recorded and written for the others; the status says so
+        failures = comparison.failures
+        print(f"{len(failures)} failed: {'; '.join(failures)}", file=sys.stderr)
+        return 1
     return 0

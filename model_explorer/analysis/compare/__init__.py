@@ -6,10 +6,8 @@ from __future__ import annotations
 from model_explorer.analysis.compare.comparison import (
     DEFAULT_TOLERANCE,
     Comparison,
-    Run,
     compare,
     localise,
-    pair_metrics,
     workload_samples,
 )
 from model_explorer.analysis.compare.environments import (
@@ -20,6 +18,7 @@ from model_explorer.analysis.compare.environments import (
     register_environment,
 )
 from model_explorer.analysis.compare.render import table, to_dict, write_comparison
+from model_explorer.analysis.compare.runs import Run, pair_metrics
 
 __all__ = [
     "DEFAULT_TOLERANCE",

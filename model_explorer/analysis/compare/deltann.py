@@ -127,14 +127,26 @@ def timing_statistics(seconds_a: np.ndarray, seconds_b: np.ndarray) -> dict[str,
 def sample_records(
     name: str, logits: np.ndarray, seconds: np.ndarray | None, targets: Any = None, k: int = TOP_K
 ) -> list[dict[str, Any]]:
-    """One row per sample of one environment: its label (where known), the k highest classes
-    and their scores, its time in seconds."""
+    """One row per sample of one environment: its label where `targets` are labels, or where
+    they are the float model's outputs (a label-free metric: agreement, cosine, kl) that
+    reference's k highest classes; then the k highest classes and their scores, its time in
+    seconds."""
     classes, scores = top_k(logits, k)
+    labels = reference = None
+    if targets is not None:
+        targets = np.asarray(targets)
+        if targets.ndim == 1:
+            labels = targets
+        elif targets.ndim == 2 and len(targets) == len(logits):
+            reference = top_k(targets.astype(np.float64), k)[0]
     rows = []
     for index in range(len(logits)):
         row: dict[str, Any] = {"environment": name, "sample": index}
-        if targets is not None:
-            row["label"] = int(targets[index])
+        if labels is not None:
+            row["label"] = int(labels[index])
+        if reference is not None:
+            for rank in range(reference.shape[1]):
+                row[f"reference_top{rank + 1}"] = int(reference[index, rank])
         for rank in range(classes.shape[1]):
             row[f"top{rank + 1}"] = int(classes[index, rank])
             row[f"score{rank + 1}"] = float(scores[index, rank])

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.analysis.compare.comparison import TOP_K, Comparison
+from model_explorer.analysis.compare.comparison import Comparison
 from model_explorer.analysis.compare.deltann import sample_records, stuck
+from model_explorer.analysis.compare.runs import TOP_K
 from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
 
