@@ -8,6 +8,7 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
         [--without integer,uniform,random]
         [--peers aimet,modelopt] [--aimet-candidates 4,9,25] [--budgets 0.375,0.4375,0.5]
         [--json PATH] [--set KEY=VALUE ...]
+    python benchmarks/bench_search_quality.py --summarise RUNS.json [MORE.json ...]
 
 A strategy runs with the workload's `exploration.initialization` (`auto`: the sensitivity
 seeds where the genes are bit widths, their table's and bisection's sample-forwards counted
@@ -330,7 +331,18 @@ def main() -> None:
         help="override a workload setting, as the CLI's --set (e.g. "
         "problem.num_bits_lower_limit=4)",
     )
+    parser.add_argument(
+        "--summarise",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: print the tables of runs saved with --json (several files: their "
+        "runs together, at the first file's reference point)",
+    )
     args = parser.parse_args()
+    fractions = [float(f) for f in args.budgets.split(",")]
+    if args.summarise:
+        summarise(*saved_runs(args.summarise), fractions)
+        return
 
     workload, context = prepared_context(args.workload, args.set)
     higher = higher_is_better(workload.metric)
@@ -352,7 +364,7 @@ def main() -> None:
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
-    summarise(runs, reference, [float(f) for f in args.budgets.split(",")])
+    summarise(runs, reference, fractions)
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(
@@ -362,6 +374,19 @@ def main() -> None:
                 },
                 stream,
             )
+
+
+def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference]:
+    """The runs of files written with --json, and the first file's reference point."""
+    runs: dict[str, list[Run]] = {}
+    reference = None
+    for path in paths:
+        with open(path) as stream:
+            saved = json.load(stream)
+        reference = reference or Reference(*saved["reference"])
+        for name, group in saved["runs"].items():
+            runs.setdefault(name, []).extend(Run([tuple(p) for p in points]) for points in group)
+    return runs, reference
 
 
 def collect(args, workload, problem, cost, reference, bounds) -> dict[str, list[Run]]:  # noqa: ANN001

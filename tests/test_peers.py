@@ -6,6 +6,7 @@ format fits, at 8 nothing needs to be cut."""
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 
 import numpy as np
@@ -137,3 +138,20 @@ def test_bench_hypervolume_for_a_metric_where_lower_is_better(benchmarks) -> Non
     assert bench.best_within(points, 400.0, higher=False) == 0.1
     assert bench.best_within(points, 300.0, higher=False) == 0.2
     assert bench.best_within(points, 100.0, higher=False) is None
+
+
+def test_bench_summarises_runs_saved_in_several_files(benchmarks, tmp_path, capsys) -> None:
+    bench = importlib.import_module("bench_search_quality")
+    reference = bench.Reference(0.25, 800.0, higher=False)
+    first = {"reference": list(reference), "runs": {"ours": [[[10, 0.1, 400.0, True]]]}}
+    second = {"reference": list(reference), "runs": {"peer": [[[50, 0.2, 200.0, True]]]}}
+    paths = []
+    for index, saved in enumerate((first, second)):
+        paths.append(tmp_path / f"{index}.json")
+        paths[-1].write_text(json.dumps(saved))
+    runs, found = bench.saved_runs([str(p) for p in paths])
+    assert found == reference and set(runs) == {"ours", "peer"}
+    bench.summarise(runs, found, [0.5])
+    printed = capsys.readouterr().out
+    assert "| ours | 1 | 1 | 10 | 0.3000" in printed  # 60 of the 200 box, as above
+    assert "| peer | 1 | 1 | 50 | 0.1500" in printed  # (0.25 - 0.2) x (800 - 200) = 30
