@@ -136,12 +136,22 @@ def test_silu_written_out_is_silu(data: dict, tmp_path: Path, swish: Swish) -> N
 
 
 @pytest.mark.parametrize(
-    "activation",
-    [nn.ReLU(), nn.LeakyReLU(0.1), nn.Sigmoid(), Gate()],
-    ids=["relu", "leaky_relu", "sigmoid", "gate"],
+    ("activation", "counted"),
+    [
+        (nn.ReLU(), {"relu": 2}),
+        (nn.LeakyReLU(0.1), {"leaky_relu": 1, "relu": 1}),
+        (nn.Sigmoid(), {"sigmoid": 1, "relu": 1}),
+        (Gate(), {"sigmoid": 1, "relu": 1}),
+        (nn.ReLU6(), {"hardtanh": 1, "relu": 1}),
+    ],
+    ids=["relu", "leaky_relu", "sigmoid", "gate", "relu6"],
 )
-def test_activations_that_quantize_well(data: dict, tmp_path: Path, activation) -> None:  # noqa: ANN001
-    assert _activation(data, tmp_path, _net(activation)) == []
+def test_activations_that_quantize_well_are_counted(
+    data: dict, tmp_path: Path, activation: nn.Module, counted: dict
+) -> None:
+    [found] = _activation(data, tmp_path, _net(activation))
+    assert found.severity == "info" and found.evidence["activations"] == counted
+    assert ("ReLU6" in found.message) == ("hardtanh" in counted)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 # (SiLU's is -0.278): smooth (Hardswish: piecewise) and non-monotone, like SiLU. ReLU-like
 # monotone ones (LeakyReLU, ELU, SELU) and bounded ones (sigmoid, tanh) are left out.
 LIKE_SILU = {"gelu": -0.170, "mish": -0.309, "hardswish": -0.375}
+# The activations that quantize like their input, counted in the info finding of a model that
+# has none of the above (ReLU6 runs as hardtanh).
+PLAIN = ("relu", "hardtanh", "leaky_relu", "elu", "selu", "sigmoid", "tanh", "softplus")
 
 
 @register_inspector
@@ -85,7 +88,19 @@ class Activation(BaseInspector):
                     **_where(modules),
                 )
             )
-        return findings
+        return findings or [self._plain(recording)]
+
+    def _plain(self, recording: Any) -> Finding:
+        """What the model uses instead, when nothing above is found."""
+        counts: dict[str, int] = {}
+        for call in recording.calls:
+            if _kind(call) in PLAIN:
+                counts[_kind(call)] = counts.get(_kind(call), 0) + 1
+        used = ", ".join(f"{kind} x{count}" for kind, count in counts.items()) or "none"
+        message = f"no SiLU, swish or SiLU-like activation; activations: {used}"
+        if "hardtanh" in counts:
+            message += " (ReLU6 runs as hardtanh: bounded, the quantizers after it unsigned)"
+        return self.finding("info", message, evidence={"activations": counts})
 
     def _silu(self, modules: list[str]) -> Finding:
         return self.finding(
