@@ -2,7 +2,8 @@
 kernels and the onnx reference evaluator: a ReLU6 (a Clip) between a convolution and the next
 quantizer lets the convolution's output be quantized when that quantizer maps the Clip's bounds
 to its own end levels, and a near-dead output channel (weights of 1e-7 beside a bias of 2, as
-batch-norm folding leaves them) still gets an INT32 bias, at a coarser weight scale."""
+batch-norm folding leaves them) still gets an INT32 bias, at a coarser weight scale. And the
+audit's reading of a file sees through the zero Pad of TensorFlow's SAME padding."""
 
 from __future__ import annotations
 
@@ -76,3 +77,45 @@ def test_a_near_dead_channel_gets_an_int32_bias_at_a_coarser_weight_scale(
     summary, kernels, reference, expected = _exported(_network(dead_channel=True), tmp_path)
     assert summary.integer_biases == 1 and kernels["integer"] == ["0"]
     np.testing.assert_allclose(reference, expected, atol=0.05)
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "dequantized"),
+    [
+        ("constant", 0.0, True),
+        ("constant", None, True),
+        ("constant", 1.0, False),
+        ("reflect", 0.0, False),
+    ],
+)
+def test_the_audit_looks_through_a_zero_pad_to_the_dequantize_before_it(
+    tmp_path: Path, mode: str, value: float | None, dequantized: bool
+) -> None:
+    """TensorFlow's SAME padding is a Pad between the DequantizeLinear and the convolution;
+    onnxruntime folds a zero Pad into the convolution, so the file's facts look through it (and
+    through nothing else)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from model_explorer.deployment.audit import file_facts
+
+    initializers = [
+        numpy_helper.from_array(np.ones((1, 3, 4, 4), np.int8), "x_quantized"),
+        numpy_helper.from_array(np.array(0.1, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads"),
+        numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w"),
+    ]
+    pad_inputs = ["x", "pads"]
+    if value is not None:
+        initializers.append(numpy_helper.from_array(np.array(value, np.float32), "pad_value"))
+        pad_inputs.append("pad_value")
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x_quantized", "x_scale"], ["x"]),
+        helper.make_node("Pad", pad_inputs, ["x_padded"], mode=mode),
+        helper.make_node("Conv", ["x_padded", "w"], ["y"], name="conv"),
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "padded", [], [output], initializers)
+    path = tmp_path / "padded.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert file_facts(path, ["conv"])["conv"].input_dequantized is dequantized
