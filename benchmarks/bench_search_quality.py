@@ -360,7 +360,7 @@ def main() -> None:
     runs.update(proposed)
     print(
         f"{workload.name}: {len(bounds)} quantizers, bits {bounds[0][0]}-{bounds[0][1]}, "
-        f"{workload.metric} / {cost}, reference point {reference[0]:.4f}, {cost} "
+        f"{getattr(workload.metric, 'type', workload.metric)} / {cost}, reference point {reference[0]:.4f}, {cost} "
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )

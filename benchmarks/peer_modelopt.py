@@ -196,7 +196,8 @@ def propose(
         f"forwarded ({len(formats)} formats x {run.calibrated // (run.runs * len(formats))}) "
         f"+ {run.scored} scoring samples x (2 for the forward and backward pass + "
         f"{len(formats)}: each layer re-run once per format, about one model forward per "
-        "format). Mapping: one format per "
+        "format). Subclasses of Conv and Linear registered with their base's quantized class. "
+        "Mapping: one format per "
         "layer, so its input and weight genes move together along the chain; a layer left "
         "unquantized or outside modelopt's search gets its genes' upper bounds; widths outside "
         "a gene's bounds are clipped."
@@ -278,6 +279,7 @@ class _Run:
             import modelopt.torch.quantization as mtq
 
             model = _without_inplace(copy.deepcopy(float_model).to("cpu").eval())
+            _register_subclasses(model)
             _, state = mtq.auto_quantize(
                 model,
                 constraints={"effective_bits": float(budget)},
@@ -352,6 +354,23 @@ def _unsearched_layers(model: nn.Module, layers: Sequence[str]) -> list[str]:
         for name, module in model.named_modules()
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)) and name not in wanted
     ]
+
+
+def _register_subclasses(model: nn.Module) -> None:
+    """Register each subclass of Conv1d/2d/3d or Linear in `model` that modelopt does not know
+    with the quantized class of its base, as modelopt's documentation registers a custom module
+    (`QuantModuleRegistry.register`): its registry takes a subclass only where it keeps its
+    base's forward, so one with its own (EfficientNet-Lite's Conv2dStaticSamePadding, whose
+    forward pads and calls F.conv2d with the module's weight) would be left float and outside
+    the search."""
+    from modelopt.torch.quantization.nn import QuantModuleRegistry
+
+    for module in model.modules():
+        kind = type(module)
+        for base in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear):
+            if issubclass(kind, base) and kind is not base and kind not in QuantModuleRegistry:
+                key = f"{kind.__module__}.{kind.__qualname__}"
+                QuantModuleRegistry.register({kind: key})(QuantModuleRegistry.get(base))
 
 
 def _without_inplace(model: nn.Module) -> nn.Module:

@@ -155,3 +155,29 @@ def test_bench_summarises_runs_saved_in_several_files(benchmarks, tmp_path, caps
     printed = capsys.readouterr().out
     assert "| ours | 1 | 1 | 10 | 0.3000" in printed  # 60 of the 200 box, as above
     assert "| peer | 1 | 1 | 50 | 0.1500" in printed  # (0.25 - 0.2) x (800 - 200) = 30
+
+
+class _SubclassedLinear(nn.Linear):
+    """A Linear subclass with its own forward, as EfficientNet-Lite's convolutions subclass
+    Conv2d with a forward that pads and calls F.conv2d."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def test_autoquantize_searches_layers_of_subclassed_types(benchmarks) -> None:
+    """modelopt's registry takes a subclass only where it keeps its base's forward: without
+    registering this one, both layers stay float and outside the search (the genome at its
+    upper bounds at every budget)."""
+    pytest.importorskip("modelopt.torch.quantization", reason="the modelopt extra is missing")
+    peer = importlib.import_module("peer_modelopt")
+    scoring = importlib.import_module("peer_result").Scoring("top1")
+    torch.manual_seed(0)
+    model = nn.Sequential(_SubclassedLinear(6, 16), nn.ReLU(), _SubclassedLinear(16, 3)).eval()
+    inputs = torch.randn(64, 6)
+    with torch.no_grad():
+        labels = model(inputs).argmax(1)
+    batches = [(inputs[i : i + 32], labels[i : i + 32]) for i in (0, 32)]
+    genes = [(layer, role, 2, 8) for layer in ("0", "2") for role in ("input", "weight")]
+    found = peer.propose(model, batches, batches, genes, [2.0, 8.0], seed=0, scoring=scoring)
+    assert found.genomes == [[2, 2, 2, 2], [8, 8, 8, 8]]
