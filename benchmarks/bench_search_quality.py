@@ -358,9 +358,10 @@ def main() -> None:
     proposed = peer_runs(peers, context, problem, cost, sets)  # first: the likelier to fail
     runs = collect(args, workload, problem, cost, reference, bounds)
     runs.update(proposed)
+    metric = getattr(workload.metric, "type", workload.metric)
     print(
         f"{workload.name}: {len(bounds)} quantizers, bits {bounds[0][0]}-{bounds[0][1]}, "
-        f"{getattr(workload.metric, 'type', workload.metric)} / {cost}, reference point {reference[0]:.4f}, {cost} "
+        f"{metric} / {cost}, reference point {reference[0]:.4f}, {cost} "
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
