@@ -89,6 +89,8 @@ def file_facts(path: Path, layers: Iterable[str]) -> dict[str, ProductFacts]:
     after its layer)."""
     import onnx
 
+    from model_explorer.deployment.graph import QDQGraph
+
     graph = onnx.load(str(path), load_external_data=False).graph
     producers = {output: node for node in graph.node for output in node.output}
     consumers: dict[str, list[Any]] = {}
@@ -97,15 +99,11 @@ def file_facts(path: Path, layers: Iterable[str]) -> dict[str, ProductFacts]:
             consumers.setdefault(name, []).append(node)
     constants = {initializer.name for initializer in graph.initializer}
     constants |= {node.output[0] for node in graph.node if node.op_type == "Constant"}
-    tensors = {initializer.name: initializer for initializer in graph.initializer}
-    for node in graph.node:
-        value = next((a.t for a in node.attribute if a.name == "value"), None)
-        if node.op_type == "Constant" and value is not None:
-            tensors[node.output[0]] = value
+    values = QDQGraph(graph)  # reads a constant operand as the export writes it
 
     def dequantized(name: str) -> bool:
         node = producers.get(name)
-        while node is not None and node.op_type == "Pad" and _zero_padding(node, tensors):
+        while node is not None and node.op_type == "Pad" and _zero_padding(node, values):
             node = producers.get(node.input[0])  # runtimes fold a zero Pad into the product
         return node is not None and node.op_type == "DequantizeLinear"
 
@@ -130,19 +128,17 @@ def file_facts(path: Path, layers: Iterable[str]) -> dict[str, ProductFacts]:
     }
 
 
-def _zero_padding(node: Any, tensors: dict[str, Any]) -> bool:
+def _zero_padding(node: Any, values: Any) -> bool:
     """A Pad of constant mode with the value 0 (TensorFlow's SAME padding as the exporter
     writes it), which onnxruntime's PadFusion folds into the convolution after it."""
-    from onnx import numpy_helper
-
     mode = next((a.s for a in node.attribute if a.name == "mode"), b"constant")
     name = node.input[2] if len(node.input) > 2 else ""
     if mode != b"constant":
         return False
     if not name:
         return True
-    value = tensors.get(name)
-    return value is not None and not numpy_helper.to_array(value).any()
+    value = values.constant(name)  # a QDQGraph's reading
+    return value is not None and not value.any()
 
 
 @dataclass(frozen=True)

@@ -95,10 +95,12 @@ def _fit_bias(weight: Encoding, bias: np.ndarray, input_scale: float) -> None:
     if weight.axis not in (None, 0) or weight.block_size is not None or weight.values is None:
         return
     channels = weight.values.shape[0]
+    if bias.size != channels:
+        return
     scale = np.broadcast_to(np.asarray(weight.scale, np.float64).reshape(-1), (channels,))
     needed = np.abs(bias.astype(np.float64).reshape(-1)) / (input_scale * BIAS_LEVELS)
     coarse = needed > scale
-    if bias.size != channels or not coarse.any():
+    if not coarse.any():
         return
     flat = weight.values.astype(np.float64).reshape(channels, -1)
     flat[coarse] = np.round(flat[coarse] * (scale[coarse] / needed[coarse])[:, None])

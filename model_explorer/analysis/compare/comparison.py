@@ -129,8 +129,7 @@ class Comparer:
                 env.close()
                 raise
             except Exception as error:  # a backend that fails on this model is a finding
-                first = str(error).splitlines()[0] if str(error) else ""
-                skipped[env.name] = f"failed: {type(error).__name__}: {first}"
+                skipped[env.name] = f"failed: {_said(error)}"
                 log.warning("environment %s failed", env.name, exc_info=True)
                 env.close()
                 continue
@@ -161,7 +160,6 @@ class Comparer:
             raise
         except Exception as error:  # one backend's failure is a finding, as a failed run is
             log.warning("localising %s vs %s failed", a.name, b.name, exc_info=True)
-            first = str(error).splitlines()[0] if str(error) else ""
             return {
                 "a": a.name,
                 "b": b.name,
@@ -169,8 +167,8 @@ class Comparer:
                 "samples": [],
                 "first": None,
                 "operators": [],
-                "failed": f"{type(error).__name__}: {first}",
-                "note": f"localisation failed: {type(error).__name__}: {first}",
+                "failed": _said(error),
+                "note": f"localisation failed: {_said(error)}",
             }
 
     def localise_pair(self, a: Environment, b: Environment, runs: dict[str, Run]) -> dict[str, Any]:
@@ -208,6 +206,12 @@ class Comparer:
             notes.append(f"no operator's relative error exceeds {self.tolerance:g}")
         found["note"] = "; ".join(notes)
         return found
+
+
+def _said(error: Exception) -> str:
+    """A backend's failure as recorded: its type and the first line of its message."""
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {first}"
 
 
 def disagrees(pair: dict[str, Any], tolerance: float) -> bool:
