@@ -316,9 +316,7 @@ class QDQGraph:
             bounds.append(float(value.reshape(())))
         encoding = site.encoding
         scale = np.asarray(encoding.scale, dtype=np.float64).reshape(-1)
-        if scale.size != 1:
-            return False
-        if not scale[0] > 0:
+        if scale.size != 1 or not scale[0] > 0:  # per tensor only
             return False
         lowest, highest = (bound / scale[0] + encoding.zero for bound in bounds)
         return lowest < encoding.low + 0.5 and highest > encoding.high - 0.5
