@@ -182,7 +182,7 @@ class Sensitivity(BaseInspector):
         spec = context.workload.metric
         metric = spec if isinstance(spec, str) else spec.type
         table.to_csv(context.out_dir / "sensitivity.csv")
-        plot_sensitivity(table, context.out_dir / "sensitivity.png")
+        plot_sensitivity(table, context.out_dir / "sensitivity.png", metric)
         findings = []
         for rank, row in enumerate(table.ranked(), 1):
             if row.drop <= self.warning_drop:
@@ -232,15 +232,16 @@ def _amount(table: SensitivityTable, drop: float, metric: str) -> str:
     return f"{drop * 100:.1f} points of {metric}".replace(".0 points", " points")
 
 
-def plot_sensitivity(table: SensitivityTable, path: str | Path) -> None:
-    """Accuracy drop per quantizer, most sensitive first."""
+def plot_sensitivity(table: SensitivityTable, path: str | Path, metric: str = "accuracy") -> None:
+    """Accuracy drop per quantizer (or what a lower-is-better `metric` gains), most sensitive
+    first."""
     plt = pyplot()
     rows = table.ranked()
     figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows) + 2), 4))
     scale = 100 if table.higher else 1
     axes.bar(range(len(rows)), [scale * row.drop for row in rows], color="tab:red")
     axes.set_xticks(range(len(rows)), [row.name for row in rows], rotation=75, fontsize=7)
-    axes.set_ylabel("accuracy drop (points)" if table.higher else "increase over float")
+    axes.set_ylabel("accuracy drop (points)" if table.higher else f"{metric} over the float model")
     axes.set_title(f"one quantizer at {table.bits} bits, all others float")
     figure.tight_layout()
     save_figure(figure, path, dpi=120, close=True)
