@@ -100,52 +100,10 @@ def _per_sample(runner: Any, array: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-class _Tapped(nn.Module):
-    """`model` returning its logits and then each listed module's last output, in the list's
-    order (forward hooks, which torch.export traces)."""
-
-    def __init__(self, model: nn.Module, modules: list[nn.Module]) -> None:
-        super().__init__()
-        self.model, self.tapped = model, modules
-
-    def forward(self, inputs: Tensor) -> tuple[Tensor, ...]:
-        found: dict[int, Tensor] = {}
-        hooks = [
-            module.register_forward_hook(
-                # A copy: a later in-place operator (ReLU(inplace=True)) must not change it.
-                lambda _, __, output, index=index: found.__setitem__(index, output.clone())
-            )
-            for index, module in enumerate(self.tapped)
-        ]
-        try:
-            output = self.model(inputs)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return (output, *(found[index] for index in range(len(self.tapped))))
-
-
 def _tapped(model: nn.Module, example: Tensor, path: Path) -> tuple[Any, list[str]]:
-    """The file with every module's output beside the logits (modules that return a tensor,
-    found by one eager run), and the tracer's names of those outputs."""
-    from model_explorer.runtimes.taps import tap_points
+    """The file with every module's output beside the logits, and the tracer's names of
+    those outputs."""
+    from model_explorer.runtimes.taps import tapped_module
 
-    candidates = tap_points(model, example)
-    returned: set[int] = set()
-    hooks = [
-        module.register_forward_hook(
-            lambda _, __, output, index=index: (
-                returned.add(index) if isinstance(output, Tensor) else None
-            )
-        )
-        for index, (_, module) in enumerate(candidates)
-    ]
-    try:
-        with torch.no_grad():
-            model(example)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    kept = [candidates[index] for index in sorted(returned)]
-    wrapper = _Tapped(model, [module for _, module in kept]).eval()
-    return _converted(wrapper, example, path), [name for name, _ in kept]
+    wrapper, names = tapped_module(model, example)
+    return _converted(wrapper, example, path), names

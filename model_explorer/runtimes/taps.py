@@ -7,13 +7,19 @@ the runtime diverges.
 
 The marks keep the exporter from folding a batch norm into the convolution before it (each
 module's output is kept), so the marked file is a second export beside the one the environment
-runs: its values are each module's, as eager computes them, in the runtime's arithmetic."""
+runs: its values are each module's, as eager computes them, in the runtime's arithmetic.
+
+Runtimes that read PyTorch (LiteRT) or that cannot read the marked file (TVM's ONNX frontend
+refuses a Pad computed from the input's shape, as TensorFlow-style "same" padding exports)
+take `tapped_module` instead: the model returning every module's output beside its own, for
+torch.export."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import onnx
+import torch
 from torch import Tensor, nn
 
 from model_explorer.onnx_export import drop_marker_domain, mark, marker_index, trace_marked
@@ -70,3 +76,52 @@ def tapped_export(model: nn.Module, example: Tensor, path: Path) -> list[tuple[s
     drop_marker_domain(proto)
     onnx.save(proto, str(path))
     return tapped
+
+
+class _Tapped(nn.Module):
+    """`model` returning its output and then each listed module's last output, in the list's
+    order (forward hooks, which torch.export traces)."""
+
+    def __init__(self, model: nn.Module, modules: list[nn.Module]) -> None:
+        super().__init__()
+        self.model, self.tapped = model, modules
+
+    def forward(self, inputs: Tensor) -> tuple[Tensor, ...]:
+        found: dict[int, Tensor] = {}
+        hooks = [
+            module.register_forward_hook(
+                # A copy: a later in-place operator (ReLU(inplace=True)) must not change it.
+                lambda _, __, output, index=index: found.__setitem__(index, output.clone())
+            )
+            for index, module in enumerate(self.tapped)
+        ]
+        try:
+            output = self.model(inputs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return (output, *(found[index] for index in range(len(self.tapped))))
+
+
+def tapped_module(model: nn.Module, example: Tensor) -> tuple[nn.Module, list[str]]:
+    """`model` returning its output and then the output of every module that returns a
+    tensor, in the order they complete (found by one eager run), and the tracer's names of
+    those (output 1 onwards)."""
+    candidates = tap_points(model, example)
+    completed: dict[int, None] = {}  # in the order the modules return
+    hooks = [
+        module.register_forward_hook(
+            lambda _, __, output, index=index: (
+                completed.setdefault(index) if isinstance(output, Tensor) else None
+            )
+        )
+        for index, (_, module) in enumerate(candidates)
+    ]
+    try:
+        with torch.no_grad():
+            model(example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    kept = [candidates[index] for index in completed]
+    return _Tapped(model, [module for _, module in kept]).eval(), [name for name, _ in kept]

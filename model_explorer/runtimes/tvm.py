@@ -205,6 +205,16 @@ class Tvm(Runtime):
         self.run_all = self._compiled(self.module)
         self.nodes, self.outputs = [], []
 
+    def tap(self, model: Any, example: Any, folder: Path) -> tuple[Any, list[tuple[str, str]]]:
+        """Every module's output through torch.export, the path compare's `tvm` runs the model
+        on (the ONNX frontend refuses many exports: a Pad computed from the input's shape)."""
+        from model_explorer.runtimes.taps import tapped_module
+
+        wrapper, names = tapped_module(model, example)
+        tapped = self.fresh()
+        tapped.activate_model(wrapper, example, folder)
+        return tapped.infer, [(str(index), name) for index, name in enumerate(names, 1)]
+
     def _compiled(self, module: Any) -> Executor:
         try:
             return compile_relax(module, self.target, self.opt_level)

@@ -20,6 +20,7 @@ from conftest import write_workload
 from model_explorer.analysis.compare import compare, pair_metrics
 from model_explorer.analysis.compare.environments import Environment, TorchEnvironment, eager
 from model_explorer.cli import main
+from model_explorer.errors import UserError
 from tests_support import localise_perturbed
 
 TOLERANCE = 1e-4  # the command's default relative error of an agreeing pair
@@ -409,3 +410,47 @@ def test_a_wrong_tvm_level_is_one_line(spec: str, trained_digits, capsys) -> Non
     (line,) = capsys.readouterr().err.strip().splitlines()
     said = "name a setting after the colon" if spec == "tvm:" else "level must be 0 to 4"
     assert said in line and "O0, O1" * (spec == "tvm:") in line
+
+
+class _SamePadded(nn.Module):
+    """TensorFlow-style "same" padding, computed from the input's shape as EfficientNet-Lite's
+    published port computes it: its ONNX export holds a Pad whose pads are computed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2)
+        self.act = nn.ReLU6()
+        self.head = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        height, width = x.shape[-2:]
+        pad_h = max((-(-height // 2) - 1) * 2 + 3 - height, 0)
+        pad_w = max((-(-width // 2) - 1) * 2 + 3 - width, 0)
+        x = nn.functional.pad(x, [pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2])
+        return self.head(self.act(self.conv(x)).mean(dim=(2, 3)))
+
+
+def test_tvm_localises_inside_a_model_its_onnx_frontend_cannot_read(tmp_path: Path) -> None:
+    """TVM's ONNX frontend refuses the marked export (dynamic pads); its intermediates come
+    through torch.export, the path the `tvm` environment runs the model on, and are eager's."""
+    pytest.importorskip("tvm")
+    from model_explorer.analysis.compare.environments import environment, operator_outputs
+    from model_explorer.runtimes.taps import tapped_export
+    from model_explorer.runtimes.tvm import onnx_module
+
+    torch.manual_seed(0)
+    model, x = _SamePadded().eval(), torch.randn(3, 3, 9, 9)
+    tapped_export(model, x[:1], tmp_path / "tapped.onnx")
+    with pytest.raises(UserError, match="ONNX frontend cannot read"):
+        onnx_module(tmp_path / "tapped.onnx", "here")
+
+    env = environment("tvm")
+    env.prepare(model, x[:1])
+    try:
+        found = env.intermediates(x)
+    finally:
+        env.close()
+    expected = operator_outputs(model, x)
+    assert list(found) == ["conv/Conv2D#0", "act/Relu6#0", "head/FullyConnected#0"]
+    for name, value in found.items():
+        assert torch.allclose(value, expected[name], atol=1e-5), name
