@@ -306,9 +306,11 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--env",
         action="append",
         metavar="ENV",
-        help="eager, eager-fp64, half, bfloat16, compile, onnxruntime, cuda, threads=N, "
-        "quantized:RESULTS#ID or package.module:factory (repeatable; default: eager, "
-        "eager-fp64, half, onnxruntime)",
+        help="eager, eager-fp64, half, bfloat16, compile, cuda, threads=N, a runtime "
+        "(onnxruntime, openvino, tvm, litert; NAME:SETTING for another setting), "
+        "quantized:RESULTS#ID, deployed[-RUNTIME]:RESULTS#ID or package.module:factory "
+        "(repeatable; default: eager, eager-fp64, half, onnxruntime; all: model-explorer "
+        "list environments)",
     )
     parser.add_argument("--samples", type=positive_int, default=256, help="first N samples (256)")
     parser.add_argument(
@@ -323,6 +325,12 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1e-4, help="relative error of an agreeing pair (1e-4)"
     )
     parser.add_argument("--no-localise", action="store_true", help="skip localisation")
+    parser.add_argument(
+        "--localise-against",
+        metavar="ENV",
+        help="localise only the pairs with this environment, as DeltaNN compares every "
+        "environment with one reference (default: every pair that disagrees)",
+    )
     parser.add_argument(
         "--out", "--output", help="folder (default: results/compare_<workload name>)"
     )
@@ -358,6 +366,7 @@ def compare_command(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         tolerance=args.tolerance,
         localise_disagreements=not args.no_localise,
+        localise_against=args.localise_against,
     )
     out = Path(args.out) if args.out else workload.results_folder / f"compare_{workload.name}"
     about = {"workload": str(args.workload), "model": workload.model.type}

@@ -158,3 +158,54 @@ def test_compare_writes_the_per_sample_records_and_the_pair_metrics(tmp_path: Pa
         timing_statistics(runs["eager"].timings, runs["half"].timings)["anova_p"]
     )
     assert (tmp_path / "deltann.png").exists()
+
+
+def test_the_matrices_are_the_lower_triangle_row_against_column() -> None:
+    """DeltaNN's matrices: row i against column j below the diagonal; the time change is the
+    row's time over the column's, written out from the pair's mean times."""
+    from model_explorer.analysis.compare.comparison import Comparison
+    from model_explorer.analysis.compare.render import lower_triangle
+
+    runs = {name: None for name in ("a", "b", "c")}
+    times = {"a": 2.0, "b": 3.0, "c": 1.0}
+    pairs = [
+        {
+            "a": x,
+            "b": y,
+            "top1_dissimilarity": value,
+            "mean_change_percent": (times[y] - times[x]) / times[x] * 100,
+        }
+        for x, y, value in (("a", "b", 0.1), ("a", "c", 0.2), ("b", "c", 0.3))
+    ]
+    comparison = Comparison(runs, {}, pairs, 10, 1, 1, 1e-4)  # type: ignore[arg-type]
+    dissimilarity = lower_triangle(comparison, "top1_dissimilarity")
+    assert np.isnan(dissimilarity[np.triu_indices(3)]).all()
+    assert dissimilarity[1, 0] == 0.1 and dissimilarity[2, 0] == 0.2 and dissimilarity[2, 1] == 0.3
+    change = lower_triangle(comparison, "mean_change_percent")
+    assert change[2, 1] == pytest.approx((1.0 / 3.0 - 1) * 100)  # c over b
+    reversed_pairs = [{**pair, "a": pair["b"], "b": pair["a"]} for pair in pairs]
+    for pair in reversed_pairs:  # the same pairs listed the other way round
+        pair["mean_change_percent"] = (times[pair["b"]] - times[pair["a"]]) / times[pair["a"]] * 100
+    turned = Comparison(runs, {}, reversed_pairs, 10, 1, 1, 1e-4)  # type: ignore[arg-type]
+    assert np.allclose(lower_triangle(turned, "mean_change_percent"), change, equal_nan=True)
+
+
+def test_localisation_against_one_reference_only() -> None:
+    import torch
+
+    from model_explorer.errors import UserError
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 10))
+    inputs = torch.randn(32, 16)
+    envs = ["eager", "half", "bfloat16"]
+    everything = compare(model, inputs, envs, repeats=1)
+    assert set(everything.localisations) == {
+        ("eager", "half"),
+        ("eager", "bfloat16"),
+        ("half", "bfloat16"),
+    }
+    against = compare(model, inputs, envs, repeats=1, localise_against="half")
+    assert set(against.localisations) == {("eager", "half"), ("half", "bfloat16")}
+    with pytest.raises(UserError, match="'fp16' is not one of the environments"):
+        compare(model, inputs, envs, repeats=1, localise_against="fp16")

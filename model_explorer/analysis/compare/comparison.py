@@ -273,6 +273,7 @@ def compare(
     tolerance: float = DEFAULT_TOLERANCE,
     localise_disagreements: bool = True,
     localise_samples: int = 8,
+    localise_against: str | None = None,
 ) -> Comparison:
     """Run `model` on `inputs` in every environment, compare every pair, localise the pairs
     that disagree.
@@ -289,8 +290,16 @@ def compare(
         tolerance: the relative error above which two environments' outputs differ.
         localise_disagreements: find the first diverging operator of every pair that differs.
         localise_samples: how many of the most disagreeing samples localisation runs on.
+        localise_against: localise only the pairs with this environment (DeltaNN's study:
+            every environment against one reference); None: every pair.
     """
     envs = _environments(environments, context, len(inputs), repeats, tolerance)
+    names = [env.name for env in envs]
+    if localise_against is not None and localise_against not in names:
+        raise UserError(
+            f"--localise-against: '{localise_against}' is not one of the environments "
+            f"compared ({', '.join(names)}); name one of them"
+        )
     comparer = Comparer(model, inputs, targets, batch_size, repeats, tolerance, localise_samples)
     try:
         runs, skipped = comparer.run_all(envs)
@@ -303,7 +312,8 @@ def compare(
                 pair.update(pair_metrics(runs[a.name].logits, runs[b.name].logits))
                 pair.update(deltann_metrics(runs[a.name], runs[b.name]))
                 pair["agree"] = not disagrees(pair, tolerance)
-                if localise_disagreements and not pair["agree"]:
+                chosen = localise_against in (None, a.name, b.name)
+                if localise_disagreements and chosen and not pair["agree"]:
                     localisations[(a.name, b.name)] = comparer.localise_or_say(a, b, runs)
                 pairs.append(pair)
     finally:

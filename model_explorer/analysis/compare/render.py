@@ -48,12 +48,14 @@ METRICS = {
     "class, share: the most predicted class and its share of the samples",
     "samples.csv": "per environment and sample: label, top-k classes and scores, seconds",
 }
-# The N x N matrices drawn in deltann.png: (key, title, value of an environment with itself).
+# DeltaNN's matrices in deltann.png, each the lower triangle (row against column): (key, title,
+# scale: the pair's value times it, colour map, value range or None for one centred on 0).
 DELTANN_MATRICES = (
-    ("top1_dissimilarity", "top-1 dissimilarity", 0.0),
-    ("topk_jaccard", f"top-{TOP_K} Jaccard", 1.0),
-    ("kendall_tau", "Kendall's tau", 1.0),
-    ("anova_p", "ANOVA p of the times", 1.0),
+    ("top1_dissimilarity", "top-1 dissimilarity, %", 100.0, "viridis_r", (0.0, None)),
+    ("topk_jaccard", f"top-{TOP_K} Jaccard", 1.0, "viridis", (None, 1.0)),
+    ("kendall_tau", "Kendall's tau", 1.0, "viridis", (None, 1.0)),
+    ("mean_change_percent", "time, % over the column's", 1.0, "RdBu_r", None),
+    ("anova_p", "ANOVA p of the times", 1.0, "viridis", (0.0, 1.0)),
 )
 
 
@@ -154,27 +156,77 @@ def short_name(name: str, width: int = 24) -> str:
     return f"{kind}:…{rest[-(width - len(kind) - 2) :]}"
 
 
+def lower_triangle(comparison: Comparison, key: str) -> np.ndarray:
+    """N x N matrix of a pair metric, as DeltaNN draws them: row i against column j for i > j
+    (the pair (j, i): `mean_change_percent` is the row's time over the column's), NaN on and
+    above the diagonal."""
+    names = list(comparison.runs)
+    index = {n: i for i, n in enumerate(names)}
+    matrix = np.full((len(names), len(names)), np.nan)
+    for pair in comparison.pairs:
+        row, column = sorted((index[pair["a"]], index[pair["b"]]), reverse=True)
+        value = pair.get(key, np.nan)
+        if key == "mean_change_percent" and index[pair["a"]] > index[pair["b"]]:
+            value = 100 * (1 / (1 + value / 100) - 1)  # the other way round
+        matrix[row, column] = value
+    return matrix
+
+
 def plot_deltann(comparison: Comparison) -> Any:
-    """DeltaNN's N x N matrices side by side."""
+    """DeltaNN's matrices: the lower triangle of each pair metric, three panels to a row."""
     plt = pyplot()
     names = list(comparison.runs)
-    size = 1.5 + 0.6 * len(names)
-    figure, axes = plt.subplots(1, len(DELTANN_MATRICES), figsize=(size * 4, size + 1.5))
-    figure.subplots_adjust(left=0.12, right=0.98, bottom=0.3, top=0.82, wspace=0.25)
     labels = [short_name(name) for name in names]
-    for axis, (key, title, diagonal) in zip(axes, DELTANN_MATRICES, strict=True):
-        matrix = agreement_matrix(comparison, key, diagonal)
-        axis.imshow(matrix, vmin=min(0.0, float(np.nanmin(matrix))), vmax=1.0, cmap="viridis")
-        axis.set_xticks(range(len(names)), labels, rotation=45, ha="right")
-        axis.set_yticks(range(len(names)), labels if axis is axes[0] else [])
-        for i in range(len(names)):
-            for j in range(len(names)):
-                color = "black" if matrix[i, j] > 0.6 else "white"
-                text = f"{matrix[i, j]:.2g}"
-                axis.text(j, i, text, ha="center", va="center", color=color, fontsize=8)
+    columns = min(3, len(DELTANN_MATRICES))
+    rows = -(-len(DELTANN_MATRICES) // columns)
+    size = 1.8 + (0.42 if len(names) > 8 else 0.6) * len(names)
+    figure, axes = plt.subplots(rows, columns, figsize=(size * columns, (size + 0.8) * rows))
+    axes = np.atleast_1d(axes).ravel()
+    for axis, (key, title, scale, colours, limits) in zip(axes, DELTANN_MATRICES, strict=False):
+        _triangle(axis, lower_triangle(comparison, key) * scale, colours, limits, labels)
         axis.set_title(title)
-    figure.suptitle(f"DeltaNN's metrics on {comparison.samples} samples")
+    for axis in axes[len(DELTANN_MATRICES) :]:
+        axis.set_visible(False)
+    figure.suptitle(f"DeltaNN's matrices on {comparison.samples} samples (row against column)")
+    figure.tight_layout()
     return figure
+
+
+def _triangle(axis: Any, matrix: np.ndarray, colours: str, limits: Any, labels: list[str]) -> None:
+    """One lower-triangle matrix with its values written in; `limits` None: a time change in
+    percent, shaded by the logarithm of the ratio of the times (centred on equal times)."""
+    from matplotlib.colors import Normalize, TwoSlopeNorm
+
+    finite = matrix[np.isfinite(matrix)]
+    shade = matrix
+    if limits is None:
+        shade = np.log10(np.maximum(1 + matrix / 100, 1e-9))
+        reach = max(np.log10(2), float(np.abs(shade[np.isfinite(shade)]).max(initial=0)))
+        norm: Any = TwoSlopeNorm(0.0, -reach, reach)
+    else:
+        low = limits[0] if limits[0] is not None else min(0.0, float(finite.min(initial=0)))
+        high = limits[1] if limits[1] is not None else max(1.0, float(finite.max(initial=1)))
+        norm = Normalize(low, high)
+    axis.imshow(np.ma.masked_invalid(shade), cmap=colours, norm=norm)
+    count = len(labels)
+    axis.set_xticks(range(count - 1), labels[:-1], rotation=45, ha="right")
+    axis.set_yticks(range(1, count), labels[1:])
+    axis.set_xlim(-0.5, count - 1.5)
+    axis.set_ylim(count - 0.5, 0.5)
+    for (i, j), value in np.ndenumerate(matrix):
+        if np.isfinite(value):
+            text = f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+            ink = _ink(float(norm(shade[i, j])), colours)
+            axis.text(j, i, text, ha="center", va="center", fontsize=7, color=ink)
+
+
+def _ink(level: float, colours: str) -> str:
+    """Black on the light part of a colour map (the middle of a diverging one), white on its
+    dark part."""
+    if colours == "RdBu_r":
+        return "black" if 0.2 < level < 0.8 else "white"
+    light = level < 0.45 if colours.endswith("_r") else level > 0.55
+    return "black" if light else "white"
 
 
 def write_samples(comparison: Comparison, path: Path) -> Path:
