@@ -137,6 +137,23 @@ class Comparer:
             runs[env.name] = run
         return runs, skipped
 
+    def pairs(
+        self, ran: list[Environment], runs: dict[str, Run], localised: list[str]
+    ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
+        """Every pair's metrics, and the localisation of each pair that disagrees and has an
+        environment named in `localised`."""
+        pairs, localisations = [], {}
+        for i, a in enumerate(ran):
+            for b in ran[i + 1 :]:
+                pair = {"a": a.name, "b": b.name}
+                pair.update(pair_metrics(runs[a.name].logits, runs[b.name].logits))
+                pair.update(deltann_metrics(runs[a.name], runs[b.name]))
+                pair["agree"] = not disagrees(pair, self.tolerance)
+                if not pair["agree"] and {a.name, b.name} & set(localised):
+                    localisations[(a.name, b.name)] = self.localise_or_say(a, b, runs)
+                pairs.append(pair)
+        return pairs, localisations
+
     def _intermediates(
         self, env: Environment, inputs: Tensor
     ) -> tuple[dict[str, Tensor] | None, str]:
@@ -303,19 +320,11 @@ def compare(
     comparer = Comparer(model, inputs, targets, batch_size, repeats, tolerance, localise_samples)
     try:
         runs, skipped = comparer.run_all(envs)
-        pairs = []
-        localisations = {}
         ran = [e for e in envs if e.name in runs]
-        for i, a in enumerate(ran):
-            for b in ran[i + 1 :]:
-                pair = {"a": a.name, "b": b.name}
-                pair.update(pair_metrics(runs[a.name].logits, runs[b.name].logits))
-                pair.update(deltann_metrics(runs[a.name], runs[b.name]))
-                pair["agree"] = not disagrees(pair, tolerance)
-                chosen = localise_against in (None, a.name, b.name)
-                if localise_disagreements and chosen and not pair["agree"]:
-                    localisations[(a.name, b.name)] = comparer.localise_or_say(a, b, runs)
-                pairs.append(pair)
+        localised = names if localise_against is None else [localise_against]
+        pairs, localisations = comparer.pairs(
+            ran, runs, localised if localise_disagreements else []
+        )
     finally:
         for env in envs:
             env.close()
