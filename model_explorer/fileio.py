@@ -71,7 +71,16 @@ def read_torch_file(path: Path, where: str, what: str) -> object:
     with open(path, "rb") as file:
         start = file.read(2)
     if start not in (b"PK", b"\x80\x02"):  # a zip archive, or torch's legacy pickle
-        content = "it is empty" if not start else "it is not a file written by torch.save"
+        from model_explorer.filekinds import kind_of
+
+        kind = kind_of(path)
+        content = (
+            "it is empty"
+            if not start
+            else f"it is {kind}"
+            if kind
+            else "it is not a file written by torch.save"
+        )
         raise UserError(f"{where}: '{path}' is not a readable {what} ({content})")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -7,6 +7,7 @@ entries its `type` may take, and each section's settings live beside the code th
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -161,24 +162,29 @@ class TypedSpec(Spec):
     @model_validator(mode="before")
     @classmethod
     def _shorthand_and_keys(cls, data: Any, info: ValidationInfo) -> Any:
-        if isinstance(data, str):
+        shorthand = isinstance(data, str)  # `metric: top1`: the name alone
+        if shorthand:
             data = {cls.type_key: data}
         if isinstance(data, dict) and isinstance(name := cls._entry_name(data), str):
             registry = cls.registry
             entry = registry.lookup(name)
             if entry is None:
                 known = registry.names()
-                raise PydanticCustomError(
-                    "unknown_type",
-                    "must be one of {known}, got unknown {kind} type '{name}'{hint}",
-                    {
-                        "key": cls.type_key,
-                        "kind": registry.kind,
-                        "name": name,
-                        "hint": cls._unknown_hint(name) or did_you_mean(name, known),
-                        "known": ", ".join(known + registry.forms()),
-                    },
+                hint = cls._unknown_hint(name) or did_you_mean(name, known)
+                said = (
+                    f"must be one of {', '.join(known + registry.forms())}, got unknown "
+                    f"{registry.kind} type '{name}'{hint}"
                 )
+                closest = difflib.get_close_matches(name, known, n=1)
+                if not closest:
+                    raise PydanticCustomError(
+                        "unknown_type", "{text}", {"text": said, "key": cls.type_key}
+                    )
+                # the keys beside it checked against the entry it was most likely meant to
+                # name, so that one run lists their problems too
+                entry = registry.lookup(closest[0])
+                below = (cls.type_key,) if shorthand else ()  # named as the key it stands for
+                data = {**data, cls.type_key: Rejected(said, below)}
             own = set(cls.model_fields) | _option_keys(entry)
             if _takes_any_key(entry):
                 own |= set(data)

@@ -48,6 +48,14 @@ def read_yaml(path: str | os.PathLike[str], duplicates: list[str] | None = None)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
+        from model_explorer.filekinds import WORKLOAD, kind_of
+
+        kind = kind_of(path)
+        if kind not in (None, WORKLOAD):  # a workload not in UTF-8 is told by its byte
+            raise WorkloadError(
+                f"{path}: this is {kind}, not a YAML file; this command reads YAML, e.g. "
+                "workloads/digits_cnn.yaml"
+            ) from None
         line = raw[: error.start].count(b"\n") + 1
         raise WorkloadError(
             f"{path} line {line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the file "

@@ -70,7 +70,7 @@ RESULT_FILES = {
     "truncated": (lambda r, f: r.read_bytes()[:200], "not a model_explorer result file"),
     "a torch checkpoint": (
         lambda r, f: _torch_bytes({"state_dict": {}}, f),
-        "not a model_explorer result file",
+        "this is a PyTorch file or other zip archive",
     ),
     "no individuals": (
         lambda r, f: _changed(r, lambda d: d.pop("individuals")),
@@ -126,7 +126,7 @@ def _checkpoint_cases(folder: Path) -> dict[str, tuple[bytes, str]]:
         "a truncated archive": (good[: len(good) // 2], "PytorchStreamReader failed"),
         "a text file": (b"weights: none\n", "is not a file written by torch.save"),
         "an empty file": (b"", "is empty"),
-        "a plain pickle": (_pickled({"configuration": [4]}), "is not a file written by torch"),
+        "a plain pickle": (_pickled({"configuration": [4]}), "it is a Python pickle"),
         "a checkpoint of no retraining": (
             _torch_bytes({"state_dict": {"w": torch.ones(3)}}, folder),
             "is not a checkpoint written by `retrain`",
@@ -359,3 +359,32 @@ def test_evaluate_says_when_every_output_is_nan(tiny, tiny_calibration, tmp_path
         "warning: 6 bit",
     ]
     assert all("every output is NaN or infinite" in w for w in warnings)
+
+
+def test_a_workload_where_a_result_goes_is_named(tiny, tmp_path, capsys) -> None:
+    workload = write(tiny, tmp_path / "w.yaml")
+    for argv in (["report", workload], ["evaluate-individual", workload, workload]):
+        run_cli(capsys, *argv).one_error(
+            f"error: {workload}: this is a workload YAML", "not a result file", "explore writes"
+        )
+
+
+def test_an_option_given_twice_is_refused_or_collected(capsys) -> None:
+    """argparse keeps the last of a repeated option silently; one that takes a value is
+    refused, one that takes a list collects every value."""
+    from model_explorer.cli import build_parser
+
+    args = build_parser().parse_args(["evaluate", "w.yaml", "--bits", "8", "--bits", "4", "6"])
+    assert args.bits == [8, 4, 6]
+    for argv, said in [
+        (
+            ["--samples", "3", "--samples", "4"],
+            "--samples is given twice (3, then 4); give it once",
+        ),
+        (["--out", "a", "--output", "b"], "--output is given twice ('a', then 'b')"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            build_parser().parse_args(["compare", "w.yaml", *argv])
+        assert stopped.value.code == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: model-explorer compare: ") and said in line

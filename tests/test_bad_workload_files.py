@@ -218,3 +218,40 @@ def test_a_valid_file_still_validates(tiny, tmp_path: Path, capsys) -> None:
     _set("quantization.input.axis", 1)(tiny)  # per channel with the max calibrator: fine
     outcome = run_cli(capsys, "validate", write(tiny, tmp_path / "w.yaml"))
     assert outcome.status == 0 and outcome.errors == []
+
+
+def test_an_unknown_problem_does_not_hide_the_mistakes_beside_it(tiny, tmp_path, capsys) -> None:
+    """An original-layout file with a misspelt problem, a misspelt option and a bad bit limit:
+    the options are checked against the problem the did-you-mean names, all three listed."""
+    tiny["workload"]["problem"] = {"problem_function": "quantisation_problem"}
+    tiny["workload"]["exploration"]["extra_args"] = {
+        "num_bits_lower_limit": 0,
+        "num_bits_uper_limit": 8,
+    }
+    outcome = run_cli(capsys, "validate", write(tiny, tmp_path / "w.yaml"))
+    assert outcome.status == 2 and len(outcome.errors) == 3, outcome.errors
+    said = "\n".join(outcome.errors)
+    assert "problem_function: must be one of" in said and "'quantization_problem'" in said
+    assert "num_bits_uper_limit: unknown key (did you mean 'num_bits_upper_limit'?)" in said
+    assert "num_bits_lower_limit: must be between 2 and 16 bits, got 0" in said
+
+
+def test_a_file_of_another_kind_where_a_workload_goes_is_named(tiny, tmp_path, capsys) -> None:
+    """A result file, a checkpoint, an array handed to a command that reads a workload: the
+    sentence says what the file is and which command takes it, not the YAML reader's byte."""
+    import pickle
+
+    import numpy as np
+    import torch
+
+    result = tmp_path / "r.pkl"
+    result.write_bytes(pickle.dumps({"format": "model_explorer result"}, protocol=4))
+    torch.save({"state_dict": {}}, tmp_path / "c.pt")
+    np.savez(tmp_path / "d.npz", x=np.zeros(3))
+    for path, words in [
+        (result, "this is a result file of explore (report, evaluate-individual"),
+        (tmp_path / "c.pt", "this is a PyTorch file"),
+        (tmp_path / "d.npz", "this is a NumPy .npz archive"),
+    ]:
+        run_cli(capsys, "validate", path).one_error(f"error: {path}: {words}", "not a YAML")
+        run_cli(capsys, "explore", path).one_error(f"error: {path}: {words}")

@@ -160,6 +160,7 @@ BOTTOM = {
     "schema",
     "paths",
     "fileio",
+    "filekinds",
     "figures",
     "modules",
     "plan",

@@ -51,8 +51,30 @@ ORDER = (
 )
 
 
+class _Once(argparse._StoreAction):
+    """An option that takes one value (or one list), refused when given twice: argparse would
+    keep the last silently (`--bits 8 --bits 4`). Options meant to be repeated say so
+    (`append`, `extend`, `count`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        given = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            parser.error(
+                f"{option_string} is given twice ({getattr(namespace, self.dest)!r}, then "
+                f"{values!r}); give it once"
+            )
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
-    """Reports a usage mistake in one line, like every other user error, with status 2."""
+    """Reports a usage mistake in one line, like every other user error, with status 2; an
+    option that takes one value is refused when given twice."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")

@@ -57,7 +57,7 @@ def explore_command(args: argparse.Namespace) -> int:
     try:
         result, path = explore(workload, options)
     except Interrupted as interrupted:
-        print(str(interrupted).replace("WORKLOAD", args.workload), file=sys.stderr)
+        print(interrupted, file=sys.stderr)
         return 130
     stats = result.stats
     print(
@@ -119,7 +119,11 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="workload YAML file")
     parser.add_argument("results", nargs="?", help="result file of an exploration")
     parser.add_argument(
-        "--retrained", nargs="+", metavar="CHECKPOINT", help="evaluate checkpoints of `retrain`"
+        "--retrained",
+        nargs="+",
+        action="extend",
+        metavar="CHECKPOINT",
+        help="evaluate checkpoints of `retrain`",
     )
     parser.add_argument("-n", "--count", type=positive_int, default=5, help="how many (default 5)")
     parser.add_argument(

@@ -57,6 +57,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "--bits",
         type=bit_width,
         nargs="+",
+        action="extend",
         metavar="N",
         help="also evaluate the calibrated quantized model with every quantizer at N bits",
     )

@@ -348,6 +348,14 @@ class ExplorationResult:
         try:
             data = load_plain(path)
         except Exception as error:  # refused classes, truncation, garbage: all "not a result"
+            from model_explorer.filekinds import RESULT, kind_of
+
+            kind = kind_of(path)
+            if kind is not None and kind != RESULT:
+                raise UserError(
+                    f"{path}: this is {kind}, not a result file; this command takes the .pkl "
+                    "that explore writes (results/expl_...pkl)"
+                ) from None
             text = first_line(error)
             raise UserError(f"{path}: not a model_explorer result file ({text})") from None
         check_layout(data, path)
