@@ -32,11 +32,11 @@ def cost_objective(result: ExplorationResult) -> str:
 
 
 def metric_label(result: ExplorationResult, name: str) -> str:
-    """How a value is shown: 'accuracy' values by the metric that measured them (top1, cosine,
-    kl, ...) when the result names it."""
+    """How a value is shown: an 'accuracy' objective with the metric that measured it (top1,
+    cosine, kl, ...) beside its name, as the tables name it: `accuracy (top1)`."""
     metric = result.problem.get("metric")
-    if metric and name.startswith("accuracy"):
-        return metric + name[len("accuracy") :]
+    if metric and name.startswith("accuracy") and metric != name:
+        return f"{name} ({metric})"
     return name
 
 
@@ -47,16 +47,19 @@ def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float,
 
 
 def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accuracy") -> Any:
-    """Every evaluated individual (feasible and infeasible apart), the Pareto front as a step
+    """Every evaluated individual (feasible, infeasible, and stopped early: scored on part of
+    the data, so that its score is a bound and not a measurement), the Pareto front as a step
     line, and the accuracy constraint as a horizontal line."""
     plt = pyplot()
     x = x or cost_objective(result)
     figure, axes = plt.subplots(figsize=(6, 4))
-    for feasible, colour, label in (
-        (False, "tab:gray", "infeasible"),
-        (True, "tab:blue", "feasible"),
-    ):
-        chosen = [i for i in result.individuals if i.feasible == feasible]
+    kinds = {
+        "infeasible": (lambda i: i.complete and not i.feasible, "tab:gray", "o"),
+        "stopped early (score a bound)": (lambda i: not i.complete, "tab:orange", "x"),
+        "feasible": (lambda i: i.complete and i.feasible, "tab:blue", "o"),
+    }
+    for label, (belongs, colour, marker) in kinds.items():
+        chosen = [i for i in result.individuals if belongs(i)]
         if chosen:
             axes.scatter(
                 [i.values[x] for i in chosen],
@@ -64,8 +67,9 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
                 s=12,
                 alpha=0.6,
                 color=colour,
+                marker=marker,
                 label=label,
-                gid=f"points-{label}",
+                gid=f"points-{label.split(' (')[0]}",
             )
     front = front_points(result, x, y)
     if front:
@@ -81,7 +85,7 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
                     constraint[bound],
                     color="tab:green",
                     linestyle="--",
-                    label=f"{bound} {label}",
+                    label=f"{bound} {result.problem.get('metric') or y}",
                     gid="constraint",
                 )
     if result.individuals and not result.feasible():
@@ -112,17 +116,28 @@ def layer_labels(result: ExplorationResult, layers: list[str]) -> list[str]:
 
 def plot_layers(result: ExplorationResult, individual: Individual | None = None) -> Any:
     """Per-layer settings: bit widths (input and weight side by side) or thresholds, for one
-    individual or as the mean over the Pareto front."""
+    individual or as the mean over the Pareto front; in a formats search each bar is coloured
+    by its format (the most frequent over the front), weights hatched, its height the format's
+    bits per element."""
     plt = pyplot()
     table = _layer_table(result, individual)
     layers = list(dict.fromkeys(table["layer"]))
     kinds = list(dict.fromkeys(table["kind"]))
+    formats = sorted(table["format"].dropna().unique()) if "format" in table else []
+    palette = dict(zip(formats, plt.get_cmap("tab10").colors, strict=False))
     figure, axes = plt.subplots(figsize=(max(6, 0.4 * len(layers) * len(kinds)), 4))
     width = 0.8 / len(kinds)
     for offset, kind in enumerate(kinds):
         part = table[table["kind"] == kind].set_index("layer").reindex(layers)
         positions = np.arange(len(layers)) + (offset - (len(kinds) - 1) / 2) * width
-        axes.bar(positions, part["mean"].fillna(0), width, label=kind, gid=f"bars-{kind}")
+        style: dict[str, Any] = {"label": kind}
+        if formats:
+            style = {
+                "color": [palette.get(f, "0.8") for f in part["format"]],
+                "hatch": "///" if kind == "weight" else None,
+                "edgecolor": "white",
+            }
+        axes.bar(positions, part["mean"].fillna(0), width, gid=f"bars-{kind}", **style)
     axes.set_xticks(range(len(layers)), layer_labels(result, layers), rotation=90, fontsize=7)
     axes.set_xlabel("layer")
     title = (
@@ -132,11 +147,28 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
         if result.feasible()
         else "mean over the infeasible front (no feasible individual)"
     )
-    axes.set_title(title)
-    axes.set_ylabel("bits" if "threshold" not in kinds else "value")
-    axes.legend(fontsize=8)
+    axes.set_title(title + (", coloured by the most frequent format" if formats else ""))
+    axes.set_ylabel(
+        "bits per element (scales counted)"
+        if formats
+        else "bits"
+        if "threshold" not in kinds
+        else "value"
+    )
+    axes.legend(handles=_format_legend(palette, kinds) if formats else None, fontsize=8)
     figure.tight_layout()
     return figure
+
+
+def _format_legend(palette: dict[str, Any], kinds: list[str]) -> list[Any]:
+    """A patch per format, then the plain input and hatched weight bars."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour, label=name) for name, colour in palette.items()]
+    for kind in kinds:
+        hatch = "///" if kind == "weight" else None
+        handles.append(Patch(facecolor="0.85", edgecolor="0.4", hatch=hatch, label=kind))
+    return handles
 
 
 def reference_text(reference: dict[str, float]) -> str:
@@ -187,14 +219,18 @@ def plot_efficiency(result: ExplorationResult, reference: dict[str, float] | Non
 
 
 def plot_dram_energy(rows: Sequence[Any]) -> Any:
-    """Per-layer DRAM energy (uJ) of weights, inputs and outputs, stacked, from energy rows
-    (`LayerEnergy`, or dicts with the CSV's columns)."""
+    """Per-layer DRAM energy (uJ, as energy-analysis prints it) of weights, inputs and
+    outputs, stacked, from energy rows (`LayerEnergy`, or dicts with the CSV's columns, whose
+    energies are pJ); each layer named by its index, name and type, as the printed table."""
     plt = pyplot()
 
     def value(row: Any, key: str) -> Any:
         return row[key] if isinstance(row, dict) else getattr(row, key)
 
-    names = [str(value(r, "layer_name") or value(r, "layer_idx")) for r in rows]
+    names = [
+        f"{value(r, 'layer_idx')}: {value(r, 'layer_name') or ''} ({value(r, 'layer_type')})"
+        for r in rows
+    ]
     figure, axes = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4))
     bottom = np.zeros(len(rows))
     for key, label in (("w_energy", "weights"), ("i_energy", "inputs"), ("o_energy", "outputs")):
@@ -202,7 +238,12 @@ def plot_dram_energy(rows: Sequence[Any]) -> Any:
         axes.bar(range(len(rows)), heights, bottom=bottom, label=label, gid=f"energy-{label}")
         bottom += heights
     axes.set_xticks(range(len(rows)), names, rotation=90, fontsize=7)
+    axes.set_xlabel("layer (index: name (type))")
     axes.set_ylabel("DRAM energy (uJ)")
+    word = int(value(rows[0], "bitwidth")) if rows else 0
+    axes.set_title(
+        f"DRAM energy per layer: {bottom.sum():.4g} uJ in all, words of {word} bits", fontsize=9
+    )
     axes.legend(fontsize=8)
     figure.tight_layout()
     return figure

@@ -129,7 +129,7 @@ def test_a_search_bounded_by_a_maximum_divergence(trained_digits, tmp_path: Path
             assert individual.feasible == (individual.values["accuracy"] <= 0.05)
     # Plots and the report name the metric, and draw its bound as a maximum.
     axes = plot_front(result).axes[0]
-    assert axes.get_ylabel() == "kl"
+    assert axes.get_ylabel() == "accuracy (kl)"  # the objective, as tables name it, and its metric
     line = next(a for a in axes.get_lines() if a.get_gid() == "constraint")
     assert line.get_ydata()[0] == 0.05 and line.get_label() == "maximum kl"
     report = write_report(result, tmp_path / "report")[-1]

@@ -228,3 +228,84 @@ def test_one_hypervolume_from_the_problem_alone_in_the_api_report_and_plots(
         f"hypervolume (normalised): {expected:.4f}"
         in (tmp_path / "report" / "report.md").read_text()
     )
+
+
+def test_the_front_tells_candidates_stopped_early_apart(synthetic) -> None:
+    """A candidate stopped early has a bound for a score: its own marker, not 'infeasible';
+    the axis names the objective and its metric as the tables do."""
+    stopped = copy.copy(synthetic)
+    infeasible = [i.id for i in synthetic.individuals if not i.feasible][:3]
+    stopped.records = [
+        {**record, "complete": False} if record["id"] in infeasible else record
+        for record in synthetic.records
+    ]
+    stopped.problem = {**synthetic.problem, "metric": "top1"}
+    figure = plotting.plot_front(stopped)
+    (early,) = artists(figure, "points-stopped early")
+    assert len(early.get_offsets()) == len(infeasible)
+    (rest,) = artists(figure, "points-infeasible")
+    assert len(rest.get_offsets()) == sum(not i.feasible for i in synthetic.individuals) - 3
+    assert figure.axes[0].get_ylabel() == "accuracy (top1)"
+
+
+def test_a_formats_layer_plot_colours_each_bar_by_its_format(synthetic, monkeypatch) -> None:
+    import pandas as pd
+    from matplotlib.colors import to_hex
+
+    table = pd.DataFrame(
+        [
+            ("a", "input", 8.0, "int8"),
+            ("a", "weight", 8.0, "fp8_e4m3"),
+            ("b", "input", 8.0, "fp8_e4m3"),
+            ("b", "weight", 4.25, "mxfp4"),
+        ],
+        columns=["layer", "kind", "mean", "format"],
+    )
+    monkeypatch.setattr(plotting, "_layer_table", lambda result, individual: table)
+    figure = plotting.plot_layers(synthetic)
+    colour = {}
+    for kind in ("input", "weight"):
+        for bar, (_, row) in zip(
+            artists(figure, f"bars-{kind}"), table[table.kind == kind].iterrows(), strict=True
+        ):
+            colour.setdefault(row["format"], set()).add(to_hex(bar.get_facecolor()))
+            assert bar.get_height() == row["mean"]
+            assert bool(bar.get_hatch()) == (kind == "weight")
+    assert all(len(shades) == 1 for shades in colour.values())  # one colour per format
+    assert len({next(iter(shades)) for shades in colour.values()}) == 3  # int8 unlike fp8
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert legend == ["fp8_e4m3", "int8", "mxfp4", "input", "weight"]
+
+
+def test_the_dram_plot_names_layers_as_the_table_does() -> None:
+    import torch
+
+    rows = analytic_energy(create_model("digits_cnn").eval(), torch.zeros(1, 1, 8, 8))
+    axes = plotting.plot_dram_energy(rows).axes[0]
+    ticks = [t.get_text() for t in axes.get_xticklabels()]
+    assert ticks == [f"{r.layer_idx}: {r.layer_name} ({r.layer_type})" for r in rows]
+    assert axes.get_xlabel() and "uJ" in axes.get_ylabel()
+    total = sum(r.total_dram_energy for r in rows) / 1e6
+    assert f"{total:.4g} uJ in all" in axes.get_title()
+
+
+def test_compare_figures_show_top_k_and_every_bar() -> None:
+    """agreement.png: top-1 above the diagonal, top-5 below; timing.png: a log axis where one
+    environment is over 20 times faster, so its bar shows."""
+    from types import SimpleNamespace
+
+    from model_explorer.analysis.compare.comparison import Comparison
+    from model_explorer.analysis.compare.render import plot_agreement, plot_timing
+
+    runs = {
+        name: SimpleNamespace(median_seconds_per_sample=seconds, seconds_per_sample=[seconds])
+        for name, seconds in (("eager", 5.4e-3), ("onnxruntime", 1.4e-5))
+    }
+    pair = {"a": "eager", "b": "onnxruntime", "top1_agreement": 1.0, "top5_agreement": 0.54}
+    comparison = Comparison(runs, {}, [pair], 10, 1, 1, 1e-4)  # type: ignore[arg-type]
+    cells = {
+        (round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
+        for t in plot_agreement(comparison).axes[0].texts
+    }
+    assert cells[(0, 1)] == "1.000" and cells[(1, 0)] == "0.540"
+    assert plot_timing(comparison).axes[0].get_yscale() == "log"

@@ -143,7 +143,7 @@ def energy_analysis_command(args: argparse.Namespace) -> int:
         )
     total = sum(row.total_dram_energy for row in rows)
     word = rows[0].bitwidth if rows else 0
-    print(f"total DRAM energy: {total / 1e9:.6f} mJ ({len(rows)} layers, words of {word} bits)")
+    print(f"total DRAM energy: {total / 1e6:.3f} uJ ({len(rows)} layers, words of {word} bits)")
     print(f"wrote {path}")
     return 0
 

@@ -152,7 +152,7 @@ def test_energy_aware_problem_runs_on_digits(trained_digits, tmp_path: Path, cap
     assert main(["explore", str(path), "--output", str(tmp_path / "r.pkl")]) == 2
     assert "write it with `model-explorer energy-analysis WORKLOAD`" in capsys.readouterr().err
     assert main(["energy-analysis", str(path)]) == 0
-    assert "total DRAM energy: 0.0107" in capsys.readouterr().out
+    assert "total DRAM energy: 10.744 uJ" in capsys.readouterr().out  # pJ in the CSV
     assert main(["energy-analysis", str(path)]) == 2  # never overwrites without --force
     assert main(["explore", str(path), "--output", str(tmp_path / "r.pkl")]) == 0
     result = ExplorationResult.load(tmp_path / "r.pkl")
