@@ -274,10 +274,10 @@ METRICS.register("mean_iou", options=SegmentationOptions)(
 
 
 def create_metric(spec: MetricSpec | str) -> Metric:
-    """A fresh metric for a spec or a name such as 'top1'."""
+    """A fresh metric for a spec or a name such as 'top1' (a module from the workload's root)."""
     if isinstance(spec, str):
         spec = MetricSpec(type=spec)
-    return METRICS.resolve(spec.type, "workload.metric.type")(spec.options)
+    return METRICS.resolve(spec.type, "workload.metric.type", [spec.resolve(".")])(spec.options)
 
 
 def needs_reference(spec: MetricSpec | str) -> bool:

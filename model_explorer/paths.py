@@ -41,6 +41,13 @@ def missing_path_text(value: str, context: dict[str, Any] | None, what: str) -> 
         return None
     unset = [var for var in _env_vars(value) if var not in os.environ]
     hint = f" (environment variable {', '.join(unset)} is not set)" if unset else ""
+    root = (context or {}).get("root")
+    expanded = Path(os.path.expandvars(os.path.expanduser(value)))
+    if root is not None and not expanded.is_absolute():
+        hint += (
+            f" (relative paths start from the workload's root, {root}; `root:` in the file "
+            "moves it)"
+        )
     return f"{what} '{resolved}' does not exist{hint}; point it at the local copy"
 
 

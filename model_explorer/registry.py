@@ -14,8 +14,9 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from model_explorer.errors import UserError, did_you_mean
@@ -161,9 +162,12 @@ class Registry(Generic[T]):
                 f"known: {known}"
             ) from None
 
-    def resolve(self, name: str, where: str | None = None) -> Callable[..., Any]:
+    def resolve(
+        self, name: str, where: str | None = None, folders: Sequence[Path] = ()
+    ) -> Callable[..., Any]:
         """The builder of any name this registry accepts: registered, namespaced (the item bound
-        as first argument) or, for registries that take them, an imported callable."""
+        as first argument) or, for registries that take them, an imported callable (its module
+        found in `folders`, the workload's root, as well; see `import_object`)."""
         if name in self._entries:
             return self._entries[name].builder  # type: ignore[return-value]
         found = self.namespace(name)
@@ -171,27 +175,32 @@ class Registry(Generic[T]):
             space, item = found
             return functools.partial(space.builder, item)
         if self.imports and ":" in name:
-            imported = import_object(name, where or self.kind, self.imports)
+            imported = import_object(name, where or self.kind, self.imports, folders)
             return self.adapt_import(imported) if self.adapt_import else imported
         return self.get(name, where).builder  # type: ignore[return-value]
 
 
-def import_object(path: str, where: str, what: str = "factory") -> Callable[..., Any]:
-    """The callable named by 'package.module:attribute', imported (from the working directory
-    too, where research code usually sits)."""
+def import_object(
+    path: str, where: str, what: str = "factory", folders: Sequence[Path] = ()
+) -> Callable[..., Any]:
+    """The callable named by 'package.module:attribute', imported from an installed package,
+    else from `folders` (a workload's root: where its data paths start too) or the working
+    directory, where research code usually sits."""
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise UserError(f"{where}: '{path}' is not of the form '{IMPORT_PATH}'")
+    searched = list(dict.fromkeys(str(Path(f).resolve()) for f in (*folders, os.getcwd())))
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        if os.getcwd() in sys.path or error.name != module_name.split(".")[0]:
+        missing = [folder for folder in searched if folder not in sys.path]
+        if not missing or error.name != module_name.split(".")[0]:
             raise UserError(
-                f"{where}: cannot import '{module_name}' ({error}); install it or run from the "
-                "directory that holds it"
+                f"{where}: cannot import '{module_name}' ({error}); looked in installed "
+                f"packages and in {' and '.join(searched)}: put it there, or install it"
             ) from error
-        sys.path.insert(0, os.getcwd())
-        return import_object(path, where, what)
+        sys.path[:0] = missing
+        return import_object(path, where, what, folders)
     found = getattr(module, attribute, None)
     if found is None:
         raise UserError(f"{where}: module '{module_name}' has no attribute '{attribute}'")

@@ -128,7 +128,8 @@ def build_dataset(spec: DatasetSpec, seed: int, where: str = "dataset") -> Datas
         seed: draws the subset (and its order with `randomize`).
         where: the key path named in errors.
     """
-    dataset = DATASETS.resolve(spec.type, f"{where}.type")(spec, where)
+    folders = [spec.resolve(".")]  # the workload's root (the working directory without one)
+    dataset = DATASETS.resolve(spec.type, f"{where}.type", folders)(spec, where)
     streamed = isinstance(dataset, SampleStream)
     if streamed and spec.sample_limit is None:
         return dataset  # the whole stream: its order is the stored one, shuffled for training

@@ -32,7 +32,8 @@ def build_model(
         fold: fold the batch norms (default: as `fold_batchnorm` says, with or without the
             weights: costs and energy count the layers that run); false for training.
     """
-    model = create_model(spec.type, spec.num_classes, where=where, **spec.kwargs)
+    folders = [spec.resolve(".")]  # the workload's root (the working directory without one)
+    model = create_model(spec.type, spec.num_classes, where, folders, **spec.kwargs)
     if load_weights and spec.weights is not None:
         load_checkpoint(model, spec.resolve(spec.weights), where=f"{where}.weights")
     elif load_weights and spec.pretrained is not False and not ships_weights(spec.type):

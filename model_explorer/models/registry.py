@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -117,7 +118,11 @@ class ModelSpec(Spec):
 
 
 def create_model(
-    name: str, num_classes: int | None = None, where: str = "model", **kwargs: Any
+    name: str,
+    num_classes: int | None = None,
+    where: str = "model",
+    module_folders: Sequence[Path] = (),
+    **kwargs: Any,
 ) -> nn.Module:
     """A freshly initialised model by name (no checkpoint; see `build_model`).
 
@@ -125,9 +130,11 @@ def create_model(
         name: a registered model, `torchvision:<name>` or `package.module:factory`.
         num_classes: passed to the factory when given.
         where: the key path named in errors.
+        module_folders: where a `package.module` not installed is looked for (a workload's
+            root), before the working directory.
         **kwargs: the factory's other arguments (a workload's `model.kwargs`).
     """
-    factory = MODELS.resolve(name, f"{where}.type")
+    factory = MODELS.resolve(name, f"{where}.type", module_folders)
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     model = call_user_code(
