@@ -87,6 +87,7 @@ class Workload(Spec):
     reevaluation: ReevaluationSpec | None = None
     _source: Path | None = PrivateAttr(default=None)
     _translation: Translation | None = PrivateAttr(default=None)
+    _overrides: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("device")
     @classmethod
@@ -148,6 +149,11 @@ class Workload(Spec):
     def source(self) -> Path | None:
         """The file this workload was read from, if any."""
         return self._source
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The `KEY=VALUE` settings put over the file's when it was read (`--set`)."""
+        return self._overrides
 
     @property
     def results_folder(self) -> Path:
@@ -240,6 +246,7 @@ class Workload(Spec):
         _log_ignored(where, translation, workload.problem.problem_function)
         workload._source = Path(source) if source is not None else None
         workload._translation = translation
+        workload._overrides = tuple(overrides)
         if workload.problem.options is not None:
             workload.problem.options.written_at(
                 {name: workload.key(f"problem.{name}") for name in translation.written_problem()}

@@ -145,6 +145,7 @@ def test_a_failed_run_that_saved_nothing_leaves_no_file_and_says_so(
         raise RuntimeError("planted evaluation failure")
 
     monkeypatch.setattr(LayerwiseQuantizationProblem, "measure", fail)
+    tiny["workload"]["exploration"]["initialization"] = "random"
     workload = write(tiny, tmp_path / "w.yaml")
     output = tmp_path / "r.pkl"
     with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="planted"):
@@ -153,6 +154,16 @@ def test_a_failed_run_that_saved_nothing_leaves_no_file_and_says_so(
     assert any("before any evaluation was saved" in m for m in messages), messages
     assert not any("evaluations are saved" in m for m in messages)
     assert not output.exists()
+    # With the sensitivity start the table is measured before the first evaluation fails:
+    # the file keeps it, and the log says how to resume.
+    tiny["workload"]["exploration"]["initialization"] = "sensitivity"
+    workload = write(tiny, tmp_path / "w.yaml")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR), pytest.raises(RuntimeError, match="planted"):
+        run_cli(capsys, "explore", workload, "--output", output, "--skip-baseline")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the sensitivity start's measurements are saved in" in m for m in messages)
+    assert "tables" in ExplorationResult.load(output).stats["sensitivity"]
 
 
 def test_the_log_counts_what_the_file_holds_when_a_later_save_fails(
@@ -163,6 +174,7 @@ def test_the_log_counts_what_the_file_holds_when_a_later_save_fails(
     # The claim and generation 0 are written; the save after generation 1 fails.
     monkeypatch.setattr("model_explorer.results.result.save_plain", _failing_after(2))
     tiny["workload"]["exploration"]["nsga"]["generations"] = 2
+    tiny["workload"]["exploration"]["initialization"] = "random"  # no saves before the first
     workload = write(tiny, tmp_path / "w.yaml")
     output = tmp_path / "r.pkl"
     with caplog.at_level(logging.ERROR):

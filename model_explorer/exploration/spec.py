@@ -37,9 +37,9 @@ class ExplorationSpec(Spec):
     nsga: NSGASpec = Field(default_factory=NSGASpec)
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     strategy: StrategySpec = Field(default_factory=StrategySpec)
-    # sensitivity: half the first population comes from a bit allocation by the one-at-a-time
-    # sensitivity of each quantizer (problems whose genes are bit widths); random: none of it;
-    # auto: sensitivity where the genes are bit widths and the algorithm is not `random`.
+    # sensitivity: half the first population comes from an allocation by the one-at-a-time
+    # sensitivity of each quantizer (problems whose genes are bit widths or formats); random:
+    # none of it; auto: sensitivity where the problem can seed and the algorithm is not random.
     initialization: Literal["auto", "random", "sensitivity"] = "auto"
     datasets: ExplorationDatasets
     runner: RunnerSpec = Field(default_factory=RunnerSpec)

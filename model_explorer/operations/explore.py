@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,13 +205,20 @@ def _checkpoint(
     path = find_checkpoint(workload, output, definition)
     previous = ExplorationResult.load(path)
     if not definition.matches(previous.workload):
+        differing = definition.differences(previous.workload)
         raise UserError(
-            f"--resume: '{path}' was written for a different workload; resume with the same "
-            "workload file, or start afresh without --resume"
+            f"--resume: '{path}' was written for a different workload ("
+            + "; ".join(differing[:6])
+            + (f"; and {len(differing) - 6} more" if len(differing) > 6 else "")
+            + "); resume with the same workload file and --set settings, or start afresh "
+            "without --resume"
         )
     if previous.complete:
         raise UserError(f"--resume: '{path}' is already complete")
     check_writable(path, "--resume")
+    if saved(previous) == 0 and "sensitivity" in previous.stats:
+        log.info("resuming %s: its sensitivity start's measurements are kept", path)
+        return path, previous
     if saved(previous) == 0:
         log.warning(
             "%s: the run that wrote it stopped before its first save; nothing was saved, "
@@ -242,8 +250,8 @@ def _claim_result_file(
 def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:
     """Whether the search starts from sensitivity seeds (`initialization`, by default the
     workload's `exploration.initialization`: `sensitivity`, or `auto` where the genes are bit
-    widths and the algorithm is not `random`); a `sensitivity` the problem cannot take is one
-    sentence, before anything runs."""
+    widths or formats and the algorithm is not `random`); a `sensitivity` the problem cannot
+    take is one sentence, before anything runs."""
     spec = workload.exploration
     initialization = initialization or spec.initialization
     if initialization == "random":
@@ -251,7 +259,7 @@ def sensitivity_start(problem: Problem, workload: Workload, initialization: str 
     refusal = getattr(
         problem,
         "sensitivity_refusal",
-        "exploration.initialization: 'sensitivity' seeds bit widths and applies to "
+        "exploration.initialization: 'sensitivity' seeds bit widths or formats and applies to "
         "quantization_problem and energy_aware_quant_problem, not "
         f"{workload.problem.problem_function}; use 'random'",
     )
@@ -262,11 +270,27 @@ def sensitivity_start(problem: Problem, workload: Workload, initialization: str 
     return True
 
 
-def _seed_from_sensitivity(problem: Problem, workload: Workload, result: ExplorationResult) -> None:
+def _seed_from_sensitivity(
+    problem: Problem,
+    workload: Workload,
+    result: ExplorationResult,
+    path: Path,
+    previous: ExplorationResult | None,
+) -> None:
     """Only the exploring process asks for genomes, so only it measures the sensitivity table
     (never a worker or a re-evaluation); what the table and the seeds' bisection forwarded
-    counts in the result's sample-forwards, before the first evaluation's."""
-    spent = problem.seed_from_sensitivity(workload.exploration.nsga.pop_size // 2)
+    counts in the result's sample-forwards, before the first evaluation's. Each table and the
+    seeds are saved in the result file as they exist (`stats["sensitivity"]`), and a resumed
+    run takes them from there instead of measuring again."""
+
+    def keep(record: dict) -> None:
+        result.stats["sensitivity"] = record
+        result.save(path)
+
+    saved = previous.stats.get("sensitivity") if previous is not None else None
+    spent = problem.seed_from_sensitivity(workload.exploration.nsga.pop_size // 2, saved, keep)
+    if saved is not None:
+        result.stats.setdefault("sensitivity", saved)  # taken whole: nothing new was kept
     result.stats["sensitivity_forwards"] = spent
     result.stats["sample_forwards"] = result.stats.get("sample_forwards", 0) + spent
 
@@ -311,42 +335,66 @@ def _search(
     seeded = sensitivity_start(built, workload)  # after the Explorer has checked its algorithm
     try:
         if seeded:
-            _seed_from_sensitivity(built, workload, explorer.result)
+            _seed_from_sensitivity(built, workload, explorer.result, path, previous)
         if previous is not None:
             explorer.restore(previous)
         result = explorer.run()
     except KeyboardInterrupt:
-        raise Interrupted(path, saved_evaluations(path)) from None
+        kept = "sensitivity" in explorer.result.stats
+        hint = resume_hint(workload, path)
+        raise Interrupted(path, saved_evaluations(path), hint, kept) from None
     except Exception:
-        _say_saved(path)
+        _say_saved(path, workload, "sensitivity" in explorer.result.stats)
         raise
     if check_front(context, built, result) is not None:
         result.save(path)
     return result, path
 
 
-def _say_saved(path: Path) -> None:
+def resume_hint(workload: Workload, path: Path) -> str:
+    """How to continue the run writing `path`: the command with the workload file and every
+    `--set` it was started with, or for a search started from Python the same call with
+    `resume=True`."""
+    if workload.source is None:
+        return f"resume with the same call and output='{path}', resume=True"
+    command = ["model-explorer", "explore", str(workload.source)]
+    for override in workload.overrides:
+        command += ["--set", override]
+    return f"resume with `{shlex.join([*command, '--resume', '--output', str(path)])}`"
+
+
+def _say_saved(path: Path, workload: Workload, kept: bool) -> None:
     saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
-    if not saved:
+    if not saved and kept:
+        log.error(
+            "an evaluation failed before the first was saved; the sensitivity start's "
+            "measurements are saved in %s; once the cause is fixed, %s",
+            path,
+            resume_hint(workload, path),
+        )
+    elif not saved:
         log.error("an evaluation failed before any evaluation was saved in %s", path)
     else:
         log.error(
-            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, "
-            "resume with `model-explorer explore WORKLOAD --resume --output %s`",
+            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, %s",
             saved,
             path,
-            path,
+            resume_hint(workload, path),
         )
 
 
 class Interrupted(Exception):
     """The search was interrupted (Ctrl-C); what was evaluated is saved at `path`."""
 
-    def __init__(self, path: Path, saved: int | None) -> None:
-        super().__init__(
-            f"interrupted; {saved} evaluations are saved in {path}; resume with "
-            f"`model-explorer explore WORKLOAD --resume --output {path}`"
-            if saved
-            else "interrupted before any evaluation was saved; nothing to resume"
-        )
+    def __init__(self, path: Path, saved: int | None, hint: str, kept: bool = False) -> None:
+        if saved:
+            said = f"interrupted; {saved} evaluations are saved in {path}; {hint}"
+        elif kept:
+            said = (
+                f"interrupted before the first evaluation; the sensitivity start's measurements "
+                f"are saved in {path}; {hint}"
+            )
+        else:
+            said = "interrupted before any evaluation was saved; nothing to resume"
+        super().__init__(said)
         self.path = path

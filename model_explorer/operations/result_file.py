@@ -74,6 +74,32 @@ class SearchDefinition:
             return False
         return _without_runner(earlier.to_dict(defaults=True)) == self.settings
 
+    def differences(self, stored: dict[str, Any]) -> list[str]:
+        """The settings in which a result's stored workload differs from this search, each
+        as `key: VALUE in the result, VALUE here` (every default filled in on both sides)."""
+        try:
+            earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
+        except WorkloadError as error:
+            return [f"the result's workload no longer validates: {str(error).splitlines()[0]}"]
+        before = _flattened(_without_runner(earlier.to_dict(defaults=True))["workload"])
+        now = _flattened(self.settings["workload"])
+        return [
+            f"{key}: {before.get(key, '(absent)')!r} in the result, {now.get(key, '(absent)')!r} "
+            "here"
+            for key in sorted(set(before) | set(now))
+            if before.get(key) != now.get(key)
+        ]
+
+
+def _flattened(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted keys (`problem.num_bits_lower_limit`) to its leaves."""
+    if not isinstance(data, dict) or not data:
+        return {prefix: data}
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        found.update(_flattened(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
 
 def _without_runner(data: dict[str, Any]) -> dict[str, Any]:
     data["workload"].get("exploration", {}).pop("runner", None)
@@ -158,8 +184,13 @@ def check_writable(path: Path, where: str) -> None:
 
 
 def release_if_empty(path: Path) -> bool:
-    """Remove a claimed file that received no evaluation; True when it was removed."""
-    if saved_evaluations(path) == 0:
+    """Remove a claimed file that received nothing: no evaluation and no measurement of the
+    sensitivity start (which a resume takes over); True when it was removed."""
+    try:
+        result = ExplorationResult.load(path)
+    except UserError:
+        return False
+    if saved(result) == 0 and "sensitivity" not in result.stats:
         path.unlink(missing_ok=True)
         return True
     return False
@@ -168,7 +199,7 @@ def release_if_empty(path: Path) -> bool:
 def warn_stopped_runs(candidates: list[Path], definition: SearchDefinition) -> None:
     """Say once of each result of this workload whose run stopped before its first save."""
     for path, result in unfinished_results(candidates, definition):
-        if saved(result) == 0:
+        if saved(result) == 0 and "sensitivity" not in result.stats:
             log.warning(
                 "%s: an earlier run of this workload stopped before its first save; "
                 "nothing was saved there (remove the file)",

@@ -4,7 +4,7 @@ accuracy against bits, size or BOPs."""
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -187,54 +187,51 @@ class LayerwiseQuantizationProblem(ModelProblem):
             allowed[int(index)] for allowed, index in zip(self.allowed, configuration, strict=True)
         ]
 
-    @property
-    def sensitivity_refusal(self) -> str | None:
-        """Why `seed_from_sensitivity` cannot seed this problem's genes (None: it can, they
-        are bit widths)."""
-        if self.allowed is None:
-            return None
-        return (
-            "exploration.initialization: 'sensitivity' seeds bit widths; with "
-            f"{self.options.key('choices')} the genes choose formats: use 'random' or 'spread'"
-        )
+    # Why `seed_from_sensitivity` cannot seed this problem's genes: None, it seeds bit widths
+    # and formats alike (other problems may say why not).
+    sensitivity_refusal: str | None = None
 
     def initial_genomes(self) -> list[list[float]]:
         """Seeds for the first population (`seed_from_sensitivity`), else none."""
         return [list(map(float, genome)) for genome in self.seeds]
 
-    def seed_from_sensitivity(self, count: int) -> int:
+    def seed_from_sensitivity(
+        self,
+        count: int,
+        saved: dict[str, Any] | None = None,
+        keep: Callable[[dict[str, Any]], None] | None = None,
+    ) -> int:
         """Seed `count` genomes along a bit allocation from the one-at-a-time sensitivity
         table at the lowest bit width and how fast each drop falls with the bits
         (sensitivity.allocation_path: the least sensitive quantizers, per unit of cost,
         lowered first), spread from its start down to the
         cheapest point that keeps the constraints (bisection over evaluations); returns the
-        sample-forwards the table and the bisection took."""
+        sample-forwards the table and the bisection took.
+
+        `saved`: what an earlier run of the same search kept (its tables, then its seeds),
+        taken instead of measuring again; `keep` is handed that record as each part of it
+        exists, for the result file."""
         from model_explorer.quantization.sensitivity import (
-            SensitivityTable,
             allocation_path,
             decay_rates,
             last_accepted,
-            layer_sensitivity,
-            resolvable,
             spread,
         )
 
-        if self.sensitivity_refusal is not None:
-            raise UserError(self.sensitivity_refusal)
-        low = min(int(v.lower) for v in self.variables)
-        bounds = [(int(v.lower), int(v.upper)) for v in self.variables]
-        table = layer_sensitivity(self.model, self.batches, self.metric, low)
-        # how fast each drop falls with the bits, from a second table two bits wider for the
-        # quantizers whose drop there can be resolved (decay_rates; 4 per bit elsewhere)
-        wider = SensitivityTable(table.baseline, low + 2, [], table.higher)
-        if low + 2 < max(high for _, high in bounds):
-            names = resolvable(table)
-            wider = layer_sensitivity(
-                self.model, self.batches, self.metric, low + 2, names, table.baseline
-            )
-        rates = decay_rates(table, wider)
-        path = allocation_path(table, bounds, self._bit_weights(bounds), rates)
-        spent = [(len(table.rows) + len(wider.rows) + 1) * self.batches.num_samples]
+        record = dict(saved or {})
+        if "seeds" in record:
+            self.seeds = [list(map(int, genome)) for genome in record["seeds"]]
+            return int(record["forwards"])
+        keep = keep or (lambda _: None)
+        if self.allowed is not None:
+            path, forwards = self._format_path(record, keep)
+        else:
+            bounds = [(int(v.lower), int(v.upper)) for v in self.variables]
+            table, wider = self._sensitivity_tables(bounds, record, keep)
+            rates = decay_rates(table, wider)
+            path = allocation_path(table, bounds, self._bit_weights(bounds), rates)
+            forwards = len(table.rows) + len(wider.rows) + 1
+        spent = [forwards * self.batches.num_samples]
 
         def accepts(configuration: list[int]) -> bool:
             _, evaluation = self.evaluate(configuration)
@@ -245,7 +242,87 @@ class LayerwiseQuantizationProblem(ModelProblem):
         # constraints (found by bisection), where the front's cheap end begins
         last = last_accepted(path, accepts)
         self.seeds = spread(path[: last + 1] if last >= 0 else path, count)
+        record.update(seeds=[list(map(int, g)) for g in self.seeds], forwards=sum(spent))
+        keep(record)
         return sum(spent)
+
+    def _format_path(
+        self, record: dict[str, Any], keep: Callable[[dict[str, Any]], None]
+    ) -> tuple[list[list[int]], int]:
+        """The formats search's allocation path (quantization/format_sensitivity.py) and the
+        forward passes its table took: one per quantizer and format, and the float one. The
+        table is read from `record` as far as it was kept, and kept after each quantizer."""
+        from model_explorer.formats import format_bits
+        from model_explorer.quantization.format_sensitivity import (
+            FormatTable,
+            format_path,
+            format_sensitivity,
+        )
+
+        assert self.allowed is not None
+        names = [v.name for v in self.variables]
+
+        def keeping(table: FormatTable) -> None:
+            record["formats"] = table.to_plain()
+            keep(record)
+
+        kept = FormatTable.from_plain(record["formats"]) if "formats" in record else None
+        choices = dict(zip(names, self.allowed, strict=True))
+        table = format_sensitivity(self.model, self.batches, self.metric, choices, kept, keeping)
+        bits = [[format_bits(f) for f in allowed] for allowed in self.allowed]
+        _, path = format_path(table, names, self._format_costs(bits), bits)
+        return path, 1 + sum(len(allowed) for allowed in self.allowed)
+
+    def _format_costs(self, bits: list[list[float]]) -> list[list[float]]:
+        """Per quantizer and choice, the first cost objective known without the model with
+        that quantizer at that choice and every other at its dearest (bits per element where
+        no such objective is)."""
+        top = [max(range(len(width)), key=width.__getitem__) for width in bits]
+        known = self.known_values(self.decode(top))
+        name = next((o.name for o in self.objectives if o.name in known), None)
+        if name is None:
+            return bits
+        costs = []
+        for i, width in enumerate(bits):
+            row = []
+            for j in range(len(width)):
+                changed = list(top)
+                changed[i] = j
+                row.append(self.known_values(self.decode(changed))[name])
+            costs.append(row)
+        return costs
+
+    def _sensitivity_tables(
+        self,
+        bounds: list[tuple[int, int]],
+        record: dict[str, Any],
+        keep: Callable[[dict[str, Any]], None],
+    ) -> tuple[Any, Any]:
+        """The table at the lowest bit width and, for the quantizers whose drop there can be
+        resolved, the one two bits wider (how fast each drop falls with the bits: decay_rates;
+        4 per bit elsewhere); each read from `record` where kept there, else measured and kept."""
+        from model_explorer.quantization.sensitivity import (
+            SensitivityTable,
+            layer_sensitivity,
+            resolvable,
+        )
+
+        tables = record.setdefault("tables", {})
+        low = min(low for low, _ in bounds)
+        if str(low) not in tables:
+            measured = layer_sensitivity(self.model, self.batches, self.metric, low)
+            tables[str(low)] = measured.to_plain()
+            keep(record)
+        table = SensitivityTable.from_plain(tables[str(low)])
+        if low + 2 >= max(high for _, high in bounds):
+            return table, SensitivityTable(table.baseline, low + 2, [], table.higher)
+        if str(low + 2) not in tables:
+            wider = layer_sensitivity(
+                self.model, self.batches, self.metric, low + 2, resolvable(table), table.baseline
+            )
+            tables[str(low + 2)] = wider.to_plain()
+            keep(record)
+        return table, SensitivityTable.from_plain(tables[str(low + 2)])
 
     def _bit_weights(self, bounds: list[tuple[int, int]]) -> list[float] | None:
         """What one bit less on each quantizer saves of the first cost objective known

@@ -45,6 +45,16 @@ class SensitivityTable:
         top-1), None when no drop is positive."""
         return min((row.drop for row in self.rows if row.drop > 0), default=None)
 
+    def to_plain(self) -> dict[str, Any]:
+        """The table as plain data (a result file keeps it: a resumed search reads it back)."""
+        rows = [[row.name, row.accuracy, row.drop] for row in self.rows]
+        return {"baseline": self.baseline, "bits": self.bits, "rows": rows, "higher": self.higher}
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> SensitivityTable:
+        rows = [Row(name, accuracy, drop) for name, accuracy, drop in data["rows"]]
+        return cls(data["baseline"], data["bits"], rows, data["higher"])
+
     def drops(self) -> dict[str, float]:
         return {row.name: round(row.drop, 6) for row in self.rows}
 
@@ -79,13 +89,19 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values))
 
 
-def _alone(model: Any, batches: Iterable[Any], metric: Any, name: str | None, bits: int) -> float:
-    """Accuracy with only quantizer `name` on at `bits` (None: every quantizer off)."""
+def _alone(
+    model: Any, batches: Iterable[Any], metric: Any, name: str | None, setting: int | str
+) -> float:
+    """Accuracy with only quantizer `name` on at `setting`, a bit width or a format's short
+    name (None: every quantizer off)."""
     with model.preserved_settings():
         model.set_enabled(False)
         if name is not None:
             quantizer = model.quantizers[name]
-            quantizer.num_bits = bits
+            if isinstance(setting, str):
+                quantizer.format = setting
+            else:
+                quantizer.num_bits = setting
             quantizer.enabled = True
         return _mean(score(model, batches, metric).accuracies)
 

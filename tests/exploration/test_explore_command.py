@@ -112,10 +112,15 @@ def test_single_objective_form_of_the_original(small_workload: Path) -> None:
 def test_interrupted_digits_search_resumes_to_the_same_result(
     small_workload: Path, monkeypatch, capsys
 ) -> None:
+    """The printed command reproduces the run, its --set included; resuming without that
+    setting is refused naming the key with both values."""
+    import shlex
+
     from model_explorer.exploration.explorer import Explorer
 
+    setting = ["--set", "exploration.nsga.offsprings=5"]
     whole = small_workload.parent / "whole.pkl"
-    assert main(["explore", str(small_workload), "--output", str(whole)]) == 0
+    assert main(["explore", str(small_workload), *setting, "--output", str(whole)]) == 0
     original = Explorer._close_generation
 
     def interrupt_after_two(self, generation, algorithm):
@@ -125,13 +130,60 @@ def test_interrupted_digits_search_resumes_to_the_same_result(
 
     monkeypatch.setattr(Explorer, "_close_generation", interrupt_after_two)
     cut = small_workload.parent / "cut.pkl"
-    assert main(["explore", str(small_workload), "--output", str(cut)]) == 130
-    assert (
-        f"resume with `model-explorer explore {small_workload} --resume --output {cut}`"
-        in capsys.readouterr().err
+    assert main(["explore", str(small_workload), *setting, "--output", str(cut)]) == 130
+    said = capsys.readouterr().err
+    command = said.partition("resume with `")[2].partition("`")[0]
+    assert command == shlex.join(
+        [
+            "model-explorer",
+            "explore",
+            str(small_workload),
+            *setting,
+            "--resume",
+            "--output",
+            str(cut),
+        ]
     )
     monkeypatch.setattr(Explorer, "_close_generation", original)
-    assert main(["explore", str(small_workload), "--output", str(cut), "--resume"]) == 0
+    assert main(["explore", str(small_workload), "--output", str(cut), "--resume"]) == 2
+    assert "exploration.nsga.offsprings: 5 in the result, 6 here" in capsys.readouterr().err
+    assert main(shlex.split(command)[1:]) == 0
     assert without_times(ExplorationResult.load(cut)) == without_times(
         ExplorationResult.load(whole)
     )
+
+
+def test_a_search_stopped_in_its_sensitivity_start_resumes_without_measuring_again(
+    small_workload: Path, monkeypatch, capsys
+) -> None:
+    """Ctrl-C while the second sensitivity table is measured: the first is in the result file
+    already; the resume measures only the second and ends where an uninterrupted run ends."""
+    import model_explorer.quantization.sensitivity as sensitivity
+
+    whole = small_workload.parent / "whole.pkl"
+    assert main(["explore", str(small_workload), "--output", str(whole)]) == 0
+    measured = sensitivity.layer_sensitivity
+    calls: list[int] = []
+
+    def stopped_at_the_second(model, batches, metric, bits, *rest):
+        calls.append(bits)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measured(model, batches, metric, bits, *rest)
+
+    monkeypatch.setattr(sensitivity, "layer_sensitivity", stopped_at_the_second)
+    cut = small_workload.parent / "cut.pkl"
+    assert main(["explore", str(small_workload), "--output", str(cut)]) == 130
+    said = capsys.readouterr().err
+    assert "the sensitivity start's measurements are saved in" in said and "--resume" in said
+    kept = ExplorationResult.load(cut).stats["sensitivity"]
+    assert list(kept["tables"]) == [str(calls[0])] and "seeds" not in kept
+
+    calls.clear()
+    monkeypatch.setattr(
+        sensitivity, "layer_sensitivity", lambda *a: calls.append(a[3]) or measured(*a)
+    )
+    assert main(["explore", str(small_workload), "--output", str(cut), "--resume"]) == 0
+    assert calls == [kept_bits + 2 for kept_bits in map(int, kept["tables"])]
+    resumed, uninterrupted = ExplorationResult.load(cut), ExplorationResult.load(whole)
+    assert without_times(resumed) == without_times(uninterrupted)

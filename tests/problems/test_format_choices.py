@@ -89,16 +89,3 @@ def test_switching_to_a_format_and_back_is_bit_identical(digits) -> None:
         after = model(x)
     assert torch.equal(before, after)
     assert not torch.equal(before, changed)
-
-
-def test_sensitivity_seeds_are_refused_for_format_genes(digits) -> None:
-    from model_explorer.errors import UserError
-
-    formats, bits = (
-        problem(digits),
-        LayerwiseQuantizationProblem(digits[1], digits[0].batches("exploration")),
-    )
-    assert bits.sensitivity_refusal is None  # bit widths: the default start seeds them
-    assert "the genes choose formats" in formats.sensitivity_refusal
-    with pytest.raises(UserError, match="bit widths; with workload.problem.choices"):
-        formats.seed_from_sensitivity(4)
