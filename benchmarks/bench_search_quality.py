@@ -11,8 +11,8 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
     python benchmarks/bench_search_quality.py --summarise RUNS.json [MORE.json ...]
 
 A strategy runs with the workload's `exploration.initialization` (`auto`: the sensitivity
-seeds where the genes are bit widths, their table's and bisection's sample-forwards counted
-first), or with the one its suffix names (`surrogate+random`, `nsga2+sensitivity`).
+seeds where the genes are bit widths or formats, their table's and bisection's sample-forwards
+counted first), or with the one its suffix names (`surrogate+random`, `nsga2+sensitivity`).
 
 The peers are the established toolkits' own mixed-precision searches, run through their public
 APIs where installed (the `peers` extra; benchmarks/peer_aimet.py, peer_modelopt.py): AIMET's
