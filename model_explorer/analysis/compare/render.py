@@ -262,15 +262,17 @@ def plot_timing(comparison: Comparison) -> Any:
     high = np.array([max(r.seconds_per_sample) for r in runs]) * 1e3 - medians
     figure, axes = plt.subplots(figsize=(1.5 + 0.9 * len(names), 3.5))
     axes.bar(range(len(names)), medians, yerr=[low, high], capsize=4, color="tab:blue")
-    for position, median in enumerate(medians):
-        axes.text(position, median, f"{median:.3g}", ha="center", va="bottom", fontsize=7)
+    for position, median in enumerate(medians):  # above the whisker, not on it
+        top = (median + high[position]) * 1.04
+        axes.text(position, top, f"{median:.3g}", ha="center", va="bottom", fontsize=7)
     axes.set_xticks(range(len(names)), [short_name(n) for n in names], rotation=45, ha="right")
     # a log axis: a runtime 400 times faster than another still shows its bar
     if medians.min() > 0 and medians.max() / medians.min() > 20:
         axes.set_yscale("log")
     axes.set_ylabel("ms per sample")
     axes.set_title(
-        f"median of {comparison.repeats} repeats (bars: min to max), batch {comparison.batch_size}"
+        f"median of {comparison.repeats} repeats (whiskers: min to max), "
+        f"batch {comparison.batch_size}"
     )
     return figure
 
