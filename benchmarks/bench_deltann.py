@@ -11,7 +11,7 @@ against eager float32, where localisation finds it diverging.
 
 Without --results a short search (3 generations of 8 on 64 crops) gives the individuals: the
 front's most and least accurate members. Writes everything `compare` writes to --out, prints
-compare's table, then the tables the README quotes.
+compare's table, then the tables docs/compare.md quotes.
 """
 
 from __future__ import annotations

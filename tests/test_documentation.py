@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-# module:attribute (a class: its constructor) of the API the README and the notebooks use.
+# module:attribute (a class: its constructor) of the API the documentation and the notebooks use.
 PUBLIC = [
     "model_explorer.workload:Workload.load",
     "model_explorer.workload:Workload.from_dict",

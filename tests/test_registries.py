@@ -1,7 +1,7 @@
 """Every extension point is a registry: `model-explorer list` answers for each, a workload's
 typed keys check entries' own options, and every registered entry does its job.
 
-The expected names below are the ones the README documents, written out here, not read from the
+The expected names below are the ones docs/ documents, written out here, not read from the
 registries under test."""
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def test_list_answers_for_every_registry(kind: str, capsys) -> None:
 
 
 def test_list_shows_each_entrys_options_with_their_defaults(capsys) -> None:
-    # The calibrators' options and defaults as the README documents them.
+    # The calibrators' options and defaults as docs/workloads.md documents them.
     assert main(["list", "calibrators"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "entropy     {num_bins: 2048, start_bin: 128}",
@@ -198,7 +198,7 @@ def test_default_order_runs_every_registered_inspector() -> None:
 # -- typed keys: each entry's own options --------------------------------------------------------
 
 
-# Options a dataset type cannot do without (the README says so).
+# Options a dataset type cannot do without (docs/workloads.md says so).
 REQUIRED_OPTIONS = {"imagenet": {"kind": "imagefolder"}}
 
 

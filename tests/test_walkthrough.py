@@ -1,5 +1,5 @@
-"""The README's walkthrough for one's own model and data, run as written: its files are cut
-from the README's code blocks into a fresh project, its commands run in their order from
+"""The walkthrough for one's own model and data (docs/own-model.md), run as written: its files
+are cut from the page's code blocks into a fresh project, its commands run in their order from
 another directory (the model module is found from the workload's root, as its data is), with
 smaller search settings given by --set."""
 
@@ -31,8 +31,7 @@ FASTER = {
 
 def walkthrough() -> tuple[dict[str, str], list[str]]:
     """The section's files (code blocks whose first line is `# <path>`) and its commands."""
-    text = (REPOSITORY / "README.md").read_text()
-    section = text.split("## Your own model and data\n", 1)[1].split("\n## ", 1)[0]
+    section = (REPOSITORY / "docs" / "own-model.md").read_text()
     blocks = re.findall(r"```[a-z]*\n(.*?)```", section, re.DOTALL)
     files = {}
     commands: list[str] = []

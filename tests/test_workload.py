@@ -378,8 +378,9 @@ workload:
 
 
 def test_inputs_are_unsigned_auto_unless_the_workload_says_otherwise() -> None:
-    """The measured default (README "Which quantizer setting"): input quantizers `unsigned:
-    auto`, also when `input:` sets other keys; weights signed; an explicit value kept."""
+    """The measured default (docs/quantization.md "Which quantizer setting"): input quantizers
+    `unsigned: auto`, also when `input:` sets other keys; weights signed; an explicit value
+    kept."""
 
     def quantization(section: dict | None):
         body = {"model": {"type": "lenet5"}}

@@ -134,10 +134,12 @@ class QuantizationSparsityProblem(LayerwiseQuantizationProblem):
     Args:
         model: the calibrated QuantizedModel whose quantizers the genome sets.
         sparse: a SparseModel over `model.model`, whose sparsifiers' thresholds the genome sets.
-        batches, metric, minimum_accuracy, energy, layer_costs: as for
-            LayerwiseQuantizationProblem.
+        batches: the data candidates are scored on, as for LayerwiseQuantizationProblem.
+        metric: the score, as for LayerwiseQuantizationProblem.
         options: the problem's settings (JointOptions: those of both genomes); defaults when
             None.
+        **kwargs: `minimum_accuracy`, `energy` and `layer_costs`, as for
+            LayerwiseQuantizationProblem.
     """
 
     name = "quantization_sparsity_problem"

@@ -68,7 +68,8 @@ class QuantizedModel(Wrapper, nn.Module):
     Args:
         model: the float model; its layers are swapped in place (`restore()` undoes it).
         layer_types: the torch.nn layer types to quantize (`MultiheadAttention` included).
-        include, exclude: shell-style patterns of module names to quantize and to leave alone.
+        include: shell-style patterns of module names to quantize.
+        exclude: shell-style patterns of module names to leave alone.
         input: the input quantizers' settings (bits, axis, unsigned, narrow range); 8-bit
             per-tensor signed when None.
         weight: the weight quantizers' settings; 8-bit per output channel (axis 0) when None.

@@ -271,14 +271,15 @@ class WeightQuantizer(TensorQuantizer):
     whose weight bits changed. To the tracer its output is the weight of the layer calling it.
 
     Args:
-        *args, **kwargs: TensorQuantizer's.
+        *args: TensorQuantizer's positional arguments.
+        **kwargs: TensorQuantizer's keyword arguments.
         cache_size: how many quantized weights to keep, one per bit width (None: every width
             seen, 0: none).
     """
 
     traced_output = "weight"
 
-    def __init__(self, *args, cache_size: int | None = None, **kwargs) -> None:
+    def __init__(self, *args: Any, cache_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cache_size = cache_size
         self._cache: dict[tuple, Tensor] = {}

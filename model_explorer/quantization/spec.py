@@ -108,7 +108,7 @@ class CalibrationSpec(TypedSpec):
 
     file: str | None = None
     # mse: chosen by measurement over the shipped workloads (benchmarks/bench_calibration.py,
-    # README "Which quantizer setting").
+    # docs/quantization.md "Which quantizer setting").
     method: str = "mse"
     datasets: CalibrationDatasets | None = None
     # Input quantizers' amax set by hand (quantizer name pattern -> amax), at every bit width:

@@ -37,7 +37,8 @@ class SparseModel(Wrapper, nn.Module):
         block_size: [width, height] of a block of the unfolded input (width along its
             C*kh*kw columns, height along its output positions).
         layer_types: the layer types to sparsify (Conv1d, Conv2d, Linear).
-        include, exclude: shell-style patterns of module names to sparsify and to leave alone.
+        include: shell-style patterns of module names to sparsify.
+        exclude: shell-style patterns of module names to leave alone.
         chunk_bytes: the memory an unfolded input may take at once; larger inputs are
             sparsified in chunks.
     """

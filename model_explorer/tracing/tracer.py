@@ -339,7 +339,8 @@ def trace(model: nn.Module, consumers: Sequence[Consumer], *args: Any, **kwargs:
     Args:
         model: the model.
         consumers: the Consumers of the pass.
-        *args, **kwargs: the model's inputs.
+        *args: the model's positional inputs.
+        **kwargs: the model's keyword inputs.
     """
     tracer = Tracer(model, consumers)
     with tracer.watching():

@@ -30,7 +30,7 @@ from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 from tests_support import without_times
 
-# The algorithms the README documents (tests/test_registries.py checks the registry has them).
+# The algorithms docs/exploration.md documents (tests/test_registries.py checks the registry).
 ALGORITHMS = ["nsga2", "nsga3", "smsemoa", "agemoea", "agemoea2", "random"]
 NEEDS_NUMBA = {"agemoea", "agemoea2"}
 NSGA = NSGASpec(pop_size=8, offsprings=6, generations=5, mutation_eta=10, crossover_eta=5)

@@ -1,7 +1,7 @@
 """The shipped inspectors, registered by name; `DEFAULT_ORDER` is the order `diagnose` runs them
 in: Hailo's, by priority (highest first), ties by name; Sensitivity, which evaluates the model
 many times, has none and runs last. Each class documents what it checks and its thresholds;
-the README lists them in the same words."""
+docs/diagnostics.md lists them in the same words."""
 
 from __future__ import annotations
 
