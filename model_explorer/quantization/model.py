@@ -70,8 +70,7 @@ class QuantizedModel(Wrapper, nn.Module):
         layer_types: the torch.nn layer types to quantize (`MultiheadAttention` included).
         include: shell-style patterns of module names to quantize.
         exclude: shell-style patterns of module names to leave alone.
-        input: the input quantizers' settings (bits, axis, unsigned, narrow range); 8-bit
-            per-tensor signed when None.
+        input: the input quantizers' settings (bits, axis, unsigned, ...); 8-bit per tensor if None.
         weight: the weight quantizers' settings; 8-bit per output channel (axis 0) when None.
         weight_cache: how many quantized weights each weight quantizer keeps, one per bit width
             (None: all, 0: none).
