@@ -73,8 +73,12 @@ Percentage = Annotated[float, AfterValidator(_percentile)]
 class Spec(BaseModel):
     """A strict section of the workload: unknown keys are an error with a suggestion."""
 
-    # NaN and infinity are refused in every float setting: no setting means either.
-    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
+    # NaN and infinity are refused in every float setting: no setting means either. A field's
+    # docstring (the string below it) is its description, which the documentation's key
+    # reference shows (docs/hooks/keys.py).
+    model_config = ConfigDict(
+        extra="forbid", frozen=False, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -5,6 +5,7 @@ read fail here. `make docs` builds the same site into site/."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,51 @@ def _nav_pages() -> list[str]:
 
     walk(nav)
     return found
+
+
+def _hook():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("keys_hook", REPOSITORY / "docs/_hooks/keys.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_key_reference_is_the_settings_model() -> None:
+    """Every key the model validates is a row, with its default; nested sections expanded."""
+    from model_explorer.exploration.spec import ExplorationDatasets, ExplorationSpec, NSGASpec
+
+    table = _hook().key_table("exploration", "model_explorer.exploration.spec:ExplorationSpec")
+    keys = re.findall(r"^\| `([\w.]+)` \|", table, re.MULTILINE)
+    sections = {"nsga": NSGASpec, "datasets": ExplorationDatasets}  # expanded, in place
+    expected = []
+    for name in ExplorationSpec.model_fields:
+        inner = sections.get(name)
+        expected += [f"exploration.{name}.{n}" for n in inner.model_fields] if inner else []
+        expected += [] if inner else [f"exploration.{name}"]
+    assert keys == expected
+    row = next(line for line in table.splitlines() if "`exploration.nsga.pop_size`" in line)
+    assert "| `15` |" in row and NSGASpec.model_fields["pop_size"].description in row
+
+
+def test_a_key_without_a_description_fails_the_build() -> None:
+    from model_explorer.schema import Spec
+
+    class Planted(Spec):
+        described: int = 1
+        """A key with its docstring."""
+        undescribed: int = 2
+
+    hook = _hook()
+    import sys
+    import types
+
+    module = types.ModuleType("planted_settings")
+    module.Planted = Planted
+    sys.modules["planted_settings"] = module
+    try:
+        with pytest.raises(hook.MissingDescription, match="undescribed has no docstring"):
+            hook.key_table("planted", "planted_settings:Planted")
+    finally:
+        sys.modules.pop("planted_settings")
