@@ -54,10 +54,23 @@ def _rows(prefix: str, model: Any) -> list[str]:
         elif field.default is PydanticUndefined:
             default = "required"
         else:
-            default = f"`{field.default}`" if field.default is not None else "none"
-        text = " ".join(field.description.split())
+            default = f"`{_yaml(field.default)}`" if field.default is not None else "none"
+        text = _escaped(" ".join(field.description.split()))
         rows.append(f"| `{key}` | {type_name(field.annotation)} | {default} | {text} |")
     return rows
+
+
+def _escaped(text: str) -> str:
+    """`<` and `>` outside code spans as entities (a table cell is HTML to Markdown)."""
+    parts = text.split("`")
+    for index in range(0, len(parts), 2):
+        parts[index] = parts[index].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def _yaml(value: Any) -> str:
+    """A default as the workload file writes it (`true`, not Python's `True`)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _section(annotation: Any, spec: type) -> type | None:

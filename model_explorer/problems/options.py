@@ -47,12 +47,19 @@ class ProblemOptions(Spec):
     provides: ClassVar[frozenset[str]] = frozenset({"model"})
     default_objectives: ClassVar[tuple[str, ...]] = ("accuracy",)
 
-    objectives: list[str] | None = None  # None: the problem's default
+    objectives: list[str] | None = None
+    """What the search trades (`model-explorer list objectives`); the problem's default when
+    left out (quantization: `[accuracy, weighted_bits]`)."""
     minimum_accuracy: Fraction | list[Fraction] | None = None
+    """The accuracy a feasible candidate keeps, in [0, 1], or one per model output."""
     allowable_accuracy_drop: Fraction | None = None
-    # The bound of a metric where lower is better (kl): the largest value a candidate may have.
+    """The share of the measured baseline accuracy a candidate may lose; wins over
+    `minimum_accuracy`."""
     maximum_divergence: NonNegativeFloat | None = None
+    """The bound of a metric where lower is better (`kl`): the largest value a candidate may
+    have."""
     early_reject: bool = True
+    """Stop scoring a candidate once it cannot reach the minimum accuracy (an exact bound)."""
     _written: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("objectives")
@@ -117,11 +124,15 @@ class LatencySettings(Spec):
     (default: results/<workload>_latency_<runtime>.json beside the workload's results)."""
 
     runtime: str = "onnxruntime"
-    # One thread by default: the most repeatable table on a machine other work shares.
+    """The runtime that times the layers, `NAME` or `NAME:SETTING`; one that opens ONNX files."""
     threads: PositiveInt = 1
+    """Its threads: one by default, the most repeatable table on a machine other work shares."""
     batch: PositiveInt = 1
+    """Samples per timed batch."""
     table: str | None = None
+    """The table's file (default: `results/<workload>_latency_<runtime>.json`)."""
     repeats: PositiveInt = 15
+    """Timed rounds; the median is kept."""
 
     @field_validator("runtime")
     @classmethod
@@ -145,15 +156,24 @@ class BitOptions(ProblemOptions):
     provides: ClassVar[frozenset[str]] = frozenset({"model", "bits", "energy", "latency"})
 
     num_bits_lower_limit: Bits = 4
+    """The lowest bit width a gene takes (2 to 16)."""
     num_bits_upper_limit: Bits = 14
+    """The highest bit width a gene takes (2 to 16)."""
     bit_weighting_function: Literal[BIT_WEIGHTINGS] = "bits_weighted_linear"  # type: ignore[valid-type]
+    """How `weighted_bits` sums the bits: `bits_weighted_per_layer` weighs inputs 5.0 and
+    weights 0.5."""
     choices: list[str | dict[str, Any]] | None = None
+    """Formats each gene chooses among instead of a bit width (`[int8, int4_g128, fp8_e4m3,
+    mxfp4, nvfp4]`); the bit limits then do not apply."""
     layer_bounds: dict[str, tuple[Bits, Bits] | list[str]] = Field(default_factory=dict)
-    # The `latency` objective's measurement (its defaults when the objective is chosen)
+    """Per-quantizer limits by name pattern (`{"conv1.*": [8, 8]}`, later patterns win); with
+    `choices`, a list of some of them."""
     latency: LatencySettings | None = None
-    # Upper limits on costs known without the model (weighted_bits, model_size, bops, ...):
-    # constraints a feasible candidate keeps, like the accuracy's.
+    """How the `latency` objective's table is measured (its defaults when that objective is
+    chosen)."""
     budget: dict[str, PositiveFloat] = Field(default_factory=dict)
+    """Upper limits on costs known without the model (`{weighted_bits: 120}`), kept by
+    feasible candidates as the accuracy limit is."""
 
     @property
     def latency_settings(self) -> LatencySettings | None:
@@ -309,10 +329,13 @@ class ThresholdOptions(ProblemOptions):
     provides: ClassVar[frozenset[str]] = frozenset({"model", "thresholds"})
 
     threshold_limit: PositiveFloat = 1.0
+    """The largest block threshold a gene takes."""
     discrete_threshold_steps: PositiveInt = 20
+    """How many thresholds between 0 and the limit a gene chooses among."""
     discrete_threshold_method: Literal["linear", "log"] = "linear"
-    # Each value seeds one individual with all thresholds equal to it.
+    """How those steps are spaced."""
     predefined_parameters: list[NonNegativeFloat] = Field(default_factory=list)
+    """Each value seeds one individual with every threshold equal to it."""
 
     @model_validator(mode="after")
     def _predefined_within_limit(self) -> Any:
