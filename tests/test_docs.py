@@ -90,6 +90,22 @@ def test_the_key_reference_is_the_settings_model() -> None:
     assert "| `15` |" in row and NSGASpec.model_fields["pop_size"].description in row
 
 
+def test_a_nested_section_shows_the_defaults_its_parent_gives_it() -> None:
+    """`quantization.weight` is a per-channel quantizer and `input` an unsigned-auto one,
+    where a bare QuantizerSpec is per tensor and signed: the table shows the parent's."""
+    from model_explorer.quantization.spec import QuantizationSpec
+
+    table = _hook().key_table("q", "model_explorer.quantization.spec:QuantizationSpec")
+    cells = {
+        line.split("|")[1].strip(" `"): line.split("|")[3].strip()
+        for line in table.splitlines()[2:]
+    }
+    made = QuantizationSpec()
+    assert cells["q.weight.axis"] == f"`{made.weight.axis}`" == "`0`"
+    assert cells["q.input.unsigned"] == f"`{made.input.unsigned}`" == "`auto`"
+    assert cells["q.input.axis"] == "none" and cells["q.include"] == '`["*"]`'
+
+
 def test_a_key_without_a_description_fails_the_build() -> None:
     from model_explorer.schema import Spec
 

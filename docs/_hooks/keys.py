@@ -35,7 +35,10 @@ def key_table(prefix: str, path: str) -> str:
     return "\n".join(rows)
 
 
-def _rows(prefix: str, model: Any) -> list[str]:
+def _rows(prefix: str, model: Any, given: Any = None) -> list[str]:
+    """The rows of `model`'s keys; `given`: the instance a parent section's default makes of
+    it (`quantization.weight` is per channel where a bare quantizer is per tensor), whose
+    values are the defaults shown."""
     from pydantic_core import PydanticUndefined
 
     from model_explorer.schema import Spec, TypedSpec
@@ -45,16 +48,27 @@ def _rows(prefix: str, model: Any) -> list[str]:
         key = f"{prefix}.{name}"
         if not field.description:
             raise MissingDescription(f"{model.__module__}.{model.__name__}.{name} has no docstring")
+        value = PydanticUndefined
+        if given is not None:
+            value = getattr(given, name)
+        elif field.default_factory is not None:
+            value = field.default_factory()
+        elif field.default is not PydanticUndefined:
+            value = field.default
         section = _section(field.annotation, Spec)
         if section is not None and not issubclass(section, TypedSpec):
-            rows += _rows(key, section)
+            rows += _rows(key, section, value if isinstance(value, section) else None)
             continue
-        if field.default_factory is not None:
-            default = "its defaults" if section is not None else "empty"
-        elif field.default is PydanticUndefined:
+        if value is PydanticUndefined:
             default = "required"
+        elif value is None:
+            default = "none"
+        elif isinstance(value, (list, dict)) and not value:
+            default = "empty"
+        elif isinstance(value, Spec):
+            default = "its defaults"
         else:
-            default = f"`{_yaml(field.default)}`" if field.default is not None else "none"
+            default = f"`{_yaml(value)}`"
         text = _escaped(" ".join(field.description.split()))
         rows.append(f"| `{key}` | {type_name(field.annotation)} | {default} | {text} |")
     return rows
@@ -69,8 +83,13 @@ def _escaped(text: str) -> str:
 
 
 def _yaml(value: Any) -> str:
-    """A default as the workload file writes it (`true`, not Python's `True`)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """A default as the workload file writes it (`true`, not Python's `True`; lists in
+    brackets)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f'"{i}"' if isinstance(i, str) else _yaml(i) for i in value) + "]"
+    return str(value)
 
 
 def _section(annotation: Any, spec: type) -> type | None:

@@ -23,10 +23,17 @@ class QuantizerSpec(Spec):
     input quantizer a zero point (2**bits levels over the calibrated [low, high], per tensor)."""
 
     num_bits: Bits = 8
+    """Bits before the search sets them (2 to 16): what calibration and `evaluate` use."""
     axis: int | None = None
+    """The axis with one scale per slice (0: per output channel for weights); null: one per
+    tensor."""
     unsigned: bool | Literal["auto"] = False
+    """Levels from 0 only; `auto`: so where calibration saw no negative value."""
     narrow_range: bool = False
+    """Leave out the most negative level, so that the grid is symmetric."""
     asymmetric: bool = False
+    """A zero point: `2**bits` levels over the calibrated [low, high], per tensor (inputs
+    only)."""
 
     @model_validator(mode="after")
     def _one_grid(self) -> QuantizerSpec:
@@ -52,25 +59,29 @@ class QuantizationSpec(Spec):
     layer_types: list[Literal[QUANTIZABLE_LAYERS]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: list(QUANTIZABLE_LAYERS)
     )
+    """The torch.nn layer types swapped for fake-quantized ones."""
     include: list[str] = Field(default_factory=lambda: ["*"])
+    """Shell-style patterns of the module names to quantize."""
     exclude: list[str] = Field(default_factory=list)
+    """Patterns of module names left in float (they win over `include`)."""
     # Input quantizers are `unsigned: auto` unless the workload says otherwise (measured:
     # benchmarks/bench_calibration.py); weights are signed.
     input: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(unsigned="auto"))
+    """Every layer's input quantizer."""
     weight: QuantizerSpec = Field(default_factory=lambda: QuantizerSpec(axis=0))
+    """Every layer's weight quantizer (symmetric, from the max of |w|)."""
     weight_cache: NonNegativeInt | None = None
-    # Quantizers on both operands of products of two activations (attention's Q·Kᵀ and A·V).
+    """Quantized weights each layer keeps, one per bit width (none: every width seen)."""
     attention_matmuls: bool = False
-    # Quantizers (input settings, calibrated, no genes) on both operands of residual additions
-    # and on average poolings' inputs whose output reaches a quantized layer, so that the
-    # products before them have quantized outputs, which runtimes run as integer kernels
-    # (quantization/operands.py). Off by default: digits_cnn's average pooling feeds a
-    # quantized layer, so turning it on would change what the shipped searches measure.
+    """Also quantize both operands of products of two activations (attention's Q·Kᵀ and A·V)."""
     operand_quantizers: bool = False
-    # A layer holding weights whose products stay float (quantization/coverage.py) and that
-    # `include`/`exclude`/`layer_types` did not leave out is warned about, by name, above this
-    # share of the model's weight MACs.
+    """Also quantize both operands of residual additions and average poolings whose output
+    reaches a quantized layer (calibrated, no genes), so that runtimes can run the products
+    before them on integers. Off by default: it would change what the shipped searches
+    measure."""
     coverage_warning: float = Field(0.01, ge=0, le=1)
+    """The share of the model's weight MACs above which a layer left in float, that no
+    setting excluded, is warned about by name."""
 
     @field_validator("input", mode="before")
     @classmethod
