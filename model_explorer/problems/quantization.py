@@ -278,19 +278,8 @@ class LayerwiseQuantizationProblem(ModelProblem):
         that quantizer at that choice and every other at its dearest (bits per element where
         no such objective is)."""
         top = [max(range(len(width)), key=width.__getitem__) for width in bits]
-        known = self.known_values(self.decode(top))
-        name = next((o.name for o in self.objectives if o.name in known), None)
-        if name is None:
-            return bits
-        costs = []
-        for i, width in enumerate(bits):
-            row = []
-            for j in range(len(width)):
-                changed = list(top)
-                changed[i] = j
-                row.append(self.known_values(self.decode(changed))[name])
-            costs.append(row)
-        return costs
+        costs = self._one_gene_costs(top, [range(len(width)) for width in bits])
+        return bits if costs is None else costs[1]
 
     def _sensitivity_tables(
         self,
@@ -328,17 +317,33 @@ class LayerwiseQuantizationProblem(ModelProblem):
         """What one bit less on each quantizer saves of the first cost objective known
         without the model, every other at its upper bound (None: no such objective)."""
         top = [high for _, high in bounds]
-        known = self.known_values(top)
+        lowered = [[high - 1] if high > low else [] for low, high in bounds]
+        costs = self._one_gene_costs(top, lowered)
+        if costs is None:
+            return None
+        at_top, rows = costs
+        # a quantizer fixed at one width is never lowered
+        return [at_top - row[0] if row else 1.0 for row in rows]
+
+    def _one_gene_costs(
+        self, top: list[int], genes: Sequence[Iterable[int]]
+    ) -> tuple[float, list[list[float]]] | None:
+        """The first cost objective known without the model at the genome `top`, and per gene
+        i, at each of `genes[i]`'s values with only that gene changed (None: the problem has
+        no such objective)."""
+        known = self.known_values(self.decode(top))
         name = next((o.name for o in self.objectives if o.name in known), None)
         if name is None:
             return None
-        weights = [1.0] * len(bounds)  # a quantizer fixed at one width is never lowered
-        for i, (low, high) in enumerate(bounds):
-            if high > low:
-                lower = top.copy()
-                lower[i] = high - 1
-                weights[i] = known[name] - self.known_values(lower)[name]
-        return weights
+        rows = []
+        for i, values in enumerate(genes):
+            row = []
+            for value in values:
+                changed = list(top)
+                changed[i] = value
+                row.append(self.known_values(self.decode(changed))[name])
+            rows.append(row)
+        return known[name], rows
 
     @property
     def plan_costs(self) -> PlanCosts:
