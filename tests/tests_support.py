@@ -217,6 +217,23 @@ def localise_perturbed(spec: str, layer: str, samples: int) -> dict:
     return comparison.localisations[("eager", "perturbed")]
 
 
+def runtime_intermediates(
+    spec: str, model: nn.Module, inputs: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Every module's output as the environment `spec` computes it on `inputs` (prepared on
+    the first sample), and every operator's output as eager computes it: what a runtime's
+    intermediates are checked against."""
+    from model_explorer.analysis.compare.environments import environment, operator_outputs
+
+    env = environment(spec)
+    env.prepare(model, inputs[:1])
+    try:
+        found = env.intermediates(inputs)
+    finally:
+        env.close()
+    return found, operator_outputs(model, inputs)
+
+
 def notebook_project(folder: Path) -> Path:
     """A project as a user has one after `make run`: `evaluation_scripts/` and `results/`."""
     project = folder / "project"

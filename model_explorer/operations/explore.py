@@ -340,9 +340,8 @@ def _search(
             explorer.restore(previous)
         result = explorer.run()
     except KeyboardInterrupt:
-        kept = "sensitivity" in explorer.result.stats
-        hint = resume_hint(workload, path)
-        raise Interrupted(path, saved_evaluations(path), hint, kept) from None
+        held = _saved_text(path, "sensitivity" in explorer.result.stats)
+        raise Interrupted(path, held, resume_hint(workload, path)) from None
     except Exception:
         _say_saved(path, workload, "sensitivity" in explorer.result.stats)
         raise
@@ -363,38 +362,32 @@ def resume_hint(workload: Workload, path: Path) -> str:
     return f"resume with `{shlex.join([*command, '--resume', '--output', str(path)])}`"
 
 
-def _say_saved(path: Path, workload: Workload, kept: bool) -> None:
+def _saved_text(path: Path, kept: bool) -> str | None:
+    """What a stopped run's file holds, in words (None: nothing to resume from)."""
     saved = saved_evaluations(path)  # what the file holds, not what was meant to be saved
-    if not saved and kept:
-        log.error(
-            "an evaluation failed before the first was saved; the sensitivity start's "
-            "measurements are saved in %s; once the cause is fixed, %s",
-            path,
-            resume_hint(workload, path),
-        )
-    elif not saved:
+    if saved:
+        return f"{saved} evaluations are saved in {path}"
+    if kept:
+        return f"the sensitivity start's measurements are saved in {path}"
+    return None
+
+
+def _say_saved(path: Path, workload: Workload, kept: bool) -> None:
+    held = _saved_text(path, kept)
+    if held is None:
         log.error("an evaluation failed before any evaluation was saved in %s", path)
     else:
-        log.error(
-            "an evaluation failed; %d evaluations are saved in %s; once the cause is fixed, %s",
-            saved,
-            path,
-            resume_hint(workload, path),
-        )
+        hint = resume_hint(workload, path)
+        log.error("an evaluation failed; %s; once the cause is fixed, %s", held, hint)
 
 
 class Interrupted(Exception):
     """The search was interrupted (Ctrl-C); what was evaluated is saved at `path`."""
 
-    def __init__(self, path: Path, saved: int | None, hint: str, kept: bool = False) -> None:
-        if saved:
-            said = f"interrupted; {saved} evaluations are saved in {path}; {hint}"
-        elif kept:
-            said = (
-                f"interrupted before the first evaluation; the sensitivity start's measurements "
-                f"are saved in {path}; {hint}"
-            )
-        else:
-            said = "interrupted before any evaluation was saved; nothing to resume"
-        super().__init__(said)
+    def __init__(self, path: Path, held: str | None, hint: str) -> None:
+        super().__init__(
+            f"interrupted; {held}; {hint}"
+            if held
+            else "interrupted before any evaluation was saved; nothing to resume"
+        )
         self.path = path

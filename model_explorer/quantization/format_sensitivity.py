@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from model_explorer.metrics import higher_is_better
-from model_explorer.quantization.sensitivity import _alone
+from model_explorer.quantization.sensitivity import _alone, damage
 
 
 @dataclass
@@ -27,7 +27,7 @@ class FormatTable:
     drops: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def damage(self, accuracy: float) -> float:
-        return self.baseline - accuracy if self.higher else accuracy - self.baseline
+        return damage(self.baseline, accuracy, self.higher)
 
     def resolution(self) -> float | None:
         """The smallest positive damage: what the table can resolve."""

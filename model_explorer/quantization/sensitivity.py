@@ -22,6 +22,12 @@ class Row:
     drop: float
 
 
+def damage(baseline: float, accuracy: float, higher: bool) -> float:
+    """How much worse than the float model's `baseline` a score is, in the metric's units and
+    positive when worse (accuracy lost where `higher` is better, divergence gained else)."""
+    return baseline - accuracy if higher else accuracy - baseline
+
+
 @dataclass
 class SensitivityTable:
     """Accuracy of the model with only one quantizer on at `bits`, per quantizer; `higher`:
@@ -34,7 +40,7 @@ class SensitivityTable:
 
     def damage(self, accuracy: float) -> float:
         """How much worse than the float model `accuracy` is (positive when worse)."""
-        return self.baseline - accuracy if self.higher else accuracy - self.baseline
+        return damage(self.baseline, accuracy, self.higher)
 
     def ranked(self) -> list[Row]:
         """Most sensitive first (ties keep the model's order)."""

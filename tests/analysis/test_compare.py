@@ -21,7 +21,7 @@ from model_explorer.analysis.compare import compare, pair_metrics
 from model_explorer.analysis.compare.environments import Environment, TorchEnvironment, eager
 from model_explorer.cli import main
 from model_explorer.errors import UserError
-from tests_support import localise_perturbed
+from tests_support import localise_perturbed, runtime_intermediates
 
 TOLERANCE = 1e-4  # the command's default relative error of an agreeing pair
 
@@ -361,18 +361,11 @@ def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runt
     """resnet20: blocks, residual additions, shortcuts; each marked module's output must be
     the value eager gives the operator it is named after."""
     pytest.importorskip(runtime)
-    from model_explorer.analysis.compare.environments import environment, operator_outputs
     from model_explorer.models import create_model
 
     torch.manual_seed(0)
     model, x = create_model("resnet20", in_channels=1).eval(), torch.randn(4, 1, 32, 32)
-    env = environment(runtime)
-    env.prepare(model, x[:1])
-    try:
-        found = env.intermediates(x)
-    finally:
-        env.close()
-    expected = operator_outputs(model, x)
+    found, expected = runtime_intermediates(runtime, model, x)
     assert len(found) > 40 and set(found) <= set(expected)
     assert any(name.startswith("layers.0.") for name in found)  # inside the blocks too
     for name, value in found.items():
@@ -434,7 +427,6 @@ def test_tvm_localises_inside_a_model_its_onnx_frontend_cannot_read(tmp_path: Pa
     """TVM's ONNX frontend refuses the marked export (dynamic pads); its intermediates come
     through torch.export, the path the `tvm` environment runs the model on, and are eager's."""
     pytest.importorskip("tvm")
-    from model_explorer.analysis.compare.environments import environment, operator_outputs
     from model_explorer.runtimes.taps import tapped_export
     from model_explorer.runtimes.tvm import onnx_module
 
@@ -444,13 +436,7 @@ def test_tvm_localises_inside_a_model_its_onnx_frontend_cannot_read(tmp_path: Pa
     with pytest.raises(UserError, match="ONNX frontend cannot read"):
         onnx_module(tmp_path / "tapped.onnx", "here")
 
-    env = environment("tvm")
-    env.prepare(model, x[:1])
-    try:
-        found = env.intermediates(x)
-    finally:
-        env.close()
-    expected = operator_outputs(model, x)
+    found, expected = runtime_intermediates("tvm", model, x)
     assert list(found) == ["conv/Conv2D#0", "act/Relu6#0", "head/FullyConnected#0"]
     for name, value in found.items():
         assert torch.allclose(value, expected[name], atol=1e-5), name

@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from conftest import write_workload
-from model_explorer.analysis.compare.environments import environment, operator_outputs
+from model_explorer.analysis.compare.environments import environment
 from model_explorer.cli import main
 from model_explorer.models import create_model
-from tests_support import localise_perturbed
+from tests_support import localise_perturbed, runtime_intermediates
 
 pytest.importorskip("litert_torch", reason="the litert extra is not installed")
 pytest.importorskip("ai_edge_litert", reason="the litert extra is not installed")
@@ -43,13 +43,7 @@ def test_litert_intermediates_line_up_with_eager_in_a_residual_model() -> None:
     LiteRT computes it is the value eager gives the operator it is named after."""
     torch.manual_seed(0)
     model, x = create_model("resnet20", in_channels=1).eval(), torch.randn(2, 1, 32, 32)
-    env = environment("litert")
-    env.prepare(model, x[:1])
-    try:
-        found = env.intermediates(x)
-    finally:
-        env.close()
-    expected = operator_outputs(model, x)
+    found, expected = runtime_intermediates("litert", model, x)
     assert len(found) > 40 and set(found) <= set(expected)
     for name, value in found.items():
         scale = float(expected[name].abs().max()) or 1.0

@@ -49,7 +49,8 @@ METRICS = {
     "samples.csv": "per environment and sample: label, top-k classes and scores, seconds",
 }
 # DeltaNN's matrices in deltann.png, each the lower triangle (row against column): (key, title,
-# scale: the pair's value times it, colour map, value range or None for one centred on 0).
+# scale: the pair's value times it, colour map, value range; None: a change of time in percent,
+# shaded by the logarithm of the ratio of the times, centred on equal times).
 DELTANN_MATRICES = (
     ("top1_dissimilarity", "top-1 dissimilarity, %", 100.0, "viridis_r", (0.0, None)),
     ("topk_jaccard", f"top-{TOP_K} Jaccard", 1.0, "viridis", (None, 1.0)),
