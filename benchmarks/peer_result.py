@@ -73,7 +73,7 @@ class Scoring:
         if not self.label_free:
             ignore = -100 if self.ignore_index is None else self.ignore_index
             return F.cross_entropy(output, targets, ignore_index=ignore)
-        from model_explorer.metrics import KLDivergence
+        from model_explorer.metric_classes import KLDivergence
 
         values = self._kind.per_sample(output.float(), targets.float())
         if values.requires_grad or not output.requires_grad:
