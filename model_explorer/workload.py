@@ -52,10 +52,13 @@ log = logging.getLogger(__name__)
 
 class ReevaluationDatasets(Spec):
     reevaluate: DatasetSpec
+    """What `evaluate-individual` scores a search's individuals on, and `retrain` its models
+    before and after training (a dataset spec)."""
 
 
 class ReevaluationSpec(Spec):
     datasets: ReevaluationDatasets
+    """The data individuals are re-evaluated on."""
 
 
 def _set_here(key: str, overrides: Sequence[str]) -> str:
@@ -72,19 +75,41 @@ class Workload(Spec):
     """A validated workload. `Workload.load(path)` reads and validates a YAML file."""
 
     name: str | None = None
+    """The name given to what the workload writes (`<name>_dram_accesses.csv`,
+    `<name>_diagnosis`) and to its retraining records; null: the file's name without its
+    extension."""
     root: str | None = None
+    """The folder relative paths start from, itself relative to the workload file; null: the
+    file's folder, or that folder's parent when it is named `workloads`."""
     seed: NonNegativeInt = 0
+    """Drives data subsets, shuffling, initialisation and the search, so that a run repeats."""
     device: str = "auto"
+    """Where the model runs: `auto` (CUDA when present, else the CPU), `cpu`, `cuda`, `cuda:N`
+    or `mps`."""
     metric: MetricSpec = Field(default_factory=lambda: MetricSpec(type="top1"))
+    """The accuracy function: a name (`top1`, `top5`, `agreement`, `kl`, ...), one with options
+    (`{type: topk, k: 3}`) or a class of yours, `package.module:Class`
+    (`model-explorer list metrics`)."""
     problem: ProblemSpec = Field(default_factory=ProblemSpec)
+    """What is searched: the problem and its own settings."""
     model: ModelSpec
+    """The model and its weights."""
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
+    """Which layers are fake-quantized and how their quantizers start out."""
     sparsity: SparsitySpec = Field(default_factory=SparsitySpec)
+    """Which layers sparsify their input blocks, and the blocks' size (read by the sparsity
+    problems and `blocks`)."""
     calibration: CalibrationSpec | None = None
+    """How input quantizers are calibrated, on what data, and where the result is kept."""
     energy_evaluation: EnergyEvaluationSpec | None = None
+    """Where the per-layer DRAM accesses of the `energy` objective come from; left out: counted
+    by the `analytic` backend with its defaults when a search starts."""
     exploration: ExplorationSpec | None = None
+    """How the search runs: its population, algorithm, data and runner."""
     retraining: RetrainingSpec | None = None
+    """How `retrain` trains the float baseline or fine-tunes a search's individuals."""
     reevaluation: ReevaluationSpec | None = None
+    """The held-out data found individuals are scored on again."""
     _source: Path | None = PrivateAttr(default=None)
     _translation: Translation | None = PrivateAttr(default=None)
     _overrides: tuple[str, ...] = PrivateAttr(default=())

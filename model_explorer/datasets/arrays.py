@@ -18,8 +18,13 @@ from model_explorer.schema import Spec
 class ArraysOptions(Spec):
     requires_path: ClassVar[bool] = True
     inputs_key: str = "inputs"
+    """Name of the inputs array in a `.npz` or `.h5` file (one entry per sample along the first
+    axis); not used for a `.npy` file."""
     labels_key: str = "labels"
+    """Name of the labels array in a `.npz` or `.h5` file; not used for a `.npy` file."""
     labels_path: str | None = None
+    """The `.npy` file of labels when `path` is a `.npy` file of inputs, and needed then;
+    relative paths start from the workload's root."""
 
 
 def read_arrays(path: str, options: ArraysOptions, where: str) -> tuple[np.ndarray, np.ndarray]:

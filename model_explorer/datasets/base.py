@@ -42,11 +42,25 @@ class DatasetSpec(TypedSpec):
 
     registry: ClassVar[Registry[Any]] = DATASETS
     type: str
+    """The dataset: `digits`, `photos`, `sentences`, `cifar10`, `imagefolder`, `arrays`,
+    `imagenet` or `imagenet_c`, or your own `package.module:builder`; its options sit beside
+    these keys."""
     batch_size: PositiveInt = 64
+    """Samples per batch, in evaluation and in training."""
     sample_limit: PositiveInt | None = None
+    """Use a fixed subset of this many samples, drawn with the workload's `seed`, so that every
+    evaluation sees the same ones (`null`: all samples)."""
     randomize: bool = False
+    """Shuffle the samples once, by the workload's `seed`, and keep that order for every
+    evaluation (for a `webdataset` stream only together with `sample_limit`); otherwise they
+    stay in stored order."""
     path: str | None = None
+    """Where the local data lies, a file or folder as the type reads it; relative paths start
+    from the workload's root. `digits` and `photos` take none; `sentences` without one reads
+    Python's own documentation."""
     workers: NonNegativeInt = 0
+    """Background processes that read and decode batches (`0`: the main process does it).
+    Evaluation data is decoded only once, so this mostly speeds up training."""
 
     @classmethod
     def _unknown_hint(cls, name: str) -> str:

@@ -19,11 +19,15 @@ SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
 
 class DigitsOptions(Spec):
     split: Literal["train", "validation", "test", "all"] = "test"
+    """Which part of the 1797 images: a 60 / 20 / 20 % split stratified by class, or `all` of
+    them."""
     resize: Literal[8, 16, 32] = 8
+    """Side of the images in pixels: `8` as stored, `16` or `32` upsampled bilinearly."""
     channels: Literal[1, 3] = 1
-    # Kept apart from the workload's seed so that changing the search seed never moves test
-    # images into the training split of an existing checkpoint.
+    """`1`: grey images; `3`: the grey channel repeated, for networks that take RGB."""
     split_seed: NonNegativeInt = 0
+    """Draws the split; kept apart from the workload's `seed` so that changing the search seed
+    never moves test images into training."""
 
 
 @lru_cache(maxsize=4)

@@ -19,14 +19,20 @@ from model_explorer.schema import PositiveInt, Spec
 
 class ImageNetOptions(Spec):
     requires_path: ClassVar[bool] = True
-    # imagefolder: `path/<class>/<image>`; webdataset: `path` is a brace pattern of tar shards.
     kind: Literal["imagefolder", "webdataset"]
-    # The number of samples in all shards: a stream's length (webdataset only).
+    """How the images are stored: `imagefolder`, `path/<class>/<image>`; `webdataset`, tar
+    shards named by a brace pattern in `path` (`train-{0000..0136}.tar`)."""
     total_samples: PositiveInt | None = None
+    """The number of samples in all shards together, the stream's length; required with
+    `webdataset` and not used with `imagefolder`."""
     resize: PositiveInt = 256
+    """The shorter side of each image is resized to this many pixels before the centre crop."""
     crop: PositiveInt = 224
-    # Samples a training stream shuffles among (the original's 10000).
+    """Side in pixels of the centre square cut from the resized image: the network's input
+    size."""
     shuffle_buffer: PositiveInt = 10000
+    """Samples a `webdataset` training stream (without `sample_limit`) shuffles among; a larger
+    buffer mixes better and holds more decoded images in memory."""
 
     @model_validator(mode="after")
     def _stream_length(self) -> ImageNetOptions:
@@ -75,11 +81,18 @@ def imagenet(spec: DatasetSpec, where: str) -> Dataset:
 
 class ImageNetCOptions(Spec):
     requires_path: ClassVar[bool] = True
-    kind: Literal["imagefolder"] = "imagefolder"  # the original read ImageNet-C from folders only
+    kind: Literal["imagefolder"] = "imagefolder"
+    """Accepted for the original tool's files, which read ImageNet-C from image folders only."""
     condition: Literal["fog", "frost", "snow", "brightness"] = "fog"
+    """The corruption: the images under `path/<condition>/`."""
     severity: Literal[1, 2, 3, 4, 5] = 1
+    """How strong the corruption is, `1` mildest to `5` strongest: the images under
+    `path/<condition>/<severity>/`."""
     resize: PositiveInt = 256
+    """The shorter side of each image is resized to this many pixels before the centre crop."""
     crop: PositiveInt = 224
+    """Side in pixels of the centre square cut from the resized image: the network's input
+    size."""
 
     @staticmethod
     def local_paths(path: str, data: dict[str, Any]) -> list[str]:

@@ -43,8 +43,13 @@ NORMALISATION = {
 
 class PhotosOptions(Spec):
     split: Literal["calibrate", "explore", "all"] = "explore"
+    """`calibrate`: the crops of every fourth photograph (194); `explore`: those of the others
+    (610), so that no crop is in both; `all`: every crop (804)."""
     size: PositiveInt = 224
+    """Side in pixels of the square input each crop is resized to."""
     preprocessing: Literal["lite", "imagenet"] = "lite"
+    """How pixels are normalised: `lite`, (pixel - 127) / 128 as EfficientNet-Lite expects;
+    `imagenet`, with torchvision's ImageNet mean and std."""
 
 
 @lru_cache(maxsize=1)

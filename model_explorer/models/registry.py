@@ -66,14 +66,26 @@ class ModelSpec(Spec):
     """`type` is a registered name, `torchvision:<name>`, or `package.module:factory`."""
 
     type: str
+    """The model: a built-in name (`model-explorer list models`), `torchvision:<name>`, or
+    `package.module:factory`, a function of yours returning the `torch.nn.Module` (its module
+    found in the workload's root, the working directory or installed packages)."""
     weights: str | None = None
-    # false: start from random weights when `weights` is null; true cannot be had (it would
-    # download), so it is an error naming `weights`.
+    """The checkpoint file loaded into the model: a state dict, plain or under `state_dict`.
+    Null: the model starts from random weights where `pretrained: false` says so, and is
+    refused otherwise (unless its factory brings trained weights of its own)."""
     pretrained: bool | None = None
+    """`false`: start from random weights when `weights` is null (e.g. to train a baseline);
+    `true` is an error, as nothing is ever downloaded. `resnet18` and `resnet50` without
+    `weights` need it set, as null once meant downloaded weights for them."""
     num_classes: PositiveInt | None = None
+    """Passed to the model factory as `num_classes`; null: the factory's own default."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    # Fold batch norms into the convolutions before them once the weights are loaded.
+    """The model factory's other keyword arguments (built-in models take `in_channels`)."""
     fold_batchnorm: bool = False
+    """Fold every batch norm that directly follows a convolution or linear layer into it once
+    the weights are loaded, as an integer deployment runs it (the model must be traceable by
+    `torch.fx`). The search, `cost`, `blocks` and the energy analysis then see the folded
+    model; `retrain --baseline` still trains and saves the unfolded one."""
 
     @field_validator("type")
     @classmethod

@@ -20,7 +20,18 @@ class ProblemSpec(TypedSpec):
     type_key: ClassVar[str] = "problem_function"
 
     problem_function: str = "quantization_problem"
+    """The problem to explore: `quantization_problem`, `energy_aware_quant_problem`,
+    `sparsity_problem` or `quantization_sparsity_problem` (`model-explorer list problems`); the
+    keys beside it are that problem's own settings, checked by its options model."""
     gpu_id: NonNegativeInt | None = None
+    """The CUDA device used where `device` is `auto` or `cuda` without an index; null: the
+    first."""
     log_file: str | None = None
+    """Accepted from workload files of the original layout and not used: log lines go to the
+    terminal (`-v` for more)."""
     clear_log_file: bool = False
+    """Accepted with `log_file` and not used either."""
     results_file: str | None = None
+    """The result file `explore` writes (an existing one is an error unless `--resume`
+    continues it); `--output` wins over it. Null: a new
+    `results/expl_<problem>_<model>_<dataset>_<time>.pkl` each run."""

@@ -178,7 +178,12 @@ class PercentileOptions(Spec):
     with."""
 
     percentile: Percentage | dict[Bits, Percentage] = 99.99
+    """The share (in %) of the inputs' magnitudes that lies below amax: one for every bit width,
+    or one per width (`{8: 99.99, 4: 99.9, 2: 99.0}`), a width taking the entry of the largest
+    width up to it, else the smallest width's."""
     num_bins: PositiveInt = 2048
+    """The histogram's bins to start with; values beyond its top add bins, and past four times
+    this many, neighbouring bins are merged."""
 
     def at(self, num_bits: int) -> float:
         """The percentile of bit width `num_bits`."""
@@ -194,7 +199,11 @@ class SearchOptions(Spec):
     with, the candidates from bin `start_bin` on."""
 
     num_bins: PositiveInt = 2048
+    """The histogram's bins to start with; values beyond its top add bins, and past four times
+    this many, neighbouring bins are merged."""
     start_bin: NonNegativeInt = 128
+    """The bin edge (counted from 0) where the candidates for amax start: every edge from it
+    to the histogram's top is tried, at most about 2048 of them."""
 
 
 @register_calibrator

@@ -105,6 +105,8 @@ class QuantizationSpec(Spec):
 
 class CalibrationDatasets(Spec):
     calibrate: DatasetSpec
+    """What `calibrate` runs the model on to set the input quantizers' ranges (a dataset
+    spec)."""
 
 
 class CalibrationSpec(TypedSpec):
@@ -118,10 +120,22 @@ class CalibrationSpec(TypedSpec):
     type_key: ClassVar[str] = "method"
 
     file: str | None = None
+    """The calibration file `calibrate` writes and every command running the quantized model
+    reads. It records what it was made from (the weights, the quantizer settings, the method
+    and its options, the calibration data's spec, and the seed where it draws a subset): a file
+    made from other calibration settings is refused where it is read, naming the setting, other
+    weights are a warning, and `calibrate --if-missing` redoes a file that does not match."""
     # mse: chosen by measurement over the shipped workloads (benchmarks/bench_calibration.py,
     # docs/quantization.md "Which quantizer setting").
     method: str = "mse"
+    """How input quantizers get their amax: `max`, `percentile`, `mse` or `entropy`
+    (`model-explorer list calibrators`); the keys beside it are that method's own options, and
+    one of another method is an error. Weights always take amax from their largest magnitude."""
     datasets: CalibrationDatasets | None = None
-    # Input quantizers' amax set by hand (quantizer name pattern -> amax), at every bit width:
-    # what `diagnose` recommends for a layer whose range a few outliers stretch.
+    """The calibration data."""
     amax: dict[str, PositiveFloat] | None = None
+    """Input quantizers' amax set by hand, by quantizer name pattern
+    (`{"layer1.*.input_quantizer": 2.5}`, later patterns winning), at every bit width: what
+    `diagnose` recommends where a few outliers stretch a range. Applied after calibration and
+    after loading the file, never stored in it, so changing it needs no recalibration; a pattern
+    that names no input quantizer is an error."""

@@ -31,8 +31,13 @@ class Accelerator(Spec):
     DRAM access."""
 
     global_buffer_kib: PositiveFloat = 108.0  # Eyeriss' global buffer
+    """The global buffer in KiB; half of it holds weights, so a layer whose weights do not fit
+    is read in tiles of output channels and its input streamed from DRAM once per tile."""
     word_bits: PositiveInt = 16
+    """The bits one DRAM access moves: the precision the counts assume (the table's
+    `bitwidth`), from which the `energy` objective scales them to each layer's bit widths."""
     dram_pj_per_word: PositiveFloat = 200.0  # about 200 times a 16-bit MAC (Eyeriss' ratios)
+    """The energy of one DRAM access (one word), in pJ."""
 
 
 @register_energy_backend("analytic", options=Accelerator)

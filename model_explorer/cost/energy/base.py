@@ -86,8 +86,16 @@ class EnergyEvaluationSpec(TypedSpec):
     registry: ClassVar[Registry[Any]] = ENERGY_BACKENDS
     type_key: ClassVar[str] = "backend"
     backend: str = "analytic"
+    """What counts the DRAM accesses: `analytic` (no extra dependency) or `zigzag` (the `zigzag`
+    extra); the keys beside it are that backend's own options (`model-explorer list energy`)."""
     dram_analysis_file: str | None = None
+    """The per-layer DRAM table (CSV) that `energy-analysis` writes and the `energy` objective
+    reads; a search refuses to start while it is missing. Null: `energy-analysis` writes
+    `results/<name>_dram_accesses.csv` and a search counts the accesses itself when it starts."""
     input_shape: list[PositiveInt] | None = None
+    """The input [N, C, H, W] the accesses are counted for; null: one sample shaped like the
+    exploration data. The model runs on it once, and a shape it cannot take is an error that
+    names a shape that fits."""
 
 
 def energy_layers(model: nn.Module, include: Sequence[str] | None = None) -> dict[str, nn.Module]:

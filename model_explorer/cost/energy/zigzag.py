@@ -62,6 +62,9 @@ class ZigZagOptions(Spec):
     """The zigzag backend's options: a hardware description shipped with ZigZag."""
 
     hardware: str = "eyeriss_like"
+    """The hardware description shipped with the `zigzag` extra, by name (`eyeriss_like`,
+    `tpu_like`, `edge_tpu_like`, ...), with its own mapping where one ships; an unknown name
+    is an error listing the known ones."""
 
 
 @register_energy_backend("zigzag", options=ZigZagOptions)
