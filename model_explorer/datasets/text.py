@@ -22,6 +22,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
+from model_explorer.paths import resolve_path
 from model_explorer.schema import NonNegativeInt, PositiveInt, Spec
 
 SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2}
@@ -29,9 +30,16 @@ SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2}
 
 class SentencesOptions(Spec):
     split: Literal["train", "validation", "test", "all"] = "test"
+    """Which part of the texts: a 60 / 20 / 20 % split drawn by `split_seed`, or `all` of
+    them."""
     tokenizer: str = "all_minilm_l6_v2"
+    """The tokenizer that turns texts into token ids: that of a model that ships one
+    (`all_minilm_l6_v2`), or a local Hugging Face tokenizer folder."""
     max_length: PositiveInt = 32
+    """Tokens per text: longer texts are cut, shorter ones padded to this length."""
     split_seed: NonNegativeInt = 0
+    """Draws the split; kept apart from the workload's `seed` so that changing the search seed
+    never moves test texts into training."""
 
 
 def python_docs_sentences(min_words: int = 5, max_words: int = 40) -> list[str]:
@@ -52,7 +60,7 @@ def _texts(spec: DatasetSpec, where: str) -> list[str]:
     if spec.path is None:
         return python_docs_sentences()
     try:
-        lines = Path(spec.path).read_text(encoding="utf-8").splitlines()
+        lines = spec.resolve(spec.path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(
             f"{where}.path: cannot read '{spec.path}' as UTF-8 text ({error})"
@@ -72,10 +80,11 @@ def _split(texts: list[str], split: str, seed: int) -> list[str]:
     return [texts[i] for i in np.sort(ranges[split])]
 
 
-def tokenizer_folder(name: str, where: str) -> Path:
-    """The folder of a tokenizer: a packaged model's, or a folder given by path."""
-    if Path(name).is_dir():
-        return Path(name)
+def tokenizer_folder(name: str, where: str, root: Path | None = None) -> Path:
+    """The folder of a tokenizer: a packaged model's, or a folder given by path (relative to
+    the workload's `root`)."""
+    if (folder := resolve_path(name, root)).is_dir():
+        return folder
     if name == "all_minilm_l6_v2":
         from model_explorer.models.sentence_embedding import minilm_folder
 
@@ -90,7 +99,7 @@ def tokenizer_folder(name: str, where: str) -> Path:
 def sentences(spec: DatasetSpec, where: str) -> Dataset:
     options: SentencesOptions = spec.options
     texts = _split(_texts(spec, where), options.split, options.split_seed)
-    folder = tokenizer_folder(options.tokenizer, where)
+    folder = tokenizer_folder(options.tokenizer, where, spec.resolve("."))
     from model_explorer.models.sentence_embedding import offline
 
     offline()

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from pydantic import model_validator
+from pydantic_core import PydanticCustomError
 from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
@@ -23,8 +25,12 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class Cifar10Options(Spec):
     requires_path: ClassVar[bool] = True
     split: Literal["train", "test"] = "test"
+    """`train`: the 50,000 training images; `test`: the 10,000 test images."""
     augment: bool = False
+    """Random crops (4 pixels of padding) and horizontal flips, for training; off, the images
+    are used as stored."""
     normalize: bool = True
+    """Normalise with CIFAR-10's per-channel mean and std; off, pixels stay in 0 to 1."""
 
 
 @register_dataset("cifar10", options=Cifar10Options)
@@ -59,11 +65,41 @@ def cifar10(spec: DatasetSpec, where: str) -> Dataset:
 class ImageFolderOptions(Spec):
     requires_path: ClassVar[bool] = True
     resize: PositiveInt | None = 256
+    """The shorter side of each image is resized to this many pixels (`null`: not resized)."""
     crop: PositiveInt | None = 224
+    """Side in pixels of the centre square cut from the resized image (`null`: not cropped)."""
     augment: bool = False
+    """For training: random crops, rescaled to `crop` (or `resize`), and horizontal flips in
+    place of the resize and centre crop."""
     grayscale: bool = False
+    """Convert the images to one grey channel; `mean` and `std` then take one value each (the
+    average of ImageNet's three when not given)."""
     mean: tuple[float, ...] = IMAGENET_MEAN
+    """Per-channel mean subtracted from pixels scaled to 0 to 1, one value per channel
+    (ImageNet's by default)."""
     std: tuple[float, ...] = IMAGENET_STD
+    """Per-channel standard deviation the pixels are divided by after `mean`, one value per
+    channel (ImageNet's by default)."""
+
+    @model_validator(mode="after")
+    def _one_value_per_channel(self) -> ImageFolderOptions:
+        channels = 1 if self.grayscale else 3
+        for key in ("mean", "std"):
+            values = getattr(self, key)
+            if self.grayscale and key not in self.model_fields_set:
+                setattr(self, key, (round(sum(values) / len(values), 4),))
+            elif len(values) not in (1, channels):
+                raise PydanticCustomError(
+                    "channels",
+                    "takes one value per channel of the {kind} images ({channels}), got {count}",
+                    {
+                        "key": key,
+                        "kind": "grey" if self.grayscale else "RGB",
+                        "channels": channels,
+                        "count": len(values),
+                    },
+                )
+        return self
 
 
 @register_dataset("imagefolder", options=ImageFolderOptions)

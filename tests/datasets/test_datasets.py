@@ -191,6 +191,21 @@ def test_imagefolder_of_generated_pngs(tmp_path: Path) -> None:
     np.testing.assert_allclose(normalised[:, 4, 4].numpy(), expected, atol=1e-5)
 
 
+def test_grey_imagefolder_takes_one_channel_statistic(tmp_path: Path) -> None:
+    """grayscale with the default statistics normalises by ImageNet's averaged mean and std
+    (torchvision's Normalize refuses three values for one channel); three values given by hand
+    are one error naming the key."""
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (8, 8), (51, 102, 153)).save(tmp_path / "a" / "0.png")
+    x = build_dataset(spec(type="imagefolder", path=str(tmp_path), grayscale=True, crop=4), 0)[0][0]
+    grey = (0.299 * 51 + 0.587 * 102 + 0.114 * 153) / 255  # ITU-R 601-2 luma, PIL's "L"
+    mean, std = np.mean([0.485, 0.456, 0.406]), np.mean([0.229, 0.224, 0.225])
+    assert x.shape == (1, 4, 4)
+    np.testing.assert_allclose(x[0, 0, 0].item(), (grey - mean) / std, atol=2e-2)
+    with pytest.raises(ValueError, match="one value per channel of the grey images"):
+        spec(type="imagefolder", path=str(tmp_path), grayscale=True, mean=[0.5, 0.5, 0.5])
+
+
 def test_missing_data_is_a_clear_error_not_a_download(tmp_path: Path) -> None:
     with pytest.raises(
         UserError, match="workload.d.path: no CIFAR-10 data under .*extract cifar-10-python.tar.gz"
@@ -201,7 +216,9 @@ def test_missing_data_is_a_clear_error_not_a_download(tmp_path: Path) -> None:
         build_dataset(spec(type="imagefolder", path=str(tmp_path)), 0, "workload.d")
 
 
-def test_sentences_come_from_pythons_documentation_split_without_overlap(tmp_path) -> None:  # noqa: ANN001
+def test_sentences_come_from_pythons_documentation_split_without_overlap(  # noqa: ANN001
+    tmp_path, monkeypatch
+) -> None:
     from model_explorer.datasets.text import _split, python_docs_sentences
 
     texts = python_docs_sentences()
@@ -216,5 +233,13 @@ def test_sentences_come_from_pythons_documentation_split_without_overlap(tmp_pat
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \n")
     spec = DatasetSpec.model_validate({"type": "sentences", "path": str(empty)})
+    with pytest.raises(UserError, match="holds no text"):
+        sentences(spec, "workload.exploration.datasets.exploration")
+    # a relative path starts from the workload's root, wherever the command runs
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    relative = {"type": "sentences", "path": "empty.txt"}
+    spec = DatasetSpec.model_validate(relative, context={"root": tmp_path})
     with pytest.raises(UserError, match="holds no text"):
         sentences(spec, "workload.exploration.datasets.exploration")
