@@ -52,6 +52,7 @@ class WorkloadContext:
         return found
 
     def has_dataset(self, role: str) -> bool:
+        """Whether the workload names data for `role` (`calibrate`, `exploration`, ...)."""
         return dataset_spec(self.workload, role) is not None
 
     def build_model(self, load_weights: bool = True, fold: bool | None = None) -> nn.Module:
@@ -133,6 +134,8 @@ class WorkloadContext:
         return evaluate(model, self.batches(role), self.workload.metric, self.device)
 
     def describe(self, role: str) -> dict[str, Any]:
+        """What a role's data is, for reports: its role, where the workload names it, its type and
+        sample count."""
         spec, where = self.dataset(role)
         return {
             "role": role,

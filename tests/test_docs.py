@@ -126,3 +126,57 @@ def test_a_key_without_a_description_fails_the_build() -> None:
             hook.key_table("planted", "planted_settings:Planted")
     finally:
         sys.modules.pop("planted_settings")
+
+
+def _reference_hook():  # noqa: ANN202
+    import importlib.util
+
+    path = REPOSITORY / "docs/_hooks/reference.py"
+    spec = importlib.util.spec_from_file_location("reference_hook", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_public_name_without_a_docstring_fails_the_build() -> None:
+    """A planted class of the reference: a method without a docstring fails, one whose
+    docstring a base class of the package gives passes, and torch's `forward` text does not
+    count as ours."""
+    import sys
+    import types
+
+    from torch import nn
+
+    class Base:
+        def measure(self) -> None:
+            """Measured."""
+
+    class Planted(Base, nn.Module):
+        """A planted class."""
+
+        def measure(self) -> None:  # inherits its docstring from Base
+            pass
+
+        def forward(self, x):  # noqa: ANN001, ANN201 - torch's docstring only
+            return x
+
+        @property
+        def size(self) -> int:
+            return 1
+
+    module = types.ModuleType("model_explorer_planted")
+    Base.__module__ = Planted.__module__ = "model_explorer.planted"
+    module.Planted = Planted
+    sys.modules["model_explorer.planted"] = module
+    try:
+        hook = _reference_hook()
+        assert hook.undocumented("model_explorer.planted.Planted") == [
+            "model_explorer.planted.Planted.forward",
+            "model_explorer.planted.Planted.size",
+        ]
+        page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="reference.md"))
+        with pytest.raises(hook.MissingDocstring, match="Planted.forward"):
+            hook.on_page_markdown("::: model_explorer.planted.Planted\n", page, None, None)
+        assert hook.undocumented("model_explorer.library.search.search") == []
+    finally:
+        sys.modules.pop("model_explorer.planted")

@@ -74,10 +74,12 @@ class BitCostModel:
 
     @property
     def macs(self) -> int:
+        """Multiply-accumulates of one forward over every costed layer."""
         return sum(cost.macs for cost in self.layers.values())
 
     @property
     def weight_elements(self) -> int:
+        """Weight elements over every costed layer."""
         return sum(cost.weight_elements for cost in self.layers.values())
 
     def _bits(self, plan: Plan, name: str) -> tuple[float, float]:

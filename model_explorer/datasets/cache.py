@@ -58,6 +58,7 @@ class TensorCache:
         device: torch.device | str = "cpu",
         where: str = "dataset",
     ) -> TensorCache:
+        """Decode `batches` once into tensors on `device` (`where` names the data in errors)."""
         inputs, targets, batch_size = [], [], None
         for batch_inputs, batch_targets in batches:
             inputs.append(batch_inputs)
@@ -86,6 +87,7 @@ class TensorCache:
 
     @property
     def device(self) -> torch.device:
+        """The device the cached inputs are on."""
         first = self.inputs[0] if isinstance(self.inputs, (list, tuple)) else self.inputs
         return first.device
 

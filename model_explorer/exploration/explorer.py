@@ -137,6 +137,7 @@ class Explorer:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> ExplorationResult:
+        """Run (or resume) the search to its last generation; the result, saved after each."""
         algorithm = make_algorithm(
             self.problem, self.nsga, self.strategy, self.seed, self.algorithm
         )
@@ -308,5 +309,6 @@ class Explorer:
             self.on_generation(generation, self.result)
 
     def save(self) -> None:
+        """Write the result file (when the explorer has one)."""
         if self.result_path is not None:
             self.result.save(self.result_path)

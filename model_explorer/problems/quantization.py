@@ -347,6 +347,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
 
     @property
     def plan_costs(self) -> PlanCosts:
+        """What the objectives price a plan with: layer costs, bit weighting, energy and latency."""
         return PlanCosts(
             self.costs,
             self.options.bit_weighting_function,

@@ -171,8 +171,8 @@ class QuantizedModel(Wrapper, nn.Module):
         }
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        # nn.MultiheadAttention's and nn.TransformerEncoder(Layer)'s fused fast path would run
-        # their weights in float: always the plain path.
+        """The wrapped model's forward, never on attention's fused fast path (which would run
+        its weights in float); the first call discovers the quantizers that run."""
         with unfused_attention():
             if not self.discovered:
                 return self.discover(lambda: self.model(*args, **kwargs))
@@ -268,12 +268,12 @@ class QuantizedModel(Wrapper, nn.Module):
 
     @property
     def bit_widths(self) -> list[int]:
+        """Every quantizer's integer width, in `quantizers` order; settable as a list."""
         return [q.num_bits for q in self.quantizers.values()]
 
     @bit_widths.setter
     def bit_widths(self, values: Sequence[int]) -> None:
-        quantizers = list(self.quantizers.values())
-        if len(values) != len(quantizers):
+        if len(values) != len(quantizers := list(self.quantizers.values())):
             raise ValueError(f"expected {len(quantizers)} bit widths, got {len(values)}")
         for quantizer, bits in zip(quantizers, values, strict=True):
             quantizer.num_bits = int(bits)

@@ -128,10 +128,12 @@ class TensorQuantizer(Opaque, nn.Module):
 
     @property
     def placement(self) -> Placement:
+        """Where the quantizer's scales sit: its axis, block axis, sign and range."""
         return Placement(self.axis, self.block_axis, self.unsigned, self.narrow_range)
 
     @property
     def amax(self) -> Tensor | None:
+        """The calibrated range (a tensor per axis entry), None before calibration; settable."""
         return self._amax
 
     @amax.setter
@@ -221,6 +223,7 @@ class TensorQuantizer(Opaque, nn.Module):
         return params
 
     def forward(self, x: Tensor) -> Tensor:
+        """Fake-quantize `x` (see `quantize`)."""
         return self.quantize(x)
 
     def quantize(self, x: Tensor) -> Tensor:
@@ -252,6 +255,7 @@ class TensorQuantizer(Opaque, nn.Module):
         return self._params[key]  # type: ignore[return-value]
 
     def extra_repr(self) -> str:
+        """The quantizer in one line: format or width, axis, sign and state."""
         kind = "per-tensor" if self.axis is None else f"axis={self.axis}"
         sign = "asymmetric" if self.asymmetric else "unsigned" if self.unsigned else "signed"
         state = "calibrating" if self.calibrating else ("enabled" if self.enabled else "disabled")
@@ -301,6 +305,7 @@ class WeightQuantizer(TensorQuantizer):
         return self.quantize_weight(weight)
 
     def quantize_weight(self, weight: Tensor) -> Tensor:
+        """The fake-quantized weight, cached per setting while no gradient is taken."""
         if not self.enabled:
             return weight
         self._sync(weight)

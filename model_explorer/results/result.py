@@ -110,6 +110,7 @@ class ExplorationResult:
     # -- access ---------------------------------------------------------------------------
     @property
     def variable_names(self) -> list[str]:
+        """The genes' names: one per quantizer or sparsified layer."""
         return [v["name"] for v in self.problem["variables"]]
 
     @property
@@ -119,6 +120,7 @@ class ExplorationResult:
 
     @property
     def individuals(self) -> list[Individual]:
+        """Every evaluated individual, in evaluation order."""
         return [Individual(**record) for record in self.records]
 
     def __len__(self) -> int:
@@ -140,6 +142,7 @@ class ExplorationResult:
         return plan_of(self.variable_names, individual.configuration)
 
     def feasible(self) -> list[Individual]:
+        """The individuals that met the problem's constraint."""
         return [i for i in self.individuals if i.feasible]
 
     def _senses(self, objectives: list[str] | None) -> list[tuple[str, bool]]:
@@ -314,6 +317,7 @@ class ExplorationResult:
 
     # -- files ----------------------------------------------------------------------------
     def to_data(self) -> dict[str, Any]:
+        """The result as plain data (what the file holds)."""
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -342,6 +346,7 @@ class ExplorationResult:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ExplorationResult:
+        """Read a result file (a clear error for a missing or foreign file)."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"{path}: result file does not exist")

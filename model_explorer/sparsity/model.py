@@ -104,6 +104,7 @@ class SparseModel(Wrapper, nn.Module):
         )
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped model's forward, its sparsifiers in effect."""
         return self.model(*args, **kwargs)
 
     @property
@@ -113,6 +114,7 @@ class SparseModel(Wrapper, nn.Module):
 
     @property
     def thresholds(self) -> list[float]:
+        """Every sparsifier's threshold, in `sparsifiers` order; settable as a list (each >= 0)."""
         return [s.threshold for s in self.sparsifiers.values()]
 
     @thresholds.setter
@@ -125,6 +127,7 @@ class SparseModel(Wrapper, nn.Module):
             sparsifier.threshold = float(value)
 
     def reset_stats(self) -> None:
+        """Zero every sparsifier's block counts."""
         for sparsifier in self.sparsifiers.values():
             sparsifier.reset_stats()
 

@@ -130,6 +130,7 @@ class DiagnosisContext:
 
     @property
     def device(self) -> torch.device:
+        """The device the diagnosis runs on."""
         return self.context.device
 
     @cached_property
@@ -165,6 +166,7 @@ class DiagnosisContext:
         return found
 
     def input_batches(self) -> Iterator[tuple[Tensor]]:
+        """The calibration inputs, batch by batch, on the device."""
         for x in self.inputs:
             yield (x.to(self.device),)
 
@@ -179,6 +181,7 @@ class DiagnosisContext:
         return bits, bits
 
     def has_exploration_data(self) -> bool:
+        """Whether the workload has exploration data to score on."""
         return self.context.has_dataset("exploration")
 
 

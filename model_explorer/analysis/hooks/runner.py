@@ -84,6 +84,8 @@ class HookRunner(Consumer):
 
     # -- tensors --------------------------------------------------------------------------
     def tensor(self, value: Tensor, role: str, name: str) -> dict[str, Any]:
+        """An operand as the analysis hooks receive it: its name, its data and its quantization
+        parameters."""
         param, layer = None, self.layer
         if layer is not None and role in ("input", "filter"):
             param = quantparam(layer.input_quantizer if role == "input" else layer.weight_quantizer)
@@ -129,6 +131,7 @@ class HookRunner(Consumer):
             ) from error
 
     def hook(self, name: str) -> Callable[..., Any] | None:
+        """The analysis's hook of that name, if it defines one."""
         return getattr(self.analysis, name, None)
 
     def before(self, call: OperatorCall) -> None:
@@ -139,6 +142,8 @@ class HookRunner(Consumer):
         self.call_post(call.name, call.operator, call.args, call.out)
 
     def call_pre(self, name: str, operator: Operator, args: tuple) -> None:
+        """Call the analysis's `<Opcode>Pre` (else `DefaultOpPre`) with the operator's named
+        arguments."""
         specific = self.hook(f"{operator.opcode}Pre")
         default = self.hook("DefaultOpPre")
         if specific is None and default is None:
@@ -152,6 +157,8 @@ class HookRunner(Consumer):
             )
 
     def call_post(self, name: str, operator: Operator, args: tuple, out: Any) -> None:
+        """Call the analysis's `<Opcode>Post` (else `DefaultOpPost`) with its arguments and
+        its output."""
         specific = self.hook(f"{operator.opcode}Post")
         default = self.hook("DefaultOpPost")
         if specific is None and default is None:
