@@ -103,6 +103,9 @@ class AlgorithmSpec(TypedSpec):
 
     registry: ClassVar[Registry[Any]] = ALGORITHMS
     type: str = DEFAULT
+    """The algorithm: `nsga2`, `nsga3`, `smsemoa`, `agemoea`, `agemoea2` (these two need the
+    `agemoea` extra) or `random`, a baseline; all but `nsga2` and `random` need two or more
+    objectives. Its options sit beside `type` (only `nsga3` takes one, `partitions`)."""
 
 
 def build_algorithm(spec: AlgorithmSpec, operators: Operators) -> Any:
@@ -138,9 +141,10 @@ def check_available(spec: AlgorithmSpec) -> None:
 
 
 class NSGA3Options(Spec):
-    # Das-Dennis partitions of each objective's axis; None: the most whose directions do not
-    # outnumber the population.
     partitions: PositiveInt | None = None
+    """Divisions of each objective's axis that place NSGA-III's Das-Dennis reference directions;
+    when not given, the most whose directions do not outnumber `exploration.nsga.pop_size`
+    (more directions than that are refused)."""
 
 
 # Facts the builders' callers check: a package the entry imports (and the extra that installs

@@ -59,6 +59,10 @@ class StrategySpec(TypedSpec):
 
     registry: ClassVar[Registry[Any]] = STRATEGIES
     type: str = DEFAULT
+    """The strategy: `nsga2` (every offspring scored in full), `spread` (a first population
+    spread along the cost axis), `multifidelity` (scoring stops once a candidate cannot join the
+    front) or `surrogate` (a Gaussian process picks which offspring are evaluated). Its options
+    sit beside `type`."""
 
 
 def build_strategy(spec: StrategySpec) -> Strategy:
@@ -67,14 +71,32 @@ def build_strategy(spec: StrategySpec) -> Strategy:
 
 class MultifidelityOptions(Spec):
     spread_start: bool = False
+    """Fill the first population, after the genomes `exploration.initialization` gives, with
+    genomes spread along the cost axis from every gene at its upper bound to every gene at its
+    lower bound, instead of random ones."""
 
 
 class SurrogateOptions(Spec):
     candidates: PositiveInt = 64
+    """Offspring the algorithm proposes per generation for the surrogate to choose from, in
+    place of `exploration.nsga.offsprings` (raised to `evaluations` when smaller); the first
+    population is evaluated whole."""
     evaluations: PositiveInt = 4
+    """How many of the proposed `candidates` are evaluated in each generation after the first:
+    those whose predicted outcomes add the most hypervolume to the front. Proposals evaluated
+    before are reused besides, at no cost."""
     optimism: float = 1.0
+    """How far, in predicted standard deviations, a candidate's predicted accuracy is spread
+    when its hypervolume gain is estimated: larger favours candidates the surrogate is unsure
+    of, `0` ranks them by the predicted mean alone."""
     spread_start: bool = True
+    """Fill the first population, after the genomes `exploration.initialization` gives, with
+    genomes spread along the cost axis from every gene at its upper bound to every gene at its
+    lower bound, instead of random ones."""
     reject_dominated: bool = True
+    """Stop scoring a candidate once even its best reachable accuracy cannot join the front of
+    the fully scored individuals at its cost, recording it as not complete and not feasible;
+    it applies to quantization problems with an accuracy constraint and `early_reject` on."""
 
 
 @STRATEGIES.register("nsga2")

@@ -34,7 +34,12 @@ class IntOptions(Spec):
     the quantizer's axis says)."""
 
     num_bits: Bits = 8
+    """Bits of each integer element, 2 to 16; whether the grid is signed is the quantizer's
+    `unsigned` setting."""
     group_size: PositiveInt | None = None
+    """Consecutive values along the layer's input channels that share one FP16 scale, taken from
+    the group's own max without calibration (`int4_g128`: 4 + 16/128 bits per element); when
+    not given, one calibrated scale per tensor or per channel, as the quantizer's `axis` says."""
 
 
 @register_format(IntOptions)
@@ -168,14 +173,21 @@ class MXOptions(Spec):
     """`block_size` values along the layer's input channels share one E8M0 scale."""
 
     block_size: PositiveInt = 32
+    """Consecutive values along the layer's input channels that share one E8M0 (power of two)
+    scale, taken from the block's own max (the default is OCP's; `mxfp4_b16` spells 16); the
+    scale adds 8/`block_size` bits per element."""
 
 
 class MXFP8Options(MXOptions):
     element: Literal["e4m3", "e5m2"] = "e4m3"
+    """The FP8 element type: `e4m3` (more precision, plain `mxfp8`) or `e5m2` (more range,
+    `mxfp8_e5m2`)."""
 
 
 class MXFP6Options(MXOptions):
     element: Literal["e2m3", "e3m2"] = "e2m3"
+    """The FP6 element type: `e2m3` (more precision, `mxfp6_e2m3`) or `e3m2` (more range,
+    `mxfp6_e3m2`)."""
 
 
 class _MX(FormatFamily):
@@ -250,6 +262,9 @@ class NVFP4Options(Spec):
     """`block_size` E2M1 values share one FP8 E4M3 scale (16 in NVIDIA's definition)."""
 
     block_size: PositiveInt = 16
+    """Consecutive E2M1 values along the layer's input channels that share one FP8 E4M3 scale,
+    beside the tensor's FP32 scale from amax (the default is NVIDIA's; `nvfp4_b32` spells 32);
+    the block scale adds 8/`block_size` bits per element."""
 
 
 @register_format(NVFP4Options)

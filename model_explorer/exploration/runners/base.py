@@ -68,6 +68,9 @@ class RunnerSpec(TypedSpec):
 
     registry: ClassVar[Registry[Any]] = RUNNERS
     type: str = "serial"
+    """The runner: `serial` (in the exploring process), `processes` (local worker processes) or
+    `dask` (a Dask cluster, the `dask` extra); its options sit beside `type`. It changes where
+    candidates are evaluated, never the result."""
 
 
 def build_runner(spec: RunnerSpec) -> Runner:

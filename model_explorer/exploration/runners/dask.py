@@ -12,9 +12,15 @@ from model_explorer.schema import PositiveInt, Spec
 
 
 class DaskOptions(Spec):
-    workers: PositiveInt = 2  # processes of a local cluster (no address)
-    address: str | None = None  # a running scheduler, e.g. tcp://10.0.0.5:8786
-    threads_per_worker: PositiveInt | None = None  # torch threads; None: cores // workers
+    workers: PositiveInt = 2
+    """Worker processes of the local Dask cluster started when no `address` is given, each
+    evaluating one candidate at a time; not used with an `address`."""
+    address: str | None = None
+    """A running Dask scheduler whose workers evaluate, e.g. `tcp://10.0.0.5:8786`; when not
+    given, a local cluster of `workers` processes is started."""
+    threads_per_worker: PositiveInt | None = None
+    """Torch threads of each worker process; when not given, each machine's cores divided by the
+    worker processes on it, so that they do not oversubscribe the cores."""
 
 
 @register_runner("dask", options=DaskOptions)

@@ -31,7 +31,11 @@ log = logging.getLogger(__name__)
 
 class ProcessesOptions(Spec):
     workers: PositiveInt = 2
-    threads_per_worker: PositiveInt | None = None  # torch threads; None: cores // workers
+    """Local worker processes evaluating candidates side by side, each building the model, data
+    and calibration once; a pool whose process dies is restarted."""
+    threads_per_worker: PositiveInt | None = None
+    """Torch threads of each worker process; when not given, the machine's cores divided by
+    `workers`, so that they do not oversubscribe the cores."""
 
 
 class ProcessRunner(Runner):
