@@ -78,7 +78,7 @@ def test_the_key_reference_is_the_settings_model() -> None:
     from model_explorer.exploration.spec import ExplorationDatasets, ExplorationSpec, NSGASpec
 
     table = _hook().key_table("exploration", "model_explorer.exploration.spec:ExplorationSpec")
-    keys = re.findall(r"^\| `([\w.]+)` \|", table, re.MULTILINE)
+    keys = [_plain(line.split("|")[1]) for line in table.splitlines()[2:]]
     sections = {"nsga": NSGASpec, "datasets": ExplorationDatasets}  # expanded, in place
     expected = []
     for name in ExplorationSpec.model_fields:
@@ -86,8 +86,9 @@ def test_the_key_reference_is_the_settings_model() -> None:
         expected += [f"exploration.{name}.{n}" for n in inner.model_fields] if inner else []
         expected += [] if inner else [f"exploration.{name}"]
     assert keys == expected
-    row = next(line for line in table.splitlines() if "`exploration.nsga.pop_size`" in line)
-    assert "| `15` |" in row and NSGASpec.model_fields["pop_size"].description in row
+    row = next(r for r in table.splitlines()[2:] if _plain(r.split("|")[1]).endswith("pop_size"))
+    assert _plain(row.split("|")[3]) == "15"
+    assert NSGASpec.model_fields["pop_size"].description in row
 
 
 def test_a_nested_section_shows_the_defaults_its_parent_gives_it() -> None:
@@ -97,13 +98,19 @@ def test_a_nested_section_shows_the_defaults_its_parent_gives_it() -> None:
 
     table = _hook().key_table("q", "model_explorer.quantization.spec:QuantizationSpec")
     cells = {
-        line.split("|")[1].strip(" `"): line.split("|")[3].strip()
-        for line in table.splitlines()[2:]
+        _plain(line.split("|")[1]): _plain(line.split("|")[3]) for line in table.splitlines()[2:]
     }
     made = QuantizationSpec()
-    assert cells["q.weight.axis"] == f"`{made.weight.axis}`" == "`0`"
-    assert cells["q.input.unsigned"] == f"`{made.input.unsigned}`" == "`auto`"
-    assert cells["q.input.axis"] == "none" and cells["q.include"] == '`["*"]`'
+    assert cells["q.weight.axis"] == str(made.weight.axis) == "0"
+    assert cells["q.input.unsigned"] == str(made.input.unsigned) == "auto"
+    assert cells["q.input.axis"] == "none" and cells["q.include"] == '["*"]'
+
+
+def _plain(cell: str) -> str:
+    """A generated cell's text as the reader sees it: tags and line-break hints dropped."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
 
 
 def test_a_key_without_a_description_fails_the_build() -> None:
@@ -180,3 +187,33 @@ def test_a_public_name_without_a_docstring_fails_the_build() -> None:
         assert hook.undocumented("model_explorer.library.search.search") == []
     finally:
         sys.modules.pop("model_explorer.planted")
+
+
+def test_a_typed_section_lists_every_entrys_options() -> None:
+    """One group of rows per registered dataset type, holding exactly its options model's
+    keys (or saying it takes none), then the other forms of names."""
+    from model_explorer.datasets import DATASETS
+
+    table = _hook().types_table("d", "model_explorer.datasets.base:DatasetSpec")
+    groups: dict[str, list[str]] = {}
+    current = ""
+    for line in table.splitlines()[2:]:
+        cells = line.split("|")
+        current = _plain(cells[1]) or current
+        groups.setdefault(current, []).append(_plain(cells[2]))
+    for entry in DATASETS.entries():
+        options = entry.options.model_fields if entry.options else {}
+        assert groups[entry.name] == ([f"d.{name}" for name in options] or [""]), entry.name
+    assert list(groups) == DATASETS.names() + DATASETS.forms()
+    assert groups["package.module:builder"] == ["d.*"]  # any key, passed to the builder
+
+
+def test_the_workload_table_links_each_section_to_its_own() -> None:
+    from model_explorer.workload import Workload
+
+    table = _hook().sections_table("workload", "model_explorer.workload:Workload")
+    keys = [_plain(line.split("|")[1]) for line in table.splitlines()[2:]]
+    assert keys == [f"workload.{name}" for name in Workload.model_fields]
+    sections = "metric problem model quantization sparsity calibration energy_evaluation"
+    sections += " exploration retraining reevaluation"
+    assert sorted(re.findall(r"\(#the-(\w+)-keys\)", table)) == sorted(sections.split())

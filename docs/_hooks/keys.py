@@ -5,17 +5,30 @@ that it cannot drift from validation. A page writes
 
 and gets a table of every key of that model (nested sections expanded, a section chosen by a
 `type` shown as one key), with its type, its default and its description: the docstring under
-the field (`use_attribute_docstrings`). A field without one fails the build."""
+the field (`use_attribute_docstrings`). A field without one fails the build. Two more markers:
+
+    <!-- types workload.metric: model_explorer.metrics:MetricSpec -->
+
+the options each registered entry of a typed section takes beside its `type` (one table, a
+group of rows per entry, the other forms of names last), and
+
+    <!-- sections workload: model_explorer.workload:Workload -->
+
+one row per key with its sections unexpanded, each linking to the page's heading "The `name:`
+keys", which the build's anchor check then requires."""
 
 from __future__ import annotations
 
+import html
 import importlib
 import re
 import types
 import typing
 from typing import Any
 
-MARKER = re.compile(r"<!-- keys (?P<prefix>[\w.]+): (?P<model>[\w.]+:\w+) -->")
+MARKER = re.compile(
+    r"<!-- (?P<kind>keys|types|sections) (?P<prefix>[\w.]+): (?P<model>[\w.]+:\w+) -->"
+)
 
 
 class MissingDescription(Exception):
@@ -23,19 +36,50 @@ class MissingDescription(Exception):
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    return MARKER.sub(lambda found: key_table(found["prefix"], found["model"]), markdown)
+    tables = {"keys": key_table, "types": types_table, "sections": sections_table}
+    return MARKER.sub(
+        lambda found: tables[found["kind"]](found["prefix"], found["model"]), markdown
+    )
+
+
+HEADER = ["| key | type | default | meaning |", "|---|---|---|---|"]
+
+
+def _model(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def key_table(prefix: str, path: str) -> str:
     """The Markdown table of the model at `path` (`module:Class`), its keys under `prefix`."""
-    module, _, name = path.partition(":")
-    model = getattr(importlib.import_module(module), name)
-    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    rows += _rows(prefix, model)
+    return "\n".join(HEADER + _rows(prefix, _model(path)))
+
+
+def sections_table(prefix: str, path: str) -> str:
+    """The model's keys with its sections as one row each, linking to their own tables."""
+    return "\n".join(HEADER + _rows(prefix, _model(path), expand=False))
+
+
+def types_table(prefix: str, path: str) -> str:
+    """The options of every entry of a typed section's registry, a group of rows per entry:
+    what a workload may write beside `type: <entry>`."""
+    model = _model(path)
+    registry, type_key = model.registry, model.type_key
+    rows = [f"| `{type_key}` | key | type | default | meaning |", "|---|---|---|---|---|"]
+    entries = [(entry.name, entry.options) for entry in registry.entries()]
+    entries += [(form, registry.import_options) for form in registry.forms()]
+    for name, options in entries:
+        shown = code(name)
+        fields = [] if options is None else _rows(prefix, options)
+        if options is not None and options.model_config.get("extra") == "allow":
+            fields.append(f"| {code(prefix + '.*')} | any | | every other key, passed on by name |")
+        if not fields:
+            fields = ["| | | | takes no options |"]
+        rows += [f"| {shown if i == 0 else ''} {row}" for i, row in enumerate(fields)]
     return "\n".join(rows)
 
 
-def _rows(prefix: str, model: Any, given: Any = None) -> list[str]:
+def _rows(prefix: str, model: Any, given: Any = None, expand: bool = True) -> list[str]:
     """The rows of `model`'s keys; `given`: the instance a parent section's default makes of
     it (`quantization.weight` is per channel where a bare quantizer is per tensor), whose
     values are the defaults shown."""
@@ -56,7 +100,7 @@ def _rows(prefix: str, model: Any, given: Any = None) -> list[str]:
         elif field.default is not PydanticUndefined:
             value = field.default
         section = _section(field.annotation, Spec)
-        if section is not None and not issubclass(section, TypedSpec):
+        if section is not None and not issubclass(section, TypedSpec) and expand:
             rows += _rows(key, section, value if isinstance(value, section) else None)
             continue
         if value is PydanticUndefined:
@@ -65,21 +109,33 @@ def _rows(prefix: str, model: Any, given: Any = None) -> list[str]:
             default = "none"
         elif isinstance(value, (list, dict)) and not value:
             default = "empty"
+        elif isinstance(value, TypedSpec):
+            default = code(getattr(value, value.type_key))
         elif isinstance(value, Spec):
             default = "its defaults"
         else:
-            default = f"`{_yaml(value)}`"
+            default = code(_yaml(value))
         text = _escaped(" ".join(field.description.split()))
-        rows.append(f"| `{key}` | {type_name(field.annotation)} | {default} | {text} |")
+        if section is not None and not expand:
+            text += f" [Its keys](#the-{name}-keys)."
+        rows.append(f"| {code(key)} | {type_name(field.annotation)} | {default} | {text} |")
     return rows
 
 
+def code(text: Any) -> str:
+    """`text` as inline code that a narrow column breaks only after a dot, an underscore or a
+    comma (`problem.bit_<wbr>weighting_<wbr>function`), never inside a word."""
+    escaped = html.escape(str(text)).replace("|", "&#124;")
+    return "<code>" + re.sub(r"([._,])", r"\1<wbr>", escaped) + "</code>"
+
+
 def _escaped(text: str) -> str:
-    """`<` and `>` outside code spans as entities (a table cell is HTML to Markdown)."""
+    """`<` and `>` outside code spans as entities (a table cell is HTML to Markdown), and `|`
+    escaped everywhere."""
     parts = text.split("`")
     for index in range(0, len(parts), 2):
         parts[index] = parts[index].replace("<", "&lt;").replace(">", "&gt;")
-    return "`".join(parts)
+    return "`".join(parts).replace("|", "\\|")  # a pipe ends a table cell, code or not
 
 
 def _yaml(value: Any) -> str:
@@ -111,7 +167,7 @@ def type_name(annotation: Any) -> str:
     if _is_union(annotation):
         return " or ".join(type_name(a) for a in args)
     if origin is typing.Literal:
-        return " / ".join(f"`{a}`" for a in args)
+        return " / ".join(code(a) for a in args)
     if origin is typing.Annotated:
         return type_name(args[0])
     if origin in (list, tuple, set):

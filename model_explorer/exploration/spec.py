@@ -22,7 +22,7 @@ class NSGASpec(Spec):
     """Individuals in the first population and kept after each generation."""
     offsprings: PositiveInt | None = None
     """Offspring per generation (`pop_size` when not given); under the `surrogate` strategy the
-    algorithm proposes `strategy.options.candidates` and `evaluations` of them are scored."""
+    algorithm proposes `strategy.candidates` and `evaluations` of them are scored."""
     generations: PositiveInt = 30
     """Generations after the first population."""
     mutation_eta: PositiveFloat = 10.0
