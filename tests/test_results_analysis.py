@@ -130,6 +130,13 @@ def test_merging_keeps_every_individual_once(tmp_path: Path) -> None:
     )
     assert [r["id"] for r in merged.records] == list(range(len(merged)))
     assert {r["extra"]["run"] for r in merged.records} == {0, 1}
+    # a run's own record (a sensitivity start's tables) is not added up, its counts are
+    loaded = [ExplorationResult.load(tmp_path / name) for name in ("a.pkl", "b.pkl")]
+    for result in loaded:
+        result.stats["sensitivity"] = {"tables": {"bits": [[0.1]]}, "seeds": [[8]]}
+    merged = merge_results(loaded)
+    assert "sensitivity" not in merged.stats
+    assert merged.stats["cache_hits"] == sum(r.stats["cache_hits"] for r in loaded)
     other = ExplorationResult.load(tmp_path / "a.pkl")
     other.workload = {"workload": {"name": "other"}}
     with pytest.raises(UserError, match="different workloads"):

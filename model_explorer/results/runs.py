@@ -35,7 +35,9 @@ def merge_results(results: list[ExplorationResult]) -> ExplorationResult:
                 continue
             seen.add(key)
             records.append({**record, "id": len(records), "extra": {**record["extra"], "run": run}})
-    stats = {key: sum(r.stats.get(key, 0) for r in results) for key in first.stats}
+    # counts add up; what describes one run (its sensitivity start's tables) stays with it
+    counts = [key for key, value in first.stats.items() if isinstance(value, (int, float))]
+    stats = {key: sum(r.stats.get(key, 0) for r in results) for key in counts}
     stats["evaluations"] = len(records)
     return ExplorationResult(
         first.workload,
