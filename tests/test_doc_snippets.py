@@ -21,7 +21,7 @@ import yaml
 from conftest import DEFAULT_WORKLOAD, REPOSITORY
 
 DOCS = REPOSITORY / "docs"
-FENCE = re.compile(r"^```(?P<language>\w+)[^\n]*\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
+FENCE = re.compile(r"^```(?P<language>\w*)[^\n]*\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
 ELSEWHERE = {"own-model.md", "ARCHITECTURE.md"}  # run by the walkthrough test; not a page of use
 
 
@@ -172,3 +172,34 @@ def test_a_pages_yaml_is_a_valid_workload_part(page: str) -> None:
                 written = getattr(workload, section).model_dump()
                 default = type(getattr(workload, section))().model_dump()
                 assert written == default, f"{where}: {section} is not the defaults"
+
+
+def command_lines() -> list[tuple[str, str]]:
+    """(page, command) of every `model-explorer` line in the pages' code blocks, continuation
+    lines joined and comments cut."""
+    import shlex
+
+    found = []
+    for page in sorted(p.name for p in DOCS.glob("*.md")):
+        for match in FENCE.finditer((DOCS / page).read_text()):
+            code = match["code"].replace("\\\n", " ")
+            for line in code.splitlines():
+                if line.strip().startswith("model-explorer "):
+                    command = re.sub(r"\s#.*$", "", line)  # a comment, not `RESULTS#ID`
+                    found.append((page, shlex.join(shlex.split(command))))
+    return found
+
+
+@pytest.mark.parametrize(("page", "command"), command_lines())
+def test_a_pages_commands_are_what_the_cli_takes(page: str, command: str) -> None:
+    """Each command a page shows is accepted by the command-line parser as written (an
+    option renamed or removed fails here); running them is the walkthrough's and `make`'s."""
+    import shlex
+
+    from model_explorer.cli import build_parser
+
+    parser = build_parser()
+    try:
+        parser.parse_args(shlex.split(command)[1:])
+    except SystemExit as error:
+        raise AssertionError(f"{page}: `{command}` is refused by the parser") from error
