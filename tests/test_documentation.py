@@ -12,6 +12,9 @@ import pytest
 
 # module:attribute (a class: its constructor) of the API the documentation and the notebooks use.
 PUBLIC = [
+    "model_explorer.library.search:search",
+    "model_explorer.library.quantize:quantize",
+    "model_explorer.library.quantize:calibrate",
     "model_explorer.workload:Workload.load",
     "model_explorer.workload:Workload.from_dict",
     "model_explorer.context:WorkloadContext",

@@ -24,11 +24,17 @@ def calibrate(
     quantization: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Any:
-    """A QuantizedModel of a copy of `model` (never changed), its input quantizers calibrated
-    on `calibration` (batches of inputs, or `(inputs, targets)`) by `method` (`max`,
-    `percentile`, `mse`, `entropy`, with their `options` as `calibration.options` takes them);
-    `quantization` holds `quantization:` settings (layer types, include/exclude, input and
-    weight quantizer settings)."""
+    """A QuantizedModel of a copy of `model` (never changed), its input quantizers calibrated.
+
+    Args:
+        model: the float model (an `nn.Module`); a deep copy is quantized.
+        calibration: batches of inputs, or `(inputs, targets)` pairs, to calibrate on.
+        method: the calibrator: `max`, `percentile`, `mse` or `entropy`.
+        quantization: `quantization:` settings as a workload writes them (layer types,
+            include/exclude, the input and weight quantizers).
+        **options: the calibrator's own options, as the workload's `calibration:` writes them
+            beside `method` (`percentile=99.9`, `num_bins=1024`).
+    """
     from model_explorer.quantization import QuantizedModel
     from model_explorer.quantization.spec import QuantizationSpec
 
@@ -49,9 +55,18 @@ def quantize(
     quantization: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Any:
-    """`calibrate`, then `plan` in effect: a per-layer plan (`{layer: {input_bits: 8,
-    weight_bits: 4}}`, as a result's individuals hold, e.g. `search.plan(individual)`), or one
-    bit width for every quantizer."""
+    """`calibrate`, then `plan` in effect: the fake-quantized model of one configuration.
+
+    Args:
+        model: the float model (an `nn.Module`); a deep copy is quantized.
+        plan: a per-layer plan (`{layer: {input_bits: 8, weight_bits: 4}}`, as a result's
+            individuals hold, e.g. `search.plan(individual)`), or one bit width for every
+            quantizer.
+        calibration: batches of inputs, or `(inputs, targets)` pairs, to calibrate on.
+        method: the calibrator: `max`, `percentile`, `mse` or `entropy`.
+        quantization: `quantization:` settings as a workload writes them.
+        **options: the calibrator's own options (`percentile=99.9`).
+    """
     quantized = calibrate(model, calibration, method, quantization, **options)
     if isinstance(plan, int):
         plan = {name: {INPUT_BITS: plan, WEIGHT_BITS: plan} for name in quantized.layers}

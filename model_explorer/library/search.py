@@ -109,7 +109,8 @@ def search(
             metrics`), or a function: `fn(model) -> float` (the whole score of a candidate)
             or `fn(outputs, targets) -> float` (a batch's mean, averaged over samples).
         maximize: for a function, whether higher is better (default True; False for a loss).
-        objectives: as `problem.objectives`; seed: the workload's seed.
+        objectives: as `problem.objectives`.
+        seed: the workload's seed (data subsets, the search).
         bits: each quantizer's bit widths, `problem.num_bits_lower_limit`/`upper_limit`.
         formats: formats to choose among instead of bit widths, as `problem.choices`.
         budget: upper limits on costs known without the model, e.g. `{"weighted_bits":
@@ -118,7 +119,8 @@ def search(
             written beside it (`<result>_calibration.pt`), so `export` can use it later.
         settings: any other workload setting, laid out as under `workload:` in a file, e.g.
             `{"exploration": {"nsga": {"generations": 5}}, "problem": {"layer_bounds": ...}}`.
-        resume: continue the unfinished result at `output`; progress: progress bars.
+        resume: continue the unfinished result at `output`.
+        progress: show progress bars.
         forward_step: `forward_step(model, batch) -> outputs` where the model is not called
             as `model(inputs)` (or `model(**batch)` for a dict), e.g. pooling a Hugging Face
             encoder's hidden states; it returns a tensor or a tuple of tensors.
