@@ -96,13 +96,11 @@ def search(
     for a workload file, and return the front with every individual.
 
     Args:
-        model: any nn.Module (not torch.compile'd, without forward hooks); it is copied,
-            never changed.
-        data: the exploration data, e.g. a DataLoader: batches of `(inputs, targets)`, of
-            inputs alone (for a fidelity metric or a function of the model), inputs being a
-            tensor, a tuple of tensors (the model's arguments) or a dict (as Hugging Face
-            models take them; its `labels` are the targets); it scores every candidate and
-            the float baseline.
+        model: any nn.Module (not compiled, without forward hooks), copied, never changed.
+        data: the exploration data, e.g. a DataLoader: batches of `(inputs, targets)` or of
+            inputs alone (a fidelity metric, a function of the model), inputs being a tensor, a
+            tuple of tensors (the arguments) or a dict (Hugging Face's, `labels` the targets);
+            it scores every candidate and the float baseline.
         calibration: batches (inputs alone or `(inputs, targets)`) to calibrate the
             quantizers' ranges on; `data` when None.
         score: a metric of the project by name (`top1`, `cosine`, `model-explorer list
@@ -113,8 +111,7 @@ def search(
         seed: the workload's seed (data subsets, the search).
         bits: each quantizer's bit widths, `problem.num_bits_lower_limit`/`upper_limit`.
         formats: formats to choose among instead of bit widths, as `problem.choices`.
-        budget: upper limits on costs known without the model, e.g. `{"weighted_bits":
-            120}`, as `problem.budget`: feasible candidates keep them.
+        budget: upper limits on costs known without the model, as `problem.budget`.
         output: the result file (default `results/expl_..._<time>.pkl`); its calibration is
             written beside it (`<result>_calibration.pt`), so `export` can use it later.
         settings: any other workload setting, laid out as under `workload:` in a file, e.g.
