@@ -47,9 +47,10 @@ def ties_in_seeded_order() -> Iterator[None]:
     quicksort, after a seeded permutation where it means them to fall at random. Quicksort's
     order of equal keys is the implementation's, and numpy's AVX-512, AVX2 and scalar sorts each
     order them otherwise: the same seed and the same measurements kept other survivors on
-    another processor (the default workload: hypervolume 0.4018 with numpy's AVX2 sort, 0.4381
-    without). A stable sort orders ties by the seeded permutation on every processor. Any order
-    of equal keys is a correct quicksort's, so nothing else that sorts meanwhile is wrong."""
+    another processor (the default workload, as it was then: hypervolume 0.4018 with numpy's
+    AVX2 sort, 0.4381 without). A stable sort orders ties by the seeded permutation on every
+    processor. Any order of equal keys is a correct quicksort's, so nothing else that sorts
+    meanwhile is wrong."""
     import numpy as np
 
     unstable = np.argsort

@@ -60,7 +60,8 @@ class ExplorationSpec(Spec):
     initialization: Literal["auto", "random", "sensitivity"] = "auto"
     """`sensitivity`: half the first population from an allocation by the one-at-a-time
     sensitivity of each quantizer (bit widths or formats); `random`: none of it; `auto`:
-    `sensitivity` where the problem can seed and the algorithm is not `random`."""
+    `sensitivity` where the problem can seed, the algorithm is not `random` and the genome has
+    more genes than `nsga.pop_size` (where the start was measured to pay), else `random`."""
     datasets: ExplorationDatasets
     """The data candidates are scored on."""
     runner: RunnerSpec = Field(default_factory=RunnerSpec)

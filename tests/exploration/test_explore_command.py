@@ -187,3 +187,32 @@ def test_a_search_stopped_in_its_sensitivity_start_resumes_without_measuring_aga
     assert calls == [kept_bits + 2 for kept_bits in map(int, kept["tables"])]
     resumed, uninterrupted = ExplorationResult.load(cut), ExplorationResult.load(whole)
     assert without_times(resumed) == without_times(uninterrupted)
+
+
+@pytest.mark.parametrize(
+    ("genes", "pop_size", "algorithm", "refusal", "starts"),
+    [
+        (10, 16, "nsga2", None, False),  # the default workload: a random start pays more
+        (16, 16, "nsga2", None, False),
+        (17, 16, "nsga2", None, True),
+        (44, 16, "nsga2", None, True),  # ResNet-20
+        (44, 16, "random", None, False),  # random search takes no seeds
+        (44, 16, "nsga2", "a sparsity problem", False),  # the problem cannot seed
+    ],
+)
+def test_auto_starts_from_sensitivity_only_on_genomes_larger_than_the_population(
+    default_workload_data: dict, genes: int, pop_size: int, algorithm: str, refusal, starts: bool
+) -> None:  # noqa: ANN001
+    from types import SimpleNamespace
+
+    from model_explorer.operations.explore import sensitivity_start
+    from model_explorer.workload import Workload
+
+    exploration = default_workload_data["workload"]["exploration"]
+    exploration["nsga"]["pop_size"] = pop_size
+    exploration["algorithm"] = algorithm
+    workload = Workload.from_dict(default_workload_data, check_paths=False)
+    problem = SimpleNamespace(variables=[None] * genes, sensitivity_refusal=refusal)
+    assert sensitivity_start(problem, workload) is starts
+    if refusal is None and algorithm != "random":  # asked for, it starts whatever the size
+        assert sensitivity_start(problem, workload, "sensitivity") is True
