@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from model_explorer.context import WorkloadContext
+from model_explorer.memory import keep_freed_memory
 from model_explorer.operations.pipeline import calibrate_workload
 from model_explorer.retraining import train_baseline
 from model_explorer.workload import Workload
@@ -13,7 +14,9 @@ from model_explorer.workload import Workload
 
 def prepared_context(path: str, overrides: Sequence[str] = ()) -> tuple[Workload, WorkloadContext]:
     """The workload (with `overrides`, KEY=VALUE as --set takes them) and its context, trained
-    (unless its model ships weights) and calibrated."""
+    (unless its model ships weights) and calibrated; the process's allocator set as the
+    command line sets it (memory.keep_freed_memory), so that times are what a search sees."""
+    keep_freed_memory()
     workload = Workload.load(path, overrides=overrides)
     context = WorkloadContext(workload)
     weights = workload.model.weights

@@ -161,6 +161,7 @@ BOTTOM = {
     "paths",
     "fileio",
     "filekinds",
+    "memory",
     "figures",
     "modules",
     "plan",

@@ -26,6 +26,7 @@ from model_explorer.cli import training as _training  # noqa: F401
 from model_explorer.cli import workload as _workload  # noqa: F401
 from model_explorer.cli.common import COMMANDS
 from model_explorer.errors import UserError
+from model_explorer.memory import keep_freed_memory
 
 log = logging.getLogger("model_explorer")
 
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line on stderr and return 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    keep_freed_memory()  # many passes over the same large tensors (memory.py)
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",

@@ -17,6 +17,7 @@ from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runn
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
+from model_explorer.memory import keep_freed_memory
 from model_explorer.metrics import higher_is_better
 from model_explorer.operations.latency import check_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
@@ -167,6 +168,7 @@ def explore(
             (and closed at the end).
         context: the WorkloadContext to reuse (its cached data); a new one when None.
     """
+    keep_freed_memory()  # for the next forward pass, as the command line does (memory.py)
     options = options or ExploreOptions()
     spec: ExplorationSpec = workload.require("exploration")
     definition = SearchDefinition.of(workload)
@@ -249,15 +251,10 @@ def _claim_result_file(
 
 def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:
     """Whether the search starts from sensitivity seeds (`initialization`, by default the
-    workload's `exploration.initialization`: `sensitivity`, or `auto` where the genes are bit
-    widths or formats, the algorithm is not `random` and the genome has more genes than the
-    first population has members); a `sensitivity` the problem cannot take is one sentence,
-    before anything runs.
-
-    `auto`'s rule is measured (docs/performance.md, "Search quality"): over five seeds the
-    start raised the final hypervolume with 28, 44 and 72 genes (digits_vit, ResNet-20,
-    MiniLM; populations of 16, 16, 12) and lowered it with 10 (digits_cnn, 16), where its
-    table's forwards bought nothing a random first population does not find."""
+    workload's: `sensitivity`, or `auto` where the genes are bit widths or formats, the
+    algorithm is not `random` and there are more genes than first members: the start raised
+    the final hypervolume with 28, 44, 72 genes and lowered it with 10, docs/performance.md);
+    a `sensitivity` the problem cannot take is one sentence, before anything runs."""
     spec = workload.exploration
     initialization = initialization or spec.initialization
     if initialization == "random":

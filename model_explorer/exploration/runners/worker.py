@@ -14,6 +14,7 @@ from typing import Any
 
 from model_explorer.errors import UserError
 from model_explorer.exploration.runners.recipe import ProblemRecipe, file_digest
+from model_explorer.memory import keep_freed_memory
 from model_explorer.paths import resolve_path
 from model_explorer.problems.base import Evaluation, Problem
 from model_explorer.registry import import_object
@@ -29,7 +30,9 @@ _LOCK = threading.Lock()
 
 
 def install(recipe: ProblemRecipe, threads: int | None) -> None:
-    """Per-worker setup: remember the recipe and limit torch to this worker's share of cores."""
+    """Per-worker setup: remember the recipe, keep freed memory for the next pass
+    (memory.keep_freed_memory) and limit torch to this worker's share of cores."""
+    keep_freed_memory()
     if threads is not None:
         import torch
 

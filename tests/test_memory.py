@@ -1,0 +1,63 @@
+"""The allocator setting of a search process (memory.keep_freed_memory): large tensors freed
+and allocated again, pass after pass, come back from the heap without the kernel's page faults,
+counted by the kernel itself (getrusage's minor faults); a user's own glibc settings are left
+alone. Each case
+runs in a fresh interpreter, since the setting is the process's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+
+PROBE = """
+import json, resource, sys
+import torch
+from model_explorer.memory import keep_freed_memory
+applied = keep_freed_memory() if sys.argv[1] == "keep" else False
+x = torch.ones(8, 16, 256, 256)  # 32 MiB
+faults = []
+for _ in range(8):  # a layer's temporaries, pass after pass
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    y = x * 2.0
+    z = y + 1.0
+    del y, z
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"applied": applied, "faults": faults}))
+"""
+
+
+def probe(mode: str, **environment: str) -> dict:
+    env = {**os.environ, **environment}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_freed_large_tensors_come_back_without_page_faults() -> None:
+    """Two 32 MiB temporaries a pass are 16,384 fresh pages of 4 KiB each pass by default; kept,
+    the heap settles within a few passes and then takes none."""
+    kept = probe("keep")
+    assert kept["applied"] is True
+    assert sum(kept["faults"][-3:]) < 300, kept
+    returned = probe("default")
+    assert min(returned["faults"][-3:]) > 8000, returned
+
+
+def applied(**environment: str) -> bool:
+    code = "from model_explorer.memory import keep_freed_memory; print(keep_freed_memory())"
+    env = {**os.environ, **environment}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    return done.stdout.strip() == "True"
+
+
+def test_a_users_own_glibc_setting_wins() -> None:
+    assert applied()
+    assert not applied(MALLOC_TRIM_THRESHOLD_="131072")
+    assert not applied(GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")
