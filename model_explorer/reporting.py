@@ -80,15 +80,30 @@ def cost_summary(result: ExplorationResult) -> str:
     seeding = result.stats.get("sensitivity_forwards", 0)
     forwards = result.stats.get("sample_forwards", result.sample_forwards() + seeding)
     seconds = result.stats.get("seconds", sum(r["seconds"] for r in result.records))
-    parts = [f"{seeding:,} for the sensitivity seeds"] if seeding else []
+    exploration = result.workload.get("workload", {}).get("exploration") or {}
+    parts = [f"{seeding:,} for the sensitivity seeds"] if seeding else _unseeded(result)
     if evaluations:
         parts.append(f"{(forwards - seeding) / evaluations:.0f} per evaluation")
     per = f" ({', '.join(parts)})" if parts else ""
-    exploration = result.workload.get("workload", {}).get("exploration") or {}
     strategy = _entry_name(exploration.get("strategy")) or "nsga2"
     algorithm = _entry_name(exploration.get("algorithm")) or "nsga2"
     searched = f"strategy {strategy}" + (f", algorithm {algorithm}" if algorithm != "nsga2" else "")
     return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
+
+
+def _unseeded(result: ExplorationResult) -> list[str]:
+    """Why `auto` took no sensitivity start where the problem could have taken one (a reader
+    of the cost line would otherwise wonder where the seeds went)."""
+    exploration = result.workload.get("workload", {}).get("exploration") or {}
+    if exploration.get("initialization", "auto") != "auto" or result.stats.get("sensitivity"):
+        return []
+    if result.problem.get("name") not in ("quantization_problem", "energy_aware_quant_problem"):
+        return []
+    genes, members = len(result.problem.get("variables", [])), exploration.get("nsga", {})
+    members = members.get("pop_size") if isinstance(members, dict) else None
+    if members is None or genes > members:
+        return []
+    return [f"auto: no sensitivity start with {genes} genes and {members} first members"]
 
 
 def coverage_summary(result: ExplorationResult) -> str:

@@ -216,3 +216,24 @@ def test_auto_starts_from_sensitivity_only_on_genomes_larger_than_the_population
     assert sensitivity_start(problem, workload) is starts
     if refusal is None and algorithm != "random":  # asked for, it starts whatever the size
         assert sensitivity_start(problem, workload, "sensitivity") is True
+
+
+def test_the_cost_line_says_why_auto_took_no_sensitivity_start(searched) -> None:  # noqa: ANN001
+    """The default search (10 genes, 16 first members) took no seeds; its cost line says why,
+    and says nothing where the workload asked for a random start or the start was taken."""
+    import copy
+
+    from model_explorer.reporting import cost_summary
+
+    _, path = searched
+    result = ExplorationResult.load(path)
+    assert not result.stats.get("sensitivity_forwards")
+    why = "auto: no sensitivity start with 10 genes and 16 first members"
+    assert why in cost_summary(result)
+    asked = copy.deepcopy(result)
+    asked.workload["workload"]["exploration"]["initialization"] = "random"
+    assert "sensitivity start" not in cost_summary(asked)
+    seeded = copy.deepcopy(result)
+    seeded.stats["sensitivity_forwards"] = 720
+    assert "720 for the sensitivity seeds" in cost_summary(seeded)
+    assert why not in cost_summary(seeded)
