@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from model_explorer.exploration.initialization import auto_takes_the_start
 from model_explorer.fileio import atomic_path
 from model_explorer.plan import FORMAT_OF, layer_formats
 from model_explorer.results import ExplorationResult
@@ -101,7 +102,7 @@ def _unseeded(result: ExplorationResult) -> list[str]:
         return []
     genes, members = len(result.problem.get("variables", [])), exploration.get("nsga", {})
     members = members.get("pop_size") if isinstance(members, dict) else None
-    if members is None or genes > members:
+    if members is None or auto_takes_the_start(genes, members):
         return []
     return [f"auto: no sensitivity start with {genes} genes and {members} first members"]
 

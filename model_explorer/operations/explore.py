@@ -13,6 +13,7 @@ from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.algorithms import check_available
 from model_explorer.exploration.explorer import Explorer
+from model_explorer.exploration.initialization import auto_takes_the_start
 from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runner
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
@@ -252,9 +253,8 @@ def _claim_result_file(
 def sensitivity_start(problem: Problem, workload: Workload, initialization: str = "") -> bool:
     """Whether the search starts from sensitivity seeds (`initialization`, by default the
     workload's: `sensitivity`, or `auto` where the genes are bit widths or formats, the
-    algorithm is not `random` and there are more genes than first members: the start raised
-    the final hypervolume with 28, 44, 72 genes and lowered it with 10, docs/performance.md);
-    a `sensitivity` the problem cannot take is one sentence, before anything runs."""
+    algorithm is not `random` and `auto_takes_the_start`); a `sensitivity` the problem cannot
+    take is one sentence, before anything runs."""
     spec = workload.exploration
     initialization = initialization or spec.initialization
     if initialization == "random":
@@ -267,7 +267,7 @@ def sensitivity_start(problem: Problem, workload: Workload, initialization: str 
         f"{workload.problem.problem_function}; use 'random'",
     )
     if initialization == "auto":
-        many_genes = len(problem.variables) > spec.nsga.pop_size
+        many_genes = auto_takes_the_start(len(problem.variables), spec.nsga.pop_size)
         return refusal is None and spec.algorithm.type != "random" and many_genes
     if refusal is not None:
         raise UserError(refusal)
