@@ -4,8 +4,8 @@ tensors over and over.
 glibc hands an allocation above its mmap threshold (128 KiB, raised as large blocks are freed, to
 32 MiB at most) straight from the kernel and gives it back when it is freed, so every activation
 of a real network is fresh memory that the kernel zeroes page by page on first touch: on 2 cores
-an EfficientNet-Lite0 forward over 128 photographs spent three quarters of its time in those page
-faults (5.4 s float, 1.4 s without them; docs/performance.md). Raising the mmap and trim
+an EfficientNet-Lite0 forward over 128 photographs spent more than half its time in those page
+faults (5.2 s, 2.2 s with freed memory kept; docs/performance.md). Raising the mmap and trim
 thresholds keeps freed blocks in the heap for the next pass. The cost: the process holds on to
 its peak memory until it exits, which a search process does anyway.
 """
