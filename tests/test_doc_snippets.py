@@ -8,7 +8,6 @@ docs/own-model.md is run by tests/test_walkthrough.py, commands in `sh` blocks b
 
 from __future__ import annotations
 
-import copy
 import re
 import shutil
 from collections.abc import Callable
@@ -144,21 +143,11 @@ def _under_workload(fragment: dict[str, Any]) -> dict[str, Any]:
     return fragment["workload"] if set(fragment) == {"workload"} else fragment
 
 
-def _merged(base: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `fragment`'s keys set, section by section (a block shows one key of a
-    section the workload has more of)."""
-    merged = copy.deepcopy(base)
-    for key, value in fragment.items():
-        inside = merged.get(key)
-        both = isinstance(inside, dict) and isinstance(value, dict)
-        merged[key] = _merged(inside, value) if both else value
-    return merged
-
-
 @pytest.mark.parametrize("page", pages("yaml"))
 def test_a_pages_yaml_is_a_valid_workload_part(page: str) -> None:
     """Each YAML block, put into the default workload, validates; one whose comment says it
     lists the defaults gives the section the model's own defaults."""
+    from model_explorer.library.search import _merged  # a section's keys merged one by one
     from model_explorer.workload import Workload
 
     base = yaml.safe_load(DEFAULT_WORKLOAD.read_text())
