@@ -20,7 +20,7 @@ keys", which the build's anchor check then requires."""
 from __future__ import annotations
 
 import html
-import importlib
+import pkgutil
 import re
 import types
 import typing
@@ -45,25 +45,20 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 HEADER = ["| key | type | default | meaning |", "|---|---|---|---|"]
 
 
-def _model(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def key_table(prefix: str, path: str) -> str:
     """The Markdown table of the model at `path` (`module:Class`), its keys under `prefix`."""
-    return "\n".join(HEADER + _rows(prefix, _model(path)))
+    return "\n".join(HEADER + _rows(prefix, pkgutil.resolve_name(path)))
 
 
 def sections_table(prefix: str, path: str) -> str:
     """The model's keys with its sections as one row each, linking to their own tables."""
-    return "\n".join(HEADER + _rows(prefix, _model(path), expand=False))
+    return "\n".join(HEADER + _rows(prefix, pkgutil.resolve_name(path), expand=False))
 
 
 def types_table(prefix: str, path: str) -> str:
     """The options of every entry of a typed section's registry, a group of rows per entry:
     what a workload may write beside `type: <entry>`."""
-    model = _model(path)
+    model = pkgutil.resolve_name(path)
     registry, type_key = model.registry, model.type_key
     rows = [f"| `{type_key}` | key | type | default | meaning |", "|---|---|---|---|---|"]
     entries = [(entry.name, entry.options) for entry in registry.entries()]

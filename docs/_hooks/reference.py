@@ -5,8 +5,8 @@ the build, since mkdocstrings itself renders it silently empty."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 import re
 from typing import Any
 
@@ -27,26 +27,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 def undocumented(path: str) -> list[str]:
     """The dotted names under `path` that the reference would show without a docstring."""
-    found = _resolve(path)
+    found = pkgutil.resolve_name(path)
     missing = [] if inspect.getdoc(found) else [path]
     if inspect.isclass(found):
         for name, member in vars(found).items():
             if not name.startswith("_") and _shown(member) and not _documented(found, name):
                 missing.append(f"{path}.{name}")
     return missing
-
-
-def _resolve(path: str) -> Any:
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            found = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:]:
-            found = getattr(found, part)
-        return found
-    raise ImportError(path)
 
 
 def _shown(member: Any) -> bool:
