@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import pkgutil
 import re
 
 import pytest
@@ -55,14 +55,6 @@ PUBLIC = [
 ]
 
 
-def _resolve(path: str):  # noqa: ANN202
-    module, _, attribute = path.partition(":")
-    found = importlib.import_module(module)
-    for part in attribute.split("."):
-        found = getattr(found, part)
-    return found
-
-
 def _documented(doc: str) -> set[str]:
     """The names the `Args:` section describes."""
     _, _, section = doc.partition("Args:")
@@ -76,7 +68,7 @@ def _documented(doc: str) -> set[str]:
 
 @pytest.mark.parametrize("path", PUBLIC)
 def test_every_argument_is_documented(path: str) -> None:
-    target = _resolve(path)
+    target = pkgutil.resolve_name(path)
     function = target.__init__ if inspect.isclass(target) else target
     doc = inspect.getdoc(target) or ""
     if inspect.isclass(target) and "Args:" not in doc:
