@@ -82,7 +82,8 @@ def cost_summary(result: ExplorationResult) -> str:
     forwards = result.stats.get("sample_forwards", result.sample_forwards() + seeding)
     seconds = result.stats.get("seconds", sum(r["seconds"] for r in result.records))
     exploration = result.workload.get("workload", {}).get("exploration") or {}
-    parts = [f"{seeding:,} for the sensitivity seeds"] if seeding else _unseeded(result)
+    seeds = [f"{seeding:,} for the sensitivity seeds"] if seeding else []
+    parts = seeds or _unseeded(result, exploration)
     if evaluations:
         parts.append(f"{(forwards - seeding) / evaluations:.0f} per evaluation")
     per = f" ({', '.join(parts)})" if parts else ""
@@ -92,16 +93,15 @@ def cost_summary(result: ExplorationResult) -> str:
     return f"{forwards:,} sample-forwards{per}, {seconds:.1f} s evaluating ({searched})"
 
 
-def _unseeded(result: ExplorationResult) -> list[str]:
+def _unseeded(result: ExplorationResult, exploration: dict[str, Any]) -> list[str]:
     """Why `auto` took no sensitivity start where the problem could have taken one (a reader
     of the cost line would otherwise wonder where the seeds went)."""
-    exploration = result.workload.get("workload", {}).get("exploration") or {}
     if exploration.get("initialization", "auto") != "auto" or result.stats.get("sensitivity"):
         return []
     if result.problem.get("name") not in ("quantization_problem", "energy_aware_quant_problem"):
         return []
-    genes, members = len(result.problem.get("variables", [])), exploration.get("nsga", {})
-    members = members.get("pop_size") if isinstance(members, dict) else None
+    genes = len(result.problem.get("variables", []))
+    members = (exploration.get("nsga") or {}).get("pop_size")
     if members is None or auto_takes_the_start(genes, members):
         return []
     return [f"auto: no sensitivity start with {genes} genes and {members} first members"]
