@@ -186,7 +186,8 @@ def score(
     best case no longer meets its limit.
     With `check_finite`, a non-finite output stops scoring with accuracy 0.
     """
-    model.eval()
+    if any(module.training for module in model.modules()):  # a search scores thousands of times
+        model.eval()
     first = create_metric(metric)  # the first output's; each further output gets its own
     if hasattr(first, "of_model"):  # a caller's function of the whole model (library/)
         return first.of_model(model, batches)

@@ -90,8 +90,9 @@ class TensorQuantizer(Opaque, nn.Module):
     @num_bits.setter
     def num_bits(self, value: int) -> None:
         value = check_bits(value)
-        self._format = None
-        if value == self._num_bits:
+        if self._format is not None:
+            self._format = None
+        elif value == self._num_bits:
             return
         self._num_bits = value
         if self._from_calibrator and self.calibrator.depends_on_bits:
@@ -174,10 +175,16 @@ class TensorQuantizer(Opaque, nn.Module):
             self._amin = low
             self._store_amax(torch.tensor(high), keep_params)
             return
+        # A search switches widths back and forth: each width's amax is checked and stored once.
+        key = ("stored", self._num_bits, self.unsigned)
+        if keep_params and key in self._params:
+            self._buffers["_amax"] = self._params[key]  # type: ignore[assignment]
+            return
         amax = self.calibrator.compute_amax(self._num_bits, self.unsigned)
         if amax is None:
             raise RuntimeError("calibration saw no data for this quantizer")
         self._store_amax(amax, keep_params)
+        self._params[key] = self._amax  # type: ignore[assignment]
 
     # -- calibration ----------------------------------------------------------------------
     def start_calibration(self, calibrator: Calibrator | None = None) -> None:
