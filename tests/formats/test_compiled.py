@@ -1,0 +1,124 @@
+"""The compiled pass of the integer fake quantization (formats/compiled.py) against NumPy's
+float32 arithmetic of the same formula, bit for bit, and its way back to the eager steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from model_explorer.formats import compiled
+from model_explorer.formats.integer import (
+    apply_quantization,
+    asymmetric_params,
+    quant_params,
+)
+
+SIZE = compiled.FUSED_MIN_VALUES + 4093  # past the threshold, not a multiple of a vector
+
+
+def hard_values(multiplier: float) -> torch.Tensor:
+    """Random values, the rounding midpoints (k + 1/2) / multiplier and their neighbours, signed
+    zeros, ±Inf, NaN, float32 subnormals and values far beyond the range, in one tensor."""
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(SIZE, generator=generator) * 3
+    levels = torch.arange(-300, 300, dtype=torch.float32) + 0.5
+    midpoints = levels / multiplier
+    special = torch.tensor(
+        [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, -1e-45, 1e-39, 3e38, -3e38]
+    )
+    planted = torch.cat(
+        [
+            midpoints,
+            torch.nextafter(midpoints, torch.tensor(float("inf"))),
+            torch.nextafter(midpoints, torch.tensor(float("-inf"))),
+            special,
+        ]
+    )
+    values[: planted.numel()] = planted
+    return values.reshape(-1, 7) if SIZE % 7 == 0 else values
+
+
+def numpy_formula(x: torch.Tensor, params) -> np.ndarray:  # noqa: ANN001
+    """The formula in NumPy's float32 (round half to even: np.rint), independent of torch's
+    kernels."""
+    values = x.numpy().astype(np.float32)
+    multiplier = np.float32(params.multiplier.item())
+    divisor = np.float32(params.divisor.item())
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = np.rint(values * multiplier)
+        return np.clip(scaled, np.float32(params.low), np.float32(params.high)) / divisor
+
+
+def same_bits(ours: torch.Tensor, expected: np.ndarray) -> bool:
+    """Equal bit for bit (so -0.0 differs from 0.0), any NaN equal to any NaN."""
+    got = ours.numpy().reshape(-1)
+    expected = expected.reshape(-1)
+    nan = np.isnan(got)
+    if not np.array_equal(nan, np.isnan(expected)):
+        return False
+    return np.array_equal(got[~nan].view(np.int32), expected[~nan].view(np.int32))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        quant_params(torch.tensor(2.5), 8),
+        quant_params(torch.tensor(2.5), 4, unsigned=True),
+        quant_params(torch.tensor(0.37), 2, narrow_range=True),
+        quant_params(torch.tensor(0.0), 8),  # amax zero: every value 0
+        asymmetric_params(-0.8, 2.9, 3),
+    ],
+    ids=["int8", "uint4", "int2-narrow", "zero-amax", "asymmetric3"],
+)
+def test_the_compiled_pass_gives_the_formulas_values_bit_for_bit(params) -> None:  # noqa: ANN001
+    x = hard_values(float(params.multiplier.item()) or 1.0)
+    assert compiled.takes_fused(x)
+    with torch.inference_mode():
+        fused = compiled.fused_integer(
+            x, params.multiplier, params.low, params.high, params.divisor
+        )
+        through_the_quantizer = apply_quantization(x, params)
+    assert fused is not None, "the compiled pass did not run on this machine"
+    expected = numpy_formula(x, params)
+    assert same_bits(fused, expected)
+    assert same_bits(through_the_quantizer, expected)
+
+
+def test_a_compiler_that_fails_is_said_once_and_the_eager_steps_give_the_same_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        def kernel(*args: object) -> None:
+            raise RuntimeError("InductorError: no working C++ compiler found")
+
+        return kernel
+
+    monkeypatch.setattr(compiled, "_kernel", {})
+    monkeypatch.setattr(torch, "compile", broken)
+    params = quant_params(torch.tensor(2.5), 6)
+    x = hard_values(float(params.multiplier.item()))
+    with torch.inference_mode():
+        with pytest.warns(RuntimeWarning, match="no working C\\+\\+ compiler.*the same values"):
+            first = apply_quantization(x, params)
+        assert not compiled.takes_fused(x)  # never tried again
+        second = apply_quantization(x, params)
+    assert same_bits(first, numpy_formula(x, params))
+    assert same_bits(second, numpy_formula(x, params))
+
+
+class Watching(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_compiled_pass_stays_out_of_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.zeros(SIZE)
+    assert compiled.takes_fused(x)
+    assert not compiled.takes_fused(torch.zeros(compiled.FUSED_MIN_VALUES - 1))
+    assert not compiled.takes_fused(torch.zeros(SIZE, 2).t())  # not contiguous
+    with Watching():  # the tracer and the interceptor watch operations this way
+        assert not compiled.takes_fused(x)
+    monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
+    assert not compiled.takes_fused(x)
