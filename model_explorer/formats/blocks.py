@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from model_explorer.formats import compiled
 from model_explorer.formats.elements import (
     ELEMENTS,
     Element,
@@ -40,6 +41,10 @@ E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127
 # NVFP4's per-tensor scale maps the tensor's amax to the largest E2M1 value times the largest
 # E4M3 block scale.
 NVFP4_TENSOR_RANGE = E2M1.max_normal * E4M3.max_normal
+# From this many values on a format's compiled pass (formats/compiled.py) is faster than its
+# eager steps (2 cores): block formats compute their scales in it too, FP8's is computed before.
+FUSED_BLOCKS_MIN_VALUES = 2**12
+FUSED_FP8_MIN_VALUES = 2**17
 
 
 def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
@@ -59,6 +64,10 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     zero = amax <= ZERO_AMAX
     scale = element.max_normal / torch.where(zero, 1.0, amax)
     inverse = torch.where(zero, 0.0, 1.0 / scale)
+    if axis is None and compiled.takes_fused(x, FUSED_FP8_MIN_VALUES):
+        quantized = compiled.fused_fp8(values, scale, inverse, element)
+        if quantized is not None:
+            return straight_through(x, quantized)
     return straight_through(x, cast_element_(values * scale, element).mul_(inverse))
 
 
@@ -78,6 +87,10 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     """
     values = x.detach().float()
     blocks, dim = split_blocks(values, block_size, axis)
+    if compiled.takes_fused(x, FUSED_BLOCKS_MIN_VALUES):
+        quantized = compiled.fused_mx(blocks, dim, element)
+        if quantized is not None:
+            return straight_through(x, merge_blocks(quantized, values.shape, axis))
     amax = block_amax(blocks, dim)
     # amax = m * 2**e with m in [0.5, 1): floor(log2(amax)) = e - 1, exact for float32
     # subnormals too (log2 and a floor would round near powers of two).
@@ -111,6 +124,10 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
     blocks, dim = split_blocks(values, block_size, axis)
     amax = amax.detach().float().to(values.device).reshape(())
     tensor_scale = amax / NVFP4_TENSOR_RANGE
+    if compiled.takes_fused(x, FUSED_BLOCKS_MIN_VALUES):
+        quantized = compiled.fused_nvfp4(blocks, dim, tensor_scale, amax > ZERO_AMAX)
+        if quantized is not None:
+            return straight_through(x, merge_blocks(quantized, values.shape, axis))
     block_scale = cast_element(block_amax(blocks, dim) / E2M1.max_normal / tensor_scale, E4M3)
     # NaN compares unequal to zero: a block holding NaN keeps its NaN scale. Elsewhere a block
     # without a usable scale is divided by 1 (so that Inf saturates instead of making 0 * Inf)

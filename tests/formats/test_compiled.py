@@ -1,5 +1,7 @@
-"""The compiled pass of the integer fake quantization (formats/compiled.py) against NumPy's
-float32 arithmetic of the same formula, bit for bit, and its way back to the eager steps."""
+"""The compiled passes of the fake quantization (formats/compiled.py), bit for bit: the integer
+format against NumPy's float32 arithmetic of its formula, MX, NVFP4 and FP8 against their
+eager steps (which tests/formats/test_numerics.py checks against the peers); and the way back
+to the eager steps."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from model_explorer.formats import compiled
+from model_explorer.formats.blocks import fp8_fake_quantize, mx_fake_quantize, nvfp4_fake_quantize
+from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import (
     apply_quantization,
     asymmetric_params,
@@ -122,3 +126,82 @@ def test_the_compiled_pass_stays_out_of_the_way(monkeypatch: pytest.MonkeyPatch)
         assert not compiled.takes_fused(x)
     monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
     assert not compiled.takes_fused(x)
+
+
+def hard_blocks(shape: tuple[int, ...], axis: int) -> torch.Tensor:
+    """Random values of several magnitudes with, along `axis`, whole blocks of zeros (one
+    holding -0.0), of float32 subnormals, of huge values, and blocks holding ±Inf or NaN."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=generator) * 3
+    rows = x.movedim(axis, -1).reshape(-1, shape[axis])  # a copy: blocks run along its rows
+    rows[0] = 0.0
+    rows[0, 5] = -0.0
+    rows[1] *= 1e-40
+    rows[2] *= 1e30
+    rows[3, 7], rows[4, 9], rows[5, 11] = float("inf"), float("-inf"), float("nan")
+    rows[6, :4] = torch.tensor([1e-45, -1e-39, 2.0**-127, 448.0])
+    rows[7] *= torch.logspace(-30, 30, shape[axis])
+    moved = list(x.movedim(axis, -1).shape)
+    return rows.reshape(moved).movedim(-1, axis).contiguous()
+
+
+def bits_equal(ours: torch.Tensor, eager: torch.Tensor) -> bool:
+    return same_bits(ours, eager.numpy())
+
+
+def compiled_and_eager(run, monkeypatch: pytest.MonkeyPatch, spied: str):  # noqa: ANN001, ANN201
+    """`run()` through the compiled pass (which must have run) and through the eager steps."""
+    calls = []
+    original = getattr(compiled, spied)
+
+    def spy(*args: object) -> object:
+        calls.append(args)
+        return original(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(compiled, spied, spy)
+        with torch.inference_mode():
+            fused = run()
+    assert calls, f"{spied} did not run"
+    with monkeypatch.context() as patch:
+        patch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
+        with torch.inference_mode():
+            eager = run()
+    return fused, eager
+
+
+@pytest.mark.parametrize("element", ["e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"])
+@pytest.mark.parametrize("shape, axis", [((24, 64, 6, 6), 1), ((48, 200), -1)])
+def test_mx_compiled_gives_the_eager_values_bit_for_bit(
+    element: str, shape: tuple[int, ...], axis: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = hard_blocks(shape, axis)
+    fused, eager = compiled_and_eager(
+        lambda: mx_fake_quantize(x, ELEMENTS[element], 32, axis), monkeypatch, "fused_mx"
+    )
+    assert bits_equal(fused, eager)
+
+
+@pytest.mark.parametrize("amax", [4.0, 0.0, 1e-3, 3e30])
+def test_nvfp4_compiled_gives_the_eager_values_bit_for_bit(
+    amax: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = hard_blocks((24, 64, 6, 6), 1)
+    fused, eager = compiled_and_eager(
+        lambda: nvfp4_fake_quantize(x, torch.tensor(amax), 16, 1), monkeypatch, "fused_nvfp4"
+    )
+    assert bits_equal(fused, eager)
+
+
+@pytest.mark.parametrize("element", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("amax", [4.0, 0.0, 3e30])
+def test_fp8_compiled_gives_the_eager_values_bit_for_bit(
+    element: str, amax: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = hard_blocks((40, 64, 8, 8), 1)
+    fused, eager = compiled_and_eager(
+        lambda: fp8_fake_quantize(x, torch.tensor(amax), ELEMENTS[element]),
+        monkeypatch,
+        "fused_fp8",
+    )
+    assert bits_equal(fused, eager)
