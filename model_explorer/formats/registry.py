@@ -213,6 +213,9 @@ def _parse_text(text: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+_PARSED: dict[str, QuantFormat] = {}
+
+
 def parse_format(value: Any, where: str = "format") -> QuantFormat:
     """A QuantFormat from its short name or a mapping with `format` and options; a name or an
     option that does not exist is one UserError naming `where`."""
@@ -231,10 +234,13 @@ def parse_format(value: Any, where: str = "format") -> QuantFormat:
                 )
             return make_format(family, **options)
         if isinstance(value, str):
+            if value in _PARSED:  # a search names the same few formats thousands of times
+                return _PARSED[value]
             found = _parse_text(value.strip().lower())
             if found is not None:
                 family = found[0]
-                return make_format(family, **found[1])
+                parsed = _PARSED[value] = make_format(family, **found[1])
+                return parsed
         raise UserError(
             f"{where}: {value!r} is not a format; write one of {', '.join(FORMATS.names())} "
             f"(e.g. int8, int4_g128, fp8_e4m3, mxfp6_e2m3, mxfp4, nvfp4)"
