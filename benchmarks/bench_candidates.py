@@ -7,7 +7,9 @@ Default: every shipped workload that runs offline (the digits, digits_vit and Re
 those whose extras are installed: MiniLM with `transformers`, EfficientNet-Lite0 with
 `photos`). Candidates are random genomes of the workload's problem (bit widths or formats),
 scored in full (no early rejection) on a model that has already met their settings; each is
-timed alternately with a float forward pass, and the medians are compared. The baseline
+timed alternately with a float forward pass and once more with the eager steps in place of the
+compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0), and the medians are
+compared. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
 for a few minutes), and the process's allocator is set as a search sets it.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import time
 
@@ -23,6 +26,7 @@ import numpy as np
 import torch
 from prepared import prepared_context
 
+from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.metrics import evaluate
 from model_explorer.operations.rebuild import build_problem
 
@@ -38,22 +42,25 @@ def measure(path: str, candidates: int) -> None:
     ]
     for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
         problem.evaluate(genome)
-    ours, floats = [], []
+    times: dict[str, list[float]] = {"ours": [], "float": [], "eager": []}
     for genome in genomes:
-        started = time.perf_counter()
-        problem.evaluate(genome)
-        ours.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        evaluate(model, batches, workload.metric)
-        floats.append(time.perf_counter() - started)
-    candidate, reference = statistics.median(ours), statistics.median(floats)
+        for name in times:
+            os.environ[ENVIRONMENT_SWITCH] = "0" if name == "eager" else "1"
+            started = time.perf_counter()
+            if name == "float":
+                evaluate(model, batches, workload.metric)
+            else:
+                problem.evaluate(genome)
+            times[name].append(time.perf_counter() - started)
+    candidate, reference, eager = (statistics.median(times[name]) for name in times)
     layers = len(problem.model.layers)
     print(
         f"{workload.name}: {batches.num_samples} samples, {layers} quantized layers "
         f"({len(problem.variables)} bit widths), {torch.get_num_threads()} threads\n"
         f"  float forward over the subset: {reference * 1e3:9.1f} ms\n"
         f"  candidate evaluation (median): {candidate * 1e3:9.1f} ms = "
-        f"{candidate / reference:.2f}x float"
+        f"{candidate / reference:.2f}x float\n"
+        f"  the same with the eager steps: {eager * 1e3:9.1f} ms = {eager / reference:.2f}x float"
     )
 
 

@@ -7,6 +7,10 @@
 - per model: a forward pass of the model with every quantizer in one format, against the float
   model (the integer format with cached weights, as a search evaluates a candidate).
 
+Ours is timed twice, interleaved: with the compiled passes of formats/compiled.py (the default)
+and with the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memory as
+a search does (memory.keep_freed_memory).
+
     python benchmarks/bench_formats.py [--model resnet18] [--batch 8] [--repeats 7]
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 
 import torch
 from bench_quantized_forward import build, interleaved_medians
@@ -25,8 +30,10 @@ from model_explorer.formats.blocks import (
     mx_fake_quantize,
     nvfp4_fake_quantize,
 )
+from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import fake_quantize
+from model_explorer.memory import keep_freed_memory
 from model_explorer.quantization import QuantizedModel
 
 FORMATS = ["int8", "int4_g128", "fp8_e4m3", "mxfp8", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4"]
@@ -89,22 +96,32 @@ def peer(name: str, x: torch.Tensor, amax: torch.Tensor):  # noqa: ANN201
     return None
 
 
+def compiled(on: bool):  # noqa: ANN201
+    """A variant's `before`: the compiled passes on or off for the calls that follow."""
+    return lambda: os.environ.__setitem__(ENVIRONMENT_SWITCH, "1" if on else "0")
+
+
 def tensor_table(repeats: int) -> None:
     torch.manual_seed(0)
     x = torch.randn(16, 64, 56, 56)
     amax = x.abs().max()
     conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
     print(f"one tensor {tuple(x.shape)}, {torch.get_num_threads()} threads: median ms, ratios")
-    print("format        ours   /conv3x3   peer            /ours")
+    print("format        ours   /conv3x3   eager   /ours   peer            /ours")
     with torch.no_grad():
         for name in FORMATS:
-            variants = {"conv": (lambda: conv(x), None), "ours": (ours(name, x, amax), None)}
+            variants = {
+                "conv": (lambda: conv(x), None),
+                "ours": (ours(name, x, amax), compiled(True)),
+                "eager": (ours(name, x, amax), compiled(False)),
+            }
             found = peer(name, x, amax)
             if found is not None:
                 variants["peer"] = (found[1], None)
             times = interleaved_medians(variants, repeats)
-            mine, conv_time = times["ours"], times["conv"]
+            mine, conv_time, eager = times["ours"], times["conv"], times["eager"]
             line = f"{name:<12} {mine * 1e3:6.1f}   {mine / conv_time:6.2f}x"
+            line += f"   {eager * 1e3:5.1f}  {eager / mine:5.2f}x"
             if found is not None:
                 theirs = times["peer"]
                 line += f"   {found[0]:<8} {theirs * 1e3:6.1f}  {theirs / mine:6.2f}x"
@@ -120,17 +137,24 @@ def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
     variants = {"float": (lambda: float_model(x), None)}
     for name in FORMATS:
         chosen = parse_format(name)
+        for on in (True, False):
 
-        def before(chosen=chosen) -> None:
-            for quantizer in quantized.quantizers.values():
-                quantizer.format = chosen
+            def before(chosen=chosen, on=on) -> None:
+                compiled(on)()
+                for quantizer in quantized.quantizers.values():
+                    quantizer.format = chosen
 
-        variants[name] = (lambda: quantized(x), before)
+            variants[(name, on)] = (lambda: quantized(x), before)
     with torch.no_grad():
         times = interleaved_medians(variants, repeats)
-    print(f"float {times['float'] * 1e3:.0f} ms")
+    reference = times["float"]
+    print(f"float {reference * 1e3:.0f} ms; compiled passes, then eager steps")
     for name in FORMATS:
-        print(f"{name:<12} {times[name] * 1e3:7.0f} ms  {times[name] / times['float']:5.2f}x")
+        fused, eager = times[(name, True)], times[(name, False)]
+        print(
+            f"{name:<12} {fused * 1e3:7.0f} ms  {fused / reference:5.2f}x"
+            f"   {eager * 1e3:7.0f} ms  {eager / reference:5.2f}x"
+        )
 
 
 def main() -> None:
@@ -140,6 +164,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    keep_freed_memory()
     tensor_table(args.repeats)
     model_table(args.model, args.batch, args.size, args.repeats)
 

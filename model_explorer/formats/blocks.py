@@ -41,10 +41,9 @@ E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127
 # NVFP4's per-tensor scale maps the tensor's amax to the largest E2M1 value times the largest
 # E4M3 block scale.
 NVFP4_TENSOR_RANGE = E2M1.max_normal * E4M3.max_normal
-# From this many values on a format's compiled pass (formats/compiled.py) is faster than its
-# eager steps (2 cores): block formats compute their scales in it too, FP8's is computed before.
-FUSED_BLOCKS_MIN_VALUES = 2**12
-FUSED_FP8_MIN_VALUES = 2**17
+# From this many values on a format's compiled pass (formats/compiled.py) runs: faster than
+# its eager steps there (2 cores), and on tensors of a search's usual shapes.
+FUSED_FORMATS_MIN_VALUES = 2**17
 
 
 def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
@@ -64,7 +63,7 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     zero = amax <= ZERO_AMAX
     scale = element.max_normal / torch.where(zero, 1.0, amax)
     inverse = torch.where(zero, 0.0, 1.0 / scale)
-    if axis is None and compiled.takes_fused(x, FUSED_FP8_MIN_VALUES):
+    if axis is None and compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
         quantized = compiled.fused_fp8(values, scale, inverse, element)
         if quantized is not None:
             return straight_through(x, quantized)
@@ -87,7 +86,7 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     """
     values = x.detach().float()
     blocks, dim = split_blocks(values, block_size, axis)
-    if compiled.takes_fused(x, FUSED_BLOCKS_MIN_VALUES):
+    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
         quantized = compiled.fused_mx(blocks, dim, element)
         if quantized is not None:
             return straight_through(x, merge_blocks(quantized, values.shape, axis))
@@ -124,7 +123,7 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
     blocks, dim = split_blocks(values, block_size, axis)
     amax = amax.detach().float().to(values.device).reshape(())
     tensor_scale = amax / NVFP4_TENSOR_RANGE
-    if compiled.takes_fused(x, FUSED_BLOCKS_MIN_VALUES):
+    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
         quantized = compiled.fused_nvfp4(blocks, dim, tensor_scale, amax > ZERO_AMAX)
         if quantized is not None:
             return straight_through(x, merge_blocks(quantized, values.shape, axis))

@@ -65,11 +65,14 @@ def compiled_enabled() -> bool:
 
 
 def takes_fused(x: Tensor, minimum: int = FUSED_MIN_VALUES) -> bool:
-    """Whether `x` (float32, on the CPU, no gradient asked) goes through a compiled pass."""
+    """Whether `x` (float32, on the CPU) goes through a compiled pass: an inference tensor
+    (made under torch.inference_mode, as a search's scoring makes its activations), so that
+    one graph serves (a graph is kept per kind of tensor), and never one that needs a
+    gradient."""
     return (
         x.numel() >= minimum
         and x.device.type == "cpu"
-        and not (torch.is_grad_enabled() and x.requires_grad)
+        and x.is_inference()
         and x.is_contiguous()
         and compiled_enabled()
         and not torch._C._is_torch_function_mode_enabled()

@@ -22,9 +22,11 @@ from model_explorer.formats.integer import (
 SIZE = compiled.FUSED_MIN_VALUES + 4093  # past the threshold, not a multiple of a vector
 
 
+@torch.inference_mode()
 def hard_values(multiplier: float) -> torch.Tensor:
     """Random values, the rounding midpoints (k + 1/2) / multiplier and their neighbours, signed
-    zeros, ±Inf, NaN, float32 subnormals and values far beyond the range, in one tensor."""
+    zeros, ±Inf, NaN, float32 subnormals and values far beyond the range, in one tensor (an
+    inference tensor, as a search's activations are)."""
     generator = torch.Generator().manual_seed(0)
     values = torch.randn(SIZE, generator=generator) * 3
     levels = torch.arange(-300, 300, dtype=torch.float32) + 0.5
@@ -118,16 +120,22 @@ class Watching(TorchFunctionMode):
 
 
 def test_the_compiled_pass_stays_out_of_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    x = torch.zeros(SIZE)
+    with torch.inference_mode():
+        x = torch.zeros(SIZE)
+        small = torch.zeros(compiled.FUSED_MIN_VALUES - 1)
+        transposed = torch.zeros(SIZE, 2).t()
     assert compiled.takes_fused(x)
-    assert not compiled.takes_fused(torch.zeros(compiled.FUSED_MIN_VALUES - 1))
-    assert not compiled.takes_fused(torch.zeros(SIZE, 2).t())  # not contiguous
+    assert not compiled.takes_fused(small)
+    assert not compiled.takes_fused(transposed)  # not contiguous
+    assert not compiled.takes_fused(torch.zeros(SIZE))  # not an inference tensor
+    assert not compiled.takes_fused(torch.zeros(SIZE, requires_grad=True))
     with Watching():  # the tracer and the interceptor watch operations this way
         assert not compiled.takes_fused(x)
     monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
     assert not compiled.takes_fused(x)
 
 
+@torch.inference_mode()
 def hard_blocks(shape: tuple[int, ...], axis: int) -> torch.Tensor:
     """Random values of several magnitudes with, along `axis`, whole blocks of zeros (one
     holding -0.0), of float32 subnormals, of huge values, and blocks holding ±Inf or NaN."""
@@ -171,7 +179,7 @@ def compiled_and_eager(run, monkeypatch: pytest.MonkeyPatch, spied: str):  # noq
 
 
 @pytest.mark.parametrize("element", ["e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"])
-@pytest.mark.parametrize("shape, axis", [((24, 64, 6, 6), 1), ((48, 200), -1)])
+@pytest.mark.parametrize("shape, axis", [((40, 64, 8, 8), 1), ((700, 200), -1)])
 def test_mx_compiled_gives_the_eager_values_bit_for_bit(
     element: str, shape: tuple[int, ...], axis: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,7 +194,7 @@ def test_mx_compiled_gives_the_eager_values_bit_for_bit(
 def test_nvfp4_compiled_gives_the_eager_values_bit_for_bit(
     amax: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    x = hard_blocks((24, 64, 6, 6), 1)
+    x = hard_blocks((40, 64, 8, 8), 1)
     fused, eager = compiled_and_eager(
         lambda: nvfp4_fake_quantize(x, torch.tensor(amax), 16, 1), monkeypatch, "fused_nvfp4"
     )
