@@ -103,12 +103,13 @@ def compiled(on: bool):  # noqa: ANN201
 
 def tensor_table(repeats: int) -> None:
     torch.manual_seed(0)
-    x = torch.randn(16, 64, 56, 56)
+    with torch.inference_mode():  # as a search's scoring makes its activations
+        x = torch.randn(16, 64, 56, 56)
     amax = x.abs().max()
     conv = torch.nn.Conv2d(64, 64, 3, padding=1).eval()
     print(f"one tensor {tuple(x.shape)}, {torch.get_num_threads()} threads: median ms, ratios")
     print("format        ours   /conv3x3   eager   /ours   peer            /ours")
-    with torch.no_grad():
+    with torch.inference_mode():
         for name in FORMATS:
             variants = {
                 "conv": (lambda: conv(x), None),
@@ -145,7 +146,7 @@ def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
                     quantizer.format = chosen
 
             variants[(name, on)] = (lambda: quantized(x), before)
-    with torch.no_grad():
+    with torch.inference_mode():
         times = interleaved_medians(variants, repeats)
     reference = times["float"]
     print(f"float {reference * 1e3:.0f} ms; compiled passes, then eager steps")

@@ -12,19 +12,23 @@ peer-oracle tests check) for the others.
 What it is used for, and what it saves (2 cores):
 - the integer format per tensor, from 2**18 values: 0.60 against 1.02 ms on 4 M values, 3.8
   against 9.2 ms on 16 M; below that the four eager steps are as fast;
-- MX (every element type) and NVFP4, from 2**12 values (blocks.py's thresholds): MXFP4 on
-  8x128x28x28 0.35 against 0.75 ms, NVFP4 0.36 against 0.64 ms, on 120x64 47 against 104 us;
-- FP8 per tensor, from 2**17 values: 0.21 against 0.38 ms on 8x128x28x28.
+- MX (every element type), NVFP4 and FP8 per tensor, from 2**17 values (blocks.py's
+  threshold): on 8x128x28x28 MXFP4 0.35 against 0.75 ms, NVFP4 0.36 against 0.64 ms, FP8
+  0.21 against 0.38 ms. Smaller tensors gain too (MXFP4 on 120x64: 47 against 104 us), but a
+  small model's many shapes (a block count or a length of 1) each cost a compile, and FP8's
+  scale costs its own steps there.
 Group-wise INT keeps its eager steps: compiled, it was no faster and its FP16 scale rounded
 differently.
 
 Each kernel is compiled once per process at its first use: about two seconds with Inductor's
 cache warm, some ten seconds cold. One graph serves every bit width, element type and size
 (bounds and lengths are symbols, an element type's numbers are an input), with a second where
-a block's trailing length is 1, so a search compiles at most a few times. The compiled pass is
-used where nothing else watches the operations: not under a TorchFunctionMode or a dispatch
-mode (the tracer, the interceptor), not while torch.compile or export traces, not where a
-gradient is needed, not on CUDA (ATen's fused kernels there).
+a block's trailing length is 1, so a search compiles at most a few times. The compiled pass takes
+inference tensors (made under torch.inference_mode, as a search's scoring makes them; a graph
+is kept per kind of tensor), so never one that needs a gradient, and runs where nothing else
+watches the operations: not under a TorchFunctionMode or a dispatch mode (the tracer, the
+interceptor), not while torch.compile or export traces, not on CUDA (ATen's fused kernels
+there).
 
 Where compiling fails (no C++ compiler, a platform Inductor does not support), one warning says
 so and the eager steps run from then on: the same values, slower.
