@@ -22,7 +22,7 @@ from model_explorer.memory import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else False
 x = torch.ones(8, 16, 256, 256)  # 32 MiB
 faults = []
-for _ in range(8):  # a layer's temporaries, pass after pass
+for _ in range(12):  # a layer's temporaries, pass after pass
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     y = x * 2.0
     z = y + 1.0
@@ -42,10 +42,12 @@ def probe(mode: str, **environment: str) -> dict:
 
 def test_freed_large_tensors_come_back_without_page_faults() -> None:
     """Two 32 MiB temporaries a pass are 16,384 fresh pages of 4 KiB each pass by default; kept,
-    the heap settles within a few passes and then takes none."""
+    the heap settles and then takes none. It settles within seven passes: glibc's bins grow
+    once more now and then up to there (8,192 faults in the sixth or seventh pass, seen in
+    about half the runs)."""
     kept = probe("keep")
     assert kept["applied"] is True
-    assert sum(kept["faults"][-3:]) < 300, kept
+    assert sum(kept["faults"][-4:]) < 300, kept
     returned = probe("default")
     assert min(returned["faults"][-3:]) > 8000, returned
 
