@@ -52,6 +52,32 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     return "\n".join(lines)
 
 
+def selection_note(result: ExplorationResult, command: str | None = None) -> str | None:
+    """A sentence where feasible front members score better than the float model on the data
+    the search selected them on (the exploration data): the best of many candidates scored on
+    the same samples is an optimistic figure of how it does elsewhere. `command` is the one
+    that scores the front on the workload's reevaluation data; None otherwise."""
+    senses = dict(result.objectives)
+    if not result.baseline or "accuracy" not in senses:
+        return None
+    baseline, maximize = result.baseline[0], senses["accuracy"]
+    front = [individual for individual in front_along(result) if individual.feasible]
+    scores = [individual.values["accuracy"] for individual in front]
+    better = [score for score in scores if (score > baseline if maximize else score < baseline)]
+    if not better:
+        return None
+    best = max(better) if maximize else min(better)
+    metric = result.problem.get("metric", "accuracy")
+    command = command or "model-explorer evaluate-individual WORKLOAD RESULT --front"
+    return (
+        f"{len(better)} of {len(front)} feasible front members score "
+        f"{'above' if maximize else 'below'} the float model's {metric} on the exploration "
+        f"data they were selected on ({best:.4f} against {baseline:.4f}): the best of many "
+        f"candidates scored on the same samples is optimistic; `{command}` scores the front "
+        f"on the workload's reevaluation data"
+    )
+
+
 def formats_table(result: ExplorationResult) -> str | None:
     """The formats of every layer's input and weight (`input/weight`) for each member of the
     Pareto front, in the order of `pareto_table`; None when the search chose no formats."""
@@ -169,6 +195,9 @@ def write_report(
     written = _write_figures(result, out)
     lines = [*_summary(result, source), "", f"## {front_heading(result)}", ""]
     lines += [_markdown_table(result), ""]
+    note = selection_note(result)
+    if note is not None:
+        lines += [f"Note: {note}.", ""]
     formats = formats_table(result)
     if formats is not None:
         lines += ["## Formats on the front (input/weight per layer)", "", formats, ""]

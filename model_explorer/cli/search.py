@@ -45,6 +45,7 @@ def explore_command(args: argparse.Namespace) -> int:
         front_heading,
         hypervolume_summary,
         pareto_table,
+        selection_note,
     )
 
     workload = load_workload(args)
@@ -76,6 +77,11 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print(f"{front_heading(result)}:")
     print(pareto_table(result))
+    note = selection_note(
+        result, f"model-explorer evaluate-individual {args.workload} {path} --front"
+    )
+    if note is not None:
+        print(f"note: {note}")
     check = stats.get("latency_check")
     if check:
         print(
@@ -151,8 +157,9 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
     help="re-evaluate the best individuals of a result on the reevaluation data",
     description="Re-evaluates the N feasible individuals with the lowest primary cost "
     "objective (the first minimised objective, e.g. weighted_bits; ascending, ties broken by "
-    "higher accuracy) on reevaluation.datasets.reevaluate, and writes a CSV of their rows with "
-    "a reevaluation_accuracy column.",
+    "higher accuracy), or with --front the feasible members of the Pareto front, on "
+    "reevaluation.datasets.reevaluate, and writes a CSV of their rows with a "
+    "reevaluation_accuracy column.",
 )
 def evaluate_individual_command(args: argparse.Namespace) -> int:
     from model_explorer.fileio import atomic_path
@@ -173,15 +180,14 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
         from model_explorer.cli.deployment import evaluate_deployed
 
         return evaluate_deployed(workload, result, args)
-    if args.front:
-        raise UserError("evaluate-individual: --front goes with --backend RUNTIME")
-    table = reevaluate(workload, result, args.count)
+    table = reevaluate(workload, result, args.count, front=args.front)
     output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
     with atomic_path(output) as temporary:
         table.to_csv(temporary, index=False)
+    chosen = "feasible front members" if args.front else "feasible individuals with the lowest"
     print(
-        f"re-evaluated the {len(table)} feasible individuals with the lowest "
-        f"{primary_cost(result)} on the reevaluation data:"
+        f"re-evaluated the {len(table)} {chosen}"
+        f"{'' if args.front else ' ' + primary_cost(result)} on the reevaluation data:"
     )
     columns = ["id", primary_cost(result), "accuracy", "reevaluation_accuracy"]
     print(table[[c for c in columns if c in table.columns]].to_string(index=False))

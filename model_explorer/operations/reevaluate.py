@@ -30,10 +30,14 @@ def primary_cost(result: ExplorationResult) -> str:
     raise UserError("the result has no cost objective to rank individuals by")
 
 
-def best_feasible(result: ExplorationResult, count: int) -> list[Individual]:
-    """The `count` feasible individuals with the lowest primary cost (ties: higher accuracy)."""
+def best_feasible(
+    result: ExplorationResult, count: int, among: list[Individual] | None = None
+) -> list[Individual]:
+    """The `count` feasible individuals (of `among`, else of the whole result) with the lowest
+    primary cost (ties: higher accuracy)."""
     cost = primary_cost(result)
-    ranked = sorted(result.feasible(), key=lambda i: (i.values[cost], -i.values.get("accuracy", 0)))
+    feasible = result.feasible() if among is None else [i for i in among if i.feasible]
+    ranked = sorted(feasible, key=lambda i: (i.values[cost], -i.values.get("accuracy", 0)))
     return ranked[:count]
 
 
@@ -42,11 +46,15 @@ def reevaluate(
     result: ExplorationResult,
     count: int,
     context: WorkloadContext | None = None,
+    front: bool = False,
 ) -> pd.DataFrame:
     """Each chosen individual's row of `result.to_dataframe()` plus `reevaluation_accuracy` on
-    `reevaluation.datasets.reevaluate` (one column per output for multi-output models)."""
+    `reevaluation.datasets.reevaluate` (one column per output for multi-output models): the
+    `count` feasible ones of lowest primary cost, or with `front` the feasible members of the
+    Pareto front."""
     check_same_model(workload, result)
-    chosen = best_feasible(result, count)
+    among = result.pareto_front() if front else None
+    chosen = best_feasible(result, len(among) if among is not None else count, among)
     if not chosen:
         raise UserError("RESULTS: the result holds no feasible individual to re-evaluate")
     context = context or WorkloadContext(workload)
