@@ -195,7 +195,8 @@ def write_report(
     written = _write_figures(result, out)
     lines = [*_summary(result, source), "", f"## {front_heading(result)}", ""]
     lines += [_markdown_table(result), ""]
-    note = selection_note(result)
+    where = source if source is not None else "RESULT"
+    note = selection_note(result, f"model-explorer evaluate-individual WORKLOAD {where} --front")
     if note is not None:
         lines += [f"Note: {note}.", ""]
     formats = formats_table(result)
