@@ -7,11 +7,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import torch
 from test_results_analysis import synthetic_result
 
 from model_explorer.cli import main
+from model_explorer.context import WorkloadContext
 from model_explorer.reporting import selection_note
 from model_explorer.results import ExplorationResult
+from model_explorer.workload import Workload
 
 
 def with_baseline(points: list[dict[str, float]], baseline: float, maximize: bool = True):  # noqa: ANN201
@@ -57,3 +60,12 @@ def test_the_default_search_says_it_and_its_command_runs(
     rows = output.read_text().splitlines()
     assert "reevaluation_accuracy" in rows[0]
     assert len(rows) - 1 == len([i for i in result.pareto_front() if i.feasible])
+    # Beside them, the float model on the same data, counted here by hand.
+    context = WorkloadContext(Workload.load(workload))
+    model, correct, total = context.build_model(), 0, 0
+    with torch.no_grad():
+        for inputs, targets in context.batches("reevaluate"):
+            correct += int((model(inputs).argmax(dim=1) == targets).sum())
+            total += len(targets)
+    said = capsys.readouterr().out
+    assert f"the float model: {correct / total:.4f} on the reevaluation data" in said

@@ -180,7 +180,10 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
         from model_explorer.cli.deployment import evaluate_deployed
 
         return evaluate_deployed(workload, result, args)
-    table = reevaluate(workload, result, args.count, front=args.front)
+    from model_explorer.context import WorkloadContext
+
+    context = WorkloadContext(workload)
+    table = reevaluate(workload, result, args.count, context, front=args.front)
     output = Path(args.output) if args.output else reevaluation_path(Path(args.results))
     with atomic_path(output) as temporary:
         table.to_csv(temporary, index=False)
@@ -191,6 +194,13 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
     )
     columns = ["id", primary_cost(result), "accuracy", "reevaluation_accuracy"]
     print(table[[c for c in columns if c in table.columns]].to_string(index=False))
+    # The float model on the same data: what the reevaluation accuracies compare with.
+    float_accuracy = context.evaluate(context.build_model(), "reevaluate")
+    searched = result.baseline[0] if result.baseline else None
+    print(
+        f"the float model: {format_accuracy(float_accuracy)} on the reevaluation data"
+        + (f" ({searched:.4f} on the exploration data)" if searched is not None else "")
+    )
     print(f"wrote {output}")
     return 0
 
