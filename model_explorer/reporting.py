@@ -32,6 +32,10 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     timed = any("latency" in individual.extra for individual in front)
     if timed:
         columns.append("measured_latency")
+    # the front scored on the held-out reevaluation data (operations/held_out.py)
+    held = any("held_out" in individual.extra for individual in front)
+    if held:
+        columns.append("held_out")
     columns.append("feasible")
     rows = []
     for individual in front:
@@ -42,6 +46,8 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
         }
         if timed:
             row["measured_latency"] = individual.extra.get("latency", {}).get("median_ms")
+        if held:
+            row["held_out"] = individual.extra.get("held_out")
         row.update(
             {name: individual.values.get(name) for name in columns if name in individual.values}
         )
@@ -69,12 +75,31 @@ def selection_note(result: ExplorationResult, command: str | None = None) -> str
     best = max(better) if maximize else min(better)
     metric = result.problem.get("metric", "accuracy")
     command = command or "model-explorer evaluate-individual WORKLOAD RESULT --front"
+    held = result.stats.get("held_out")
+    elsewhere = (
+        f"the held_out column scores them on data the search did not see, where the float "
+        f"model scores {held['baseline']:.4f}"
+        if held
+        else f"`{command}` scores the front on the workload's reevaluation data"
+    )
     return (
         f"{len(better)} of {len(front)} feasible front members score "
         f"{'above' if maximize else 'below'} the float model's {metric} on the exploration "
         f"data they were selected on ({best:.4f} against {baseline:.4f}): the best of many "
-        f"candidates scored on the same samples is optimistic; `{command}` scores the front "
-        f"on the workload's reevaluation data"
+        f"candidates scored on the same samples is optimistic; {elsewhere}"
+    )
+
+
+def held_out_summary(result: ExplorationResult) -> str | None:
+    """The held-out data the front was scored on and the float model's score there, beside
+    its score on the exploration data; None where the front was not scored so."""
+    held = result.stats.get("held_out")
+    if not held:
+        return None
+    searched = f" ({result.baseline[0]:.4f} on the exploration data)" if result.baseline else ""
+    return (
+        f"{held['data']}, {held['samples']} samples: the float model {held['baseline']:.4f}"
+        f"{searched}; the front's {held['members']} feasible members in the held_out column"
     )
 
 
@@ -284,4 +309,5 @@ def _summary(result: ExplorationResult, source: str | Path | None) -> list[str]:
         f"- cost: {cost_summary(result)}",
         f"- quantization coverage: {coverage_summary(result)}",
         f"- hypervolume (normalised): {hypervolume:.4f} (reference point {point}; ideal {ideal})",
+        *([f"- held-out data: {held}"] if (held := held_out_summary(result)) else []),
     ]

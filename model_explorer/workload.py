@@ -59,6 +59,10 @@ class ReevaluationDatasets(Spec):
 class ReevaluationSpec(Spec):
     datasets: ReevaluationDatasets
     """The data individuals are re-evaluated on."""
+    score_front: bool = True
+    """Score the feasible front members on this data when a search ends, beside the float
+    model: the search's output and report show them in a `held_out` column (false: leave it
+    to `evaluate-individual --front`)."""
 
 
 def _set_here(key: str, overrides: Sequence[str]) -> str:

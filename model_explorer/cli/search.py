@@ -43,6 +43,7 @@ def explore_command(args: argparse.Namespace) -> int:
         cost_summary,
         coverage_summary,
         front_heading,
+        held_out_summary,
         hypervolume_summary,
         pareto_table,
         selection_note,
@@ -77,6 +78,9 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print(f"{front_heading(result)}:")
     print(pareto_table(result))
+    held = held_out_summary(result)
+    if held is not None:
+        print(f"held-out data: {held}")
     note = selection_note(
         result, f"model-explorer evaluate-individual {args.workload} {path} --front"
     )

@@ -20,7 +20,7 @@ from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
 from model_explorer.memory import keep_freed_memory
 from model_explorer.metrics import higher_is_better
-from model_explorer.operations.latency import check_front
+from model_explorer.operations.held_out import judge_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
 from model_explorer.operations.result_file import (
     SearchDefinition,
@@ -349,7 +349,7 @@ def _search(
     except Exception:
         _say_saved(path, workload, "sensitivity" in explorer.result.stats)
         raise
-    if check_front(context, built, result) is not None:
+    if judge_front(context, built, result):
         result.save(path)
     return result, path
 

@@ -1,0 +1,52 @@
+"""The front judged when a search ends: on the held-out reevaluation data, beside the float model,
+and (with a latency table) timed whole in its runtime (latency.check_front)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from model_explorer.operations.latency import check_front
+
+if TYPE_CHECKING:
+    from model_explorer.context import WorkloadContext
+
+
+def judge_front(context: WorkloadContext, problem: Any, result: Any) -> bool:
+    """Score the front on the held-out data and time it where the problem has a latency
+    table; True where either added to the result (which then needs saving)."""
+    timed = check_front(context, problem, result) is not None
+    scored = score_front_held_out(context, problem, result) is not None
+    return timed or scored
+
+
+def score_front_held_out(
+    context: WorkloadContext, problem: Any, result: Any
+) -> dict[str, Any] | None:
+    """Each feasible front member's accuracy on `reevaluation.datasets.reevaluate` (data the
+    search did not select on) in its `extra["held_out"]`, and the float model's there with
+    what the data is in `stats["held_out"]`; None where the workload has no such data, turns
+    it off (`reevaluation.score_front: false`), or the front has no feasible member."""
+    reevaluation = context.workload.reevaluation
+    if reevaluation is None or not reevaluation.score_front:
+        return None
+    members = [m for m in result.pareto_front() if m.plan is not None and m.feasible]
+    if not members:
+        return None
+    for member in members:
+        problem.apply_plan(member.plan)
+        member.extra["held_out"] = _one_value(context.evaluate(problem.model, "reevaluate"))
+    described = context.describe("reevaluate")
+    held_out = {
+        "baseline": _one_value(context.evaluate(context.build_model(), "reevaluate")),
+        "data": f"{described['type']} ({described['where']})",
+        "samples": described["samples"],
+        "members": len(members),
+    }
+    result.stats["held_out"] = held_out
+    return held_out
+
+
+def _one_value(accuracy: float | list[float]) -> float:
+    """One figure per model: the mean over a multi-output model's outputs, as
+    `evaluate-individual` reports it."""
+    return float(sum(accuracy) / len(accuracy)) if isinstance(accuracy, list) else float(accuracy)
