@@ -90,6 +90,26 @@ def selection_note(result: ExplorationResult, command: str | None = None) -> str
     )
 
 
+def front_judged(result: ExplorationResult, command: str | None = None) -> list[str]:
+    """The lines a search prints below its front: the front on held-out data, the selection
+    note (`command`: see `selection_note`), the front's latency timed whole."""
+    lines = []
+    held = held_out_summary(result)
+    if held is not None:
+        lines.append(f"held-out data: {held}")
+    note = selection_note(result, command)
+    if note is not None:
+        lines.append(f"note: {note}")
+    check = result.stats.get("latency_check")
+    if check:
+        lines.append(
+            f"latency: the {check['members']} feasible front members timed whole in "
+            f"{check['runtime']}: predicted {check['mean_abs_error']:.1%} off the measured "
+            f"time on average, {check['worst_abs_error']:.1%} at worst"
+        )
+    return lines
+
+
 def held_out_summary(result: ExplorationResult) -> str | None:
     """The held-out data the front was scored on and the float model's score there, beside
     its score on the exploration data; None where the front was not scored so."""

@@ -110,3 +110,19 @@ def test_the_default_search_says_it_and_its_command_runs(
     baseline = hand_accuracy(context.build_model(), context.batches("reevaluate"))
     said = capsys.readouterr().out
     assert f"the float model: {baseline:.4f} on the reevaluation data" in said
+
+
+def test_held_out_data_that_cannot_be_read_leaves_the_search_standing(
+    searched, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # noqa: ANN001
+    workload_file, result_file = searched
+    result = ExplorationResult.load(result_file)
+    result.stats.pop("held_out")
+    missing = f"reevaluation.datasets.reevaluate={{type: arrays, path: {tmp_path / 'no.npz'}}}"
+    # checked when loaded; gone by the time the search ends
+    context = WorkloadContext(Workload.load(workload_file, False, overrides=[missing]))
+    problem = rebuild_problem(context, result.problem["name"], result.variable_names)
+    with caplog.at_level("WARNING"):
+        assert score_front_held_out(context, problem, result) is None
+    assert "the front was not scored on the held-out data" in caplog.text
+    assert "no.npz" in caplog.text and "held_out" not in result.stats

@@ -43,10 +43,9 @@ def explore_command(args: argparse.Namespace) -> int:
         cost_summary,
         coverage_summary,
         front_heading,
-        held_out_summary,
+        front_judged,
         hypervolume_summary,
         pareto_table,
-        selection_note,
     )
 
     workload = load_workload(args)
@@ -78,21 +77,9 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print(f"{front_heading(result)}:")
     print(pareto_table(result))
-    held = held_out_summary(result)
-    if held is not None:
-        print(f"held-out data: {held}")
-    note = selection_note(
-        result, f"model-explorer evaluate-individual {args.workload} {path} --front"
-    )
-    if note is not None:
-        print(f"note: {note}")
-    check = stats.get("latency_check")
-    if check:
-        print(
-            f"latency: the {check['members']} feasible front members timed whole in "
-            f"{check['runtime']}: predicted {check['mean_abs_error']:.1%} off the measured "
-            f"time on average, {check['worst_abs_error']:.1%} at worst"
-        )
+    command = f"model-explorer evaluate-individual {args.workload} {path} --front"
+    for line in front_judged(result, command):
+        print(line)
     print(f"result: {path}")
     if args.report:
         from model_explorer.reporting import write_report

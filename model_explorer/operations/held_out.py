@@ -3,12 +3,16 @@ and (with a latency table) timed whole in its runtime (latency.check_front)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from model_explorer.errors import UserError
 from model_explorer.operations.latency import check_front
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
+
+log = logging.getLogger(__name__)
 
 
 def judge_front(context: WorkloadContext, problem: Any, result: Any) -> bool:
@@ -25,12 +29,18 @@ def score_front_held_out(
     """Each feasible front member's accuracy on `reevaluation.datasets.reevaluate` (data the
     search did not select on) in its `extra["held_out"]`, and the float model's there with
     what the data is in `stats["held_out"]`; None where the workload has no such data, turns
-    it off (`reevaluation.score_front: false`), or the front has no feasible member."""
+    it off (`reevaluation.score_front: false`), or the front has no feasible member, and
+    where the data cannot be read (said as a warning: the search's result stands)."""
     reevaluation = context.workload.reevaluation
     if reevaluation is None or not reevaluation.score_front:
         return None
     members = [m for m in result.pareto_front() if m.plan is not None and m.feasible]
     if not members:
+        return None
+    try:
+        context.batches("reevaluate")
+    except UserError as error:  # the search's result stands; only this judgement is missing
+        log.warning("the front was not scored on the held-out data: %s", error)
         return None
     for member in members:
         problem.apply_plan(member.plan)
