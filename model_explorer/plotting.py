@@ -77,6 +77,8 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
         axes.step(
             xs, ys, where="post", color="tab:red", marker="o", label="Pareto front", gid="front"
         )
+    if y == "accuracy":
+        _held_out(axes, result, x)
     label = metric_label(result, y)
     for constraint in result.problem.get("constraints", []):
         for bound in ("minimum", "maximum"):
@@ -96,6 +98,43 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
     axes.grid(alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def _held_out(axes: Any, result: ExplorationResult, x: str) -> None:
+    """The front members' scores on the held-out data (operations/held_out.py), each joined to
+    its score on the exploration data, and the float model's held-out score."""
+    members = [i for i in result.pareto_front() if "held_out" in i.extra]
+    if not members:
+        return
+    for member in members:
+        axes.plot(
+            [member.values[x]] * 2,
+            [member.values["accuracy"], member.extra["held_out"]],
+            color="tab:purple",
+            linestyle=":",
+            linewidth=1,
+        )
+    axes.scatter(
+        [m.values[x] for m in members],
+        [m.extra["held_out"] for m in members],
+        s=30,
+        marker="D",
+        facecolors="none",
+        edgecolors="tab:purple",
+        label="front on held-out data",
+        gid="held-out",
+        zorder=3,
+    )
+    held = result.stats.get("held_out")
+    if held:
+        axes.axhline(
+            held["baseline"],
+            color="tab:purple",
+            linestyle="--",
+            linewidth=1,
+            label="float model on held-out data",
+            gid="held-out-baseline",
+        )
 
 
 def _layer_table(result: ExplorationResult, individual: Individual | None):  # noqa: ANN202

@@ -53,6 +53,22 @@ def test_front_plot_has_points_front_and_constraint(synthetic) -> None:
     assert constraint.get_ydata()[0] == 0.6  # the Synthetic problem's minimum accuracy
 
 
+def test_the_front_plot_shows_the_front_on_held_out_data(synthetic) -> None:
+    assert not artists(plotting.plot_front(synthetic), "held-out")  # none recorded: none drawn
+    result = copy.deepcopy(synthetic)
+    front = result.pareto_front()
+    scores = {member.id: 0.5 + member.id / 1000 for member in front}
+    for member in front:
+        member.extra["held_out"] = scores[member.id]
+    result.stats["held_out"] = {"baseline": 0.77, "data": "d", "samples": 1, "members": 1}
+    figure = plotting.plot_front(result)
+    (points,) = artists(figure, "held-out")
+    drawn = sorted(tuple(point) for point in points.get_offsets())
+    assert drawn == sorted((m.values["bits"], scores[m.id]) for m in front)
+    (baseline,) = artists(figure, "held-out-baseline")
+    assert baseline.get_ydata()[0] == 0.77
+
+
 def test_layer_convergence_and_energy_plots(synthetic) -> None:
     layers = plotting.plot_layers(synthetic)
     bars = artists(layers, "bars-threshold")  # synthetic genes are not quantizers: one bar each
