@@ -52,7 +52,7 @@ def _loaders(batch_size: int = 64) -> tuple[Any, Any]:
         indices = list(range(min(limit, len(dataset))))
         return DataLoader([dataset[i] for i in indices], batch_size=batch_size)
 
-    return loader("validation", 192), loader("train", 256)
+    return loader("validation", 192), loader("train", 256), loader("test", 192)
 
 
 def _resnet18() -> dict[str, Any]:
@@ -70,7 +70,7 @@ READERS_OWN: dict[str, Callable[[Path], dict[str, Any]]] = {
     "cost.md": lambda workload: _resnet18(),
     "exploration.md": lambda workload: {"measure_ns": _measure_ns},
     "python-api.md": lambda workload: dict(
-        zip(("val_loader", "train_loader"), _loaders(), strict=True),
+        zip(("val_loader", "train_loader", "test_loader"), _loaders(), strict=True),
         net=_digits_model(workload),
     ),
     "quantization.md": lambda workload: {

@@ -79,6 +79,7 @@ def search(
     model: nn.Module,
     data: Iterable[Any],
     calibration: Iterable[Any] | None = None,
+    held_out: Iterable[Any] | None = None,
     score: str | Callable[..., Any] = "top1",
     maximize: bool | None = None,
     objectives: Sequence[str] = ("accuracy", "weighted_bits"),
@@ -103,6 +104,8 @@ def search(
             it scores every candidate and the float baseline.
         calibration: batches (inputs alone or `(inputs, targets)`) to calibrate the
             quantizers' ranges on; `data` when None.
+        held_out: batches the search never selects on: when it ends, the front's feasible
+            members (`extra["held_out"]`) and the float model are scored on them.
         score: a metric of the project by name (`top1`, `cosine`, `model-explorer list
             metrics`), or a function: `fn(model) -> float` (the whole score of a candidate)
             or `fn(outputs, targets) -> float` (a batch's mean, averaged over samples).
@@ -122,15 +125,23 @@ def search(
             as `model(inputs)` (or `model(**batch)` for a dict), e.g. pooling a Hugging Face
             encoder's hidden states; it returns a tensor or a tuple of tensors.
     """
-    from model_explorer.operations.explore import ExploreOptions, explore
-    from model_explorer.operations.pipeline import calibrate_workload
-
     check_module(model)
     body = workload_data(model, score, maximize, objectives, bits, formats, seed, settings)
     body["problem"].update({} if budget is None else {"budget": dict(budget)})
-    workload, path = _placed(body, output, resume)
     roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
+    if held_out is not None:  # the workload's reevaluation data, as a file would name it
+        body["reevaluation"] = {"datasets": {"reevaluate": {"type": DATA}}}
+        roles["reevaluate"] = held_out
+    workload, path = _placed(body, output, resume)
     context = ObjectContext(workload, model, roles, forward_step=forward_step)
+    return _run(workload, path, context, resume, progress)
+
+
+def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progress: bool) -> Search:
+    """Calibrate where the result's calibration is missing, then explore."""
+    from model_explorer.operations.explore import ExploreOptions, explore
+    from model_explorer.operations.pipeline import calibrate_workload
+
     calibrate_workload(context, if_missing=True)
     options = ExploreOptions(output=str(path), resume=resume, progress=progress)
     return Search(*explore(workload, options, context=context), context)

@@ -33,7 +33,7 @@ def _records(result: ExplorationResult) -> list[dict]:
 def test_a_search_from_python_is_the_search_of_the_workload_file(trained_digits, tmp_path) -> None:
     """digits_cnn with its shipped settings (a shorter search), once by `explore` on the
     file and once by `search` on the model and loaders the file describes: the same
-    individuals, evaluated alike."""
+    individuals, evaluated alike, and the same front scored alike on the held-out data."""
     from model_explorer.datasets import build_loader
     from model_explorer.models import build_model
     from model_explorer.workload import Workload
@@ -52,6 +52,7 @@ def test_a_search_from_python_is_the_search_of_the_workload_file(trained_digits,
     seed = workload.seed
     calibration = build_loader(workload.calibration.datasets.calibrate, seed, "calibrate")
     exploration = build_loader(workload.exploration.datasets.exploration, seed, "exploration")
+    held_out = build_loader(workload.reevaluation.datasets.reevaluate, seed, "reevaluate")
     settings = copy.deepcopy(body)
     for section in ("model", "retraining", "reevaluation"):
         settings.pop(section)
@@ -63,12 +64,19 @@ def test_a_search_from_python_is_the_search_of_the_workload_file(trained_digits,
         model,
         data=exploration,
         calibration=calibration,
+        held_out=held_out,
         seed=seed,
         output=tmp_path / "python.pkl",
         settings=settings,
     )
-    assert _records(found.result) == _records(ExplorationResult.load(tmp_path / "cli.pkl"))
+    from_file = ExplorationResult.load(tmp_path / "cli.pkl")
+    assert _records(found.result) == _records(from_file)
     assert ExplorationResult.load(tmp_path / "python.pkl").records == found.result.records
+    # The front judged on the held-out data alike: the file's reevaluation data, the loader
+    scored = [(r["id"], r["extra"].get("held_out")) for r in found.result.records]
+    assert scored == [(r["id"], r["extra"].get("held_out")) for r in from_file.records]
+    assert any(score is not None for _, score in scored)
+    assert found.result.stats["held_out"]["baseline"] == from_file.stats["held_out"]["baseline"]
 
 
 class SmallNet(nn.Module):
