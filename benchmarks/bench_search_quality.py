@@ -30,6 +30,13 @@ hypervolume, the hypervolume reached within a third of NSGA-II's mean sample-for
 sample-forwards it needed to reach NSGA-II's mean final hypervolume (mean and standard
 deviation over the seeds; "never" counts as missing). The workload's checkpoint and
 calibration are made if missing.
+
+Where the workload has reevaluation data (`reevaluation.datasets.reevaluate`, which no method
+selects on), every run's front, as its method selected it on the exploration data, is scored
+there too: the hypervolume of the front at its held-out accuracies (a member short of the
+accuracy limit there counts for nothing) beside the one where it was selected, and per cost
+budget the held-out accuracy of the member the method would pick (its best where selected),
+with every seed's value.
 """
 
 from __future__ import annotations
@@ -59,13 +66,25 @@ from model_explorer.results.front import ideal_box, indicator
 
 @dataclass
 class Run:
-    """One method's evaluations in order: (sample-forwards so far, accuracy, cost, feasible)."""
+    """One method's evaluations in order: (sample-forwards so far, accuracy, cost, feasible),
+    the genome of each (None for what was spent without a configuration), and, once judged,
+    its front on the held-out data: (cost, accuracy where selected, held-out accuracy)."""
 
     points: list[tuple[int, float, float, bool]] = field(default_factory=list)
+    genomes: list[tuple[int, ...] | None] = field(default_factory=list)
+    held_out: list[tuple[float, float, float]] = field(default_factory=list)
 
-    def add(self, samples: int, accuracy: float, cost: float, feasible: bool) -> None:
+    def add(
+        self,
+        samples: int,
+        accuracy: float,
+        cost: float,
+        feasible: bool,
+        genome: tuple[int, ...] | None = None,
+    ) -> None:
         spent = (self.points[-1][0] if self.points else 0) + samples
         self.points.append((spent, accuracy, cost, feasible))
+        self.genomes.append(genome)
 
     @property
     def forwards(self) -> int:
@@ -117,7 +136,8 @@ class Scorer:
         _, evaluation = self.problem.evaluate(np.asarray(genome, dtype=float))
         values = evaluation.values
         feasible = self.problem.feasible(values) and evaluation.complete
-        self.run.add(evaluation.extra["samples"], values["accuracy"], values[self.cost], feasible)
+        samples, accuracy = evaluation.extra["samples"], values["accuracy"]
+        self.run.add(samples, accuracy, values[self.cost], feasible, as_genome(genome))
 
 
 def search(  # noqa: ANN201
@@ -142,9 +162,48 @@ def search(  # noqa: ANN201
     result = Explorer(problem, nsga, seed=seed, strategy=built, algorithm=algorithm).run()
     problem.seeds = []
     for record in result.records:
-        values = record["values"]
-        run.add(record["extra"]["samples"], values["accuracy"], values[cost], record["feasible"])
+        values, genome = record["values"], as_genome(record["genome"])
+        run.add(
+            record["extra"]["samples"], values["accuracy"], values[cost], record["feasible"], genome
+        )
     return run
+
+
+def as_genome(genome) -> tuple[int, ...]:  # noqa: ANN001
+    return tuple(int(round(float(g))) for g in genome)
+
+
+def front_members(run: Run, higher: bool) -> list[tuple[float, float, tuple[int, ...]]]:
+    """The run's feasible front where it was selected (cost up, accuracy strictly better than
+    every cheaper member's): (cost, accuracy, genome)."""
+    sign = 1.0 if higher else -1.0
+    feasible = sorted(
+        (c, -sign * a, g)
+        for (_, a, c, ok), g in zip(run.points, run.genomes, strict=True)
+        if ok and g is not None
+    )
+    front, best = [], None
+    for cost, negated, genome in feasible:
+        if best is None or negated < best:
+            front.append((cost, -sign * negated, genome))
+            best = negated
+    return front
+
+
+def judge_held_out(runs: dict[str, list[Run]], problem, context, higher: bool) -> float:  # noqa: ANN001
+    """Every run's front scored on the workload's reevaluation data, which no search selects
+    on (each distinct configuration once); returns the float model's score there."""
+    scores: dict[tuple[int, ...], float] = {}
+    for group in runs.values():
+        for run in group:
+            run.held_out = []
+            for cost, accuracy, genome in front_members(run, higher):
+                if genome not in scores:
+                    problem.apply(problem.configuration(np.asarray(genome, dtype=float)))
+                    scores[genome] = float(context.evaluate(problem.model, "reevaluate"))
+                run.held_out.append((cost, accuracy, scores[genome]))
+    print(f"held-out data: {len(scores)} distinct front configurations scored")
+    return float(context.evaluate(context.build_model(), "reevaluate"))
 
 
 def integer_program(problem, cost: str, minimum: float, steps: int = 8) -> Run:  # noqa: ANN001
@@ -341,7 +400,8 @@ def main() -> None:
     args = parser.parse_args()
     fractions = [float(f) for f in args.budgets.split(",")]
     if args.summarise:
-        summarise(*saved_runs(args.summarise), fractions)
+        runs, reference, baseline = saved_runs(args.summarise)
+        summarise(runs, reference, fractions, baseline)
         return
 
     workload, context = prepared_context(args.workload, args.set)
@@ -365,29 +425,41 @@ def main() -> None:
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
-    summarise(runs, reference, fractions)
+    held_baseline = None
+    if context.has_dataset("reevaluate"):
+        held_baseline = judge_held_out(runs, problem, context, higher)
+    summarise(runs, reference, fractions, held_baseline)
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(
                 {
                     "reference": reference,
                     "runs": {k: [r.points for r in v] for k, v in runs.items()},
+                    "held_out": {k: [r.held_out for r in v] for k, v in runs.items()},
+                    "held_out_baseline": held_baseline,
                 },
                 stream,
             )
 
 
-def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference]:
-    """The runs of files written with --json, and the first file's reference point."""
+def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference, float | None]:
+    """The runs of files written with --json, the first file's reference point, and the
+    float model's held-out score where the files judged the fronts on held-out data."""
     runs: dict[str, list[Run]] = {}
-    reference = None
+    reference, baseline = None, None
     for path in paths:
         with open(path) as stream:
             saved = json.load(stream)
         reference = reference or Reference(*saved["reference"])
+        baseline = baseline if baseline is not None else saved.get("held_out_baseline")
+        held = saved.get("held_out", {})
         for name, group in saved["runs"].items():
-            runs.setdefault(name, []).extend(Run([tuple(p) for p in points]) for points in group)
-    return runs, reference
+            judged = held.get(name, [[] for _ in group])
+            runs.setdefault(name, []).extend(
+                Run([tuple(p) for p in points], [None] * len(points), [tuple(h) for h in front])
+                for points, front in zip(group, judged, strict=True)
+            )
+    return runs, reference, baseline
 
 
 def collect(args, workload, problem, cost, reference, bounds) -> dict[str, list[Run]]:  # noqa: ANN001
@@ -442,7 +514,32 @@ def mean_sd(values: list[float | None]) -> str:
     return f"{statistics.mean(found):.4f} +- {spread:.4f}{missing}"
 
 
-def summarise(runs: dict[str, list[Run]], reference: Reference, fractions: list[float]) -> None:
+def held_out_hypervolume(run: Run, reference: Reference) -> float:
+    """The hypervolume of the run's front (as selected) at its held-out accuracies: a member
+    that falls short of the accuracy limit there counts for nothing."""
+    higher = reference.higher
+    points = [
+        (0, h, c, h >= reference.accuracy if higher else h <= reference.accuracy)
+        for c, _, h in run.held_out
+    ]
+    return hypervolume(points, reference)
+
+
+def picked_within(run: Run, budget: float, higher: bool) -> float | None:
+    """The held-out accuracy of the member a user of the method would pick within `budget`:
+    the one best where it was selected."""
+    inside = [(a, h) for c, a, h in run.held_out if c <= budget]
+    if not inside:
+        return None
+    return (max(inside) if higher else min(inside))[1]
+
+
+def summarise(
+    runs: dict[str, list[Run]],
+    reference: Reference,
+    fractions: list[float],
+    held_baseline: float | None = None,
+) -> None:
     nsga = runs.get("nsga2")
     target = statistics.mean(hypervolume(r.points, reference) for r in nsga) if nsga else None
     third = statistics.mean(r.forwards for r in nsga) / 3 if nsga else None
@@ -483,6 +580,35 @@ def summarise(runs: dict[str, list[Run]], reference: Reference, fractions: list[
                 values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
                 seeds.append(f"{name}, cost <= {budget:.0f}: {values}")
     print("\nPer seed:\n" + "\n".join(seeds))
+    if held_baseline is not None:
+        held_out_tables(runs, reference, budgets, held_baseline)
+
+
+def held_out_tables(
+    runs: dict[str, list[Run]], reference: Reference, budgets: list[float], baseline: float
+) -> None:
+    """The same judgements on the held-out data: each run's front (as selected) at its
+    held-out accuracies, and per budget the held-out accuracy of the member the method would
+    pick there (its best where selected)."""
+    print(f"\nOn the held-out data (no search selected on it; the float model: {baseline:.4f}):")
+    print(
+        "| method | HV where selected | HV held-out | "
+        + " | ".join(f"picked within cost <= {b:.0f}" for b in budgets)
+        + " |"
+    )
+    print("|---|---|---|" + "---|" * len(budgets))
+    seeds: list[str] = []
+    for name, group in runs.items():
+        selected = mean_sd([hypervolume(r.points, reference) for r in group])
+        held = mean_sd([held_out_hypervolume(r, reference) for r in group])
+        found = [[picked_within(r, b, reference.higher) for r in group] for b in budgets]
+        cells = " | ".join(mean_sd(cell) for cell in found)
+        print(f"| {name} | {selected} | {held} | {cells} |")
+        for budget, cell in zip(budgets, found, strict=True):
+            if len(cell) > 1:
+                values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
+                seeds.append(f"{name}, cost <= {budget:.0f}, held-out: {values}")
+    print("\nPer seed, held-out:\n" + "\n".join(seeds))
 
 
 def best_within(points, budget: float, higher: bool = True) -> float | None:  # noqa: ANN001
