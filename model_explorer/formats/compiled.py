@@ -119,8 +119,8 @@ def _run(name: str, function: Any, *args: Any) -> Tensor | None:
 
 
 # -- block formats: the block's scale and its elements in one compiled pass ------------------
-_FLOAT32_EXPONENT_MASK = 0x7F800000
-_E2M1_MAX = 6.0
+_FLOAT32_EXPONENT_MASK = 0x7F800000  # as in elements.py, whose arithmetic this repeats
+_E2M1_MAX = ELEMENTS["e2m1"].max_normal
 
 
 def _power_of_two(exponent: Tensor) -> Tensor:
