@@ -143,18 +143,29 @@ def test_bench_hypervolume_for_a_metric_where_lower_is_better(benchmarks) -> Non
 def test_bench_summarises_runs_saved_in_several_files(benchmarks, tmp_path, capsys) -> None:
     bench = importlib.import_module("bench_search_quality")
     reference = bench.Reference(0.25, 800.0, higher=False)
-    first = {"reference": list(reference), "runs": {"ours": [[[10, 0.1, 400.0, True]]]}}
+    first = {
+        "reference": list(reference),
+        "runs": {"ours": [[[10, 0.1, 400.0, True]]]},
+        # the front member at cost 400, kl 0.1 where selected, 0.15 on the held-out data
+        "held_out": {"ours": [[[400.0, 0.1, 0.15]]]},
+        "held_out_baseline": 0.05,
+    }
     second = {"reference": list(reference), "runs": {"peer": [[[50, 0.2, 200.0, True]]]}}
     paths = []
     for index, saved in enumerate((first, second)):
         paths.append(tmp_path / f"{index}.json")
         paths[-1].write_text(json.dumps(saved))
-    runs, found = bench.saved_runs([str(p) for p in paths])
-    assert found == reference and set(runs) == {"ours", "peer"}
-    bench.summarise(runs, found, [0.5])
+    runs, found, baseline = bench.saved_runs([str(p) for p in paths])
+    assert found == reference and set(runs) == {"ours", "peer"} and baseline == 0.05
+    bench.summarise(runs, found, [0.5], baseline)
     printed = capsys.readouterr().out
     assert "| ours | 1 | 1 | 10 | 0.3000" in printed  # 60 of the 200 box, as above
     assert "| peer | 1 | 1 | 50 | 0.1500" in printed  # (0.25 - 0.2) x (800 - 200) = 30
+    # Held out: (0.25 - 0.15) x (800 - 400) = 40 of the 200 box; picked within 400: 0.15. The
+    # peer's file judged nothing there.
+    assert "the float model: 0.0500" in printed
+    assert "| ours | 0.3000 +- 0.0000 | 0.2000 +- 0.0000 | 0.1500 +- 0.0000 |" in printed
+    assert "| peer | 0.1500 +- 0.0000 | 0.0000 +- 0.0000 | none |" in printed
 
 
 class _SubclassedLinear(nn.Linear):
