@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from model_explorer.errors import UserError
 from model_explorer.operations.latency import check_front
+from model_explorer.operations.reevaluate import one_accuracy
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -44,19 +45,13 @@ def score_front_held_out(
         return None
     for member in members:
         problem.apply_plan(member.plan)
-        member.extra["held_out"] = _one_value(context.evaluate(problem.model, "reevaluate"))
+        member.extra["held_out"] = one_accuracy(context.evaluate(problem.model, "reevaluate"))
     described = context.describe("reevaluate")
     held_out = {
-        "baseline": _one_value(context.evaluate(context.build_model(), "reevaluate")),
+        "baseline": one_accuracy(context.evaluate(context.build_model(), "reevaluate")),
         "data": f"{described['type']} ({described['where']})",
         "samples": described["samples"],
         "members": len(members),
     }
     result.stats["held_out"] = held_out
     return held_out
-
-
-def _one_value(accuracy: float | list[float]) -> float:
-    """One figure per model: the mean over a multi-output model's outputs, as
-    `evaluate-individual` reports it."""
-    return float(sum(accuracy) / len(accuracy)) if isinstance(accuracy, list) else float(accuracy)

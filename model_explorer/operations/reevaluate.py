@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.operations.rebuild import rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
 from model_explorer.workload import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +71,19 @@ def reevaluate(
         row["id"] = individual.id
         if isinstance(accuracy, list):
             row.update({f"reevaluation_accuracy_{i}": a for i, a in enumerate(accuracy)})
-            row["reevaluation_accuracy"] = sum(accuracy) / len(accuracy)
-        else:
-            row["reevaluation_accuracy"] = accuracy
+        row["reevaluation_accuracy"] = one_accuracy(accuracy)
         rows.append(row)
         log.info("individual %d: full accuracy %s", individual.id, accuracy)
+    import pandas as pd  # only here: explore imports this module for one_accuracy
+
     columns = ["id", "reevaluation_accuracy"]
     table = pd.DataFrame(rows)
     return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def one_accuracy(accuracy: float | list[float]) -> float:
+    """One figure per model: the mean over a multi-output model's outputs."""
+    return float(sum(accuracy) / len(accuracy)) if isinstance(accuracy, list) else float(accuracy)
 
 
 def reevaluation_path(results: Path) -> Path:
