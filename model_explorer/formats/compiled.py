@@ -52,7 +52,10 @@ from model_explorer.formats.element_types import ELEMENTS
 FUSED_MIN_VALUES = 2**18
 ENVIRONMENT_SWITCH = "MODEL_EXPLORER_COMPILE"
 
+# The compiled kernels by name, and "failed" once compiling one failed (then none is tried).
 _kernel: dict[str, Any] = {}
+# Each element type's numbers as the kernels read them, by the element's name.
+_element_numbers: dict[str, Tensor] = {}
 
 
 def _integer(x: Tensor, multiplier: Tensor, low: int, high: int, divisor: Tensor) -> Tensor:
@@ -153,12 +156,12 @@ def _mx(blocks: Tensor, element: Tensor, emax: int) -> Tensor:
 
 def element_constants(element: Any) -> Tensor:
     """The element's numbers `_round_to_element` reads, as a tensor (the graph's input)."""
-    key = ("element", element.name)
-    if key not in _kernel:
-        _kernel[key] = torch.tensor(
+    numbers = _element_numbers.get(element.name)
+    if numbers is None:
+        numbers = _element_numbers[element.name] = torch.tensor(
             [element.max_normal, 2.0**element.min_exponent, 2.0**-element.mantissa_bits]
         )
-    return _kernel[key]
+    return numbers
 
 
 def fused_mx(blocks: Tensor, dim: int, element: Any) -> Tensor | None:
