@@ -20,8 +20,8 @@ from model_explorer.models import create_model
 from model_explorer.modules import module_hooks
 from model_explorer.quantization import QuantizedModel, TensorQuantizer
 from model_explorer.quantization.layers import TRANSFORMED_LAYERS, Dense, PassThrough
-from model_explorer.sparsity import BlockSparsifier, SparseModel, im2col
-from model_explorer.sparsity.sparsifier import col2out
+from model_explorer.sparsity import BlockSparsifier, SparseModel
+from model_explorer.sparsity.sparsifier import col2out, padded_im2col
 
 BLOCK = (4, 4)
 BITS = [6, 4, 5, 3, 8, 5]  # per layer: input, weight
@@ -79,8 +79,8 @@ def reference(float_model: nn.Sequential, x: Tensor) -> tuple[Tensor, list[int]]
 
 def _sparse_product(module: nn.Module, x: Tensor, w: Tensor, threshold: float) -> tuple:
     sparsifier = BlockSparsifier(BLOCK)
-    cols, spatial = im2col(module, x)
-    means = sparsifier.block_means(cols.abs())
+    matrix, columns, rows, spatial = padded_im2col(module, x, BLOCK)
+    means = sparsifier.block_means(matrix.abs())
     drop = means < threshold
     created = int((drop & (means != 0)).sum())
     if created == 0:
@@ -90,7 +90,7 @@ def _sparse_product(module: nn.Module, x: Tensor, w: Tensor, threshold: float) -
             x, w, module.bias, module.stride, module.padding, module.dilation, module.groups
         )
         return out, 0
-    sparse = sparsifier.zero_blocks(cols.clone(), drop)
+    sparse = sparsifier.zero_blocks(matrix, drop)[:, :, :columns, :rows]
     return col2out(module, sparse, w, module.bias, spatial), created
 
 

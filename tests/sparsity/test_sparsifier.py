@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model_explorer.sparsity import SparseModel, discretize_threshold, threshold_steps
+from model_explorer.sparsity import sparsifier as sparsifier_module
 
 
 def reference(layer: nn.Module, x: torch.Tensor, block: tuple[int, int], threshold: float):
@@ -81,13 +82,25 @@ def layers():
 BLOCKS = [(8, 8), (4, 2), (3, 5), (1, 1), (64, 64)]
 
 
+@pytest.fixture(params=["convolved", "matrix"])
+def statistics(request, monkeypatch) -> str:
+    """Block means by a convolution of |x| wherever the sparsifier may take it, or from the
+    im2col matrix everywhere: both must count what the reference counts."""
+    limit = 10**9 if request.param == "convolved" else 0
+    limits = dict.fromkeys(sparsifier_module.CONVOLVED_STATISTICS_BLOCKS, limit)
+    monkeypatch.setattr(sparsifier_module, "CONVOLVED_STATISTICS_BLOCKS", limits)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "layer, shape",
     list(layers()),
     ids=lambda v: str(v) if isinstance(v, tuple) else type(v).__name__,
 )
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
-def test_block_statistics_and_output_equal_the_reference(layer: nn.Module, shape, block) -> None:
+def test_block_statistics_and_output_equal_the_reference(
+    layer: nn.Module, shape, block, statistics: str
+) -> None:
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1)).relu()  # some zero blocks
     x[0, ..., :2] = 0  # and whole zero regions
     original = x.clone()
@@ -101,6 +114,25 @@ def test_block_statistics_and_output_equal_the_reference(layer: nn.Module, shape
         torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
         sparse.restore()
     assert torch.equal(x, original)  # the input is never edited in place
+
+
+@pytest.mark.parametrize("poison", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_input_counts_only_its_own_blocks(poison: float, statistics: str) -> None:
+    """An Inf or NaN is in some blocks only: the others keep their means (a convolution with
+    0 weights would spread it as NaN to every block at its output positions)."""
+    layer = nn.Conv2d(4, 3, 3, padding=1)
+    x = torch.randn(2, 4, 6, 6, generator=torch.Generator().manual_seed(2))
+    x[1, 2, 3, 3] = poison
+    for threshold in (0.0, 0.8):
+        sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4))
+        sparse.thresholds = [threshold]
+        with torch.no_grad():
+            output = sparse(x)
+            expected, counts = reference(layer, x, (4, 4), threshold)
+        assert sparse.stats()["0"] == counts
+        assert counts["total_blocks"] > counts["created_blocks"] > 0 or threshold == 0
+        torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+        sparse.restore()
 
 
 def test_threshold_zero_changes_nothing_and_above_max_zeroes_everything() -> None:
