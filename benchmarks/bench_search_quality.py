@@ -42,8 +42,10 @@ with every seed's value.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -68,11 +70,14 @@ from model_explorer.results.front import ideal_box, indicator
 class Run:
     """One method's evaluations in order: (sample-forwards so far, accuracy, cost, feasible),
     the genome of each (None for what was spent without a configuration), and, once judged,
-    its front on the held-out data: (cost, accuracy where selected, held-out accuracy)."""
+    its front on the held-out data: (cost, accuracy where selected, held-out accuracy).
+    `scored_held_out`: the held-out accuracy of each genome where someone else (a peer's own
+    quantizer) measured it; judging then takes these instead of this project's evaluation."""
 
     points: list[tuple[int, float, float, bool]] = field(default_factory=list)
     genomes: list[tuple[int, ...] | None] = field(default_factory=list)
     held_out: list[tuple[float, float, float]] = field(default_factory=list)
+    scored_held_out: dict[tuple[int, ...], float | None] | None = None
 
     def add(
         self,
@@ -190,18 +195,34 @@ def front_members(run: Run, higher: bool) -> list[tuple[float, float, tuple[int,
     return front
 
 
-def judge_held_out(runs: dict[str, list[Run]], problem, context, higher: bool) -> float:  # noqa: ANN001
-    """Every run's front scored on the workload's reevaluation data, which no search selects
-    on (each distinct configuration once); returns the float model's score there."""
-    scores: dict[tuple[int, ...], float] = {}
+def judge_fronts(runs: dict[str, list[Run]], score: Callable, higher: bool) -> None:
+    """Each run's front (as selected) with each member's held-out accuracy: `score(genome)`,
+    or where the run carries its own (`scored_held_out`), that one; a member without one is
+    left out."""
     for group in runs.values():
         for run in group:
             run.held_out = []
             for cost, accuracy, genome in front_members(run, higher):
-                if genome not in scores:
-                    problem.apply(problem.configuration(np.asarray(genome, dtype=float)))
-                    scores[genome] = float(context.evaluate(problem.model, "reevaluate"))
-                run.held_out.append((cost, accuracy, scores[genome]))
+                if run.scored_held_out is not None:
+                    held = run.scored_held_out.get(genome)
+                else:
+                    held = score(genome)
+                if held is not None:
+                    run.held_out.append((cost, accuracy, held))
+
+
+def judge_held_out(runs: dict[str, list[Run]], problem, context, higher: bool) -> float:  # noqa: ANN001
+    """Every run's front scored on the workload's reevaluation data, which no search selects
+    on (each distinct configuration once); returns the float model's score there."""
+    scores: dict[tuple[int, ...], float] = {}
+
+    def score(genome: tuple[int, ...]) -> float:
+        if genome not in scores:
+            problem.apply(problem.configuration(np.asarray(genome, dtype=float)))
+            scores[genome] = float(context.evaluate(problem.model, "reevaluate"))
+        return scores[genome]
+
+    judge_fronts(runs, score, higher)
     print(f"held-out data: {len(scores)} distinct front configurations scored")
     return float(context.evaluate(context.build_model(), "reevaluate"))
 
@@ -279,11 +300,14 @@ def peer_runs(  # noqa: ANN201
     problem,
     cost: str,
     aimet_sets: list[int],  # noqa: ANN001
+    reference: Reference,
+    aimet_schemes: tuple[str, ...] = ("min_max",),
 ):
     """Each installed peer's proposals re-scored through this project's evaluation: a Run that
     starts with what the peer spent (its calibration, sensitivity and own evaluations) and
-    adds each distinct configuration it proposes as this project evaluates it. A peer that is
-    not installed is skipped with one line."""
+    adds each distinct configuration it proposes as this project evaluates it; beside it, the
+    same proposals as the peer's own quantizers scored them, on the evaluation data and on the
+    held-out data (`own_run`). A peer that is not installed is skipped with one line."""
     import importlib
 
     installed = []
@@ -302,6 +326,7 @@ def peer_runs(  # noqa: ANN201
         genes.append((layer, quantizer.removesuffix("_quantizer"), *variable_bounds(variable)))
     calibration = list(context.batches("calibrate"))
     evaluation = list(problem.batches)
+    held_out = list(context.batches("reevaluate")) if context.has_dataset("reevaluate") else None
     scoring = Scoring(context.workload.metric)
     low, high = min(g[2] for g in genes), max(g[3] for g in genes)
     runs: dict[str, list[Run]] = {}
@@ -316,17 +341,47 @@ def peer_runs(  # noqa: ANN201
                 autoquantize_budgets(low, high),
                 0,
                 scoring=scoring,
+                held_out=held_out,
             )
             label = "modelopt AutoQuantize"
             runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+            runs[f"{label} (its own quantizer)"] = [own_run(found, problem, cost, reference)]
             continue
         inputs = [batch[0] for batch in calibration]  # AIMET calibrates on inputs alone
-        for size in aimet_sets:
+        for size, scheme in itertools.product(aimet_sets, aimet_schemes):
             candidates = peer.candidates(size, low, high)
-            found = peer.propose(model, inputs, evaluation, genes, candidates, 0, scoring)
-            label = f"AIMET AMP, {len(candidates)} candidates"
+            found = peer.propose(
+                model,
+                inputs,
+                evaluation,
+                genes,
+                candidates,
+                0,
+                scoring,
+                quant_scheme=scheme,
+                held_out=held_out,
+            )
+            label = f"AIMET AMP, {len(candidates)} candidates, {scheme}"
             runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
+            runs[f"{label} (its own quantizer)"] = [own_run(found, problem, cost, reference)]
     return runs
+
+
+def own_run(found, problem, cost: str, reference: Reference) -> Run:  # noqa: ANN001
+    """A peer's proposals as its own quantizers scored them (`PeerResult.own`): each distinct
+    configuration at this project's cost and the peer's score, feasible where that meets the
+    accuracy limit, its held-out score taken as measured by the peer's quantizers."""
+    run = Run(scored_held_out={})
+    run.add(found.forwards, 0.0, 0.0, False)  # what the peer spent on its own
+    for genome, (score, held) in zip(found.genomes, found.own, strict=True):
+        configuration = as_genome(genome)
+        if configuration in run.scored_held_out:
+            continue
+        run.scored_held_out[configuration] = held
+        meets = score >= reference.accuracy if reference.higher else score <= reference.accuracy
+        spent = problem.known_values(list(configuration))[cost]
+        run.add(0, score, spent, meets, configuration)
+    return run
 
 
 def autoquantize_budgets(low: int, high: int) -> list[float]:
@@ -377,6 +432,12 @@ def main() -> None:
         help="AIMET AMP's candidate sets to run, by size: 4, 9, 25 (peer_aimet.candidates)",
     )
     parser.add_argument(
+        "--aimet-schemes",
+        default="min_max,tf_enhanced",
+        help="AIMET's encodings to run each candidate set with: min_max, tf_enhanced "
+        "(peer_aimet.SCHEMES)",
+    )
+    parser.add_argument(
         "--budgets",
         default=",".join(map(str, BUDGETS)),
         help="cost budgets of the best-accuracy table, as fractions of the reference cost",
@@ -415,7 +476,9 @@ def main() -> None:
     reference = Reference(limit, top, higher)
     peers = [n for n in args.peers.split(",") if n]
     sets = [int(n) for n in args.aimet_candidates.split(",") if n]
-    proposed = peer_runs(peers, context, problem, cost, sets)  # first: the likelier to fail
+    schemes = tuple(n for n in args.aimet_schemes.split(",") if n)
+    # first: the likelier to fail
+    proposed = peer_runs(peers, context, problem, cost, sets, reference, schemes)
     runs = collect(args, workload, problem, cost, reference, bounds)
     runs.update(proposed)
     metric = getattr(workload.metric, "type", workload.metric)

@@ -32,6 +32,11 @@ from typing import Any
 import torch
 from peer_result import Gene, PeerResult, Scoring
 
+# AIMET's encoding schemes by the names the benchmark takes: min-max (aimet-torch 2's default
+# for QuantizationSimModel) and TF-enhanced, the one its documentation recommends for
+# activations (an SQNR search over candidate ranges of each tensor's histogram)
+SCHEMES = {"min_max": "min_max", "tf_enhanced": "post_training_tf_enhanced"}
+
 # a quantizer as AIMET's quantizer groups name it: ('input', '<module>_input_quantizer_idx_0'),
 # ('output', '<module>') or ('weight', '<module>')
 QuantizerKey = tuple[str, str]
@@ -255,6 +260,23 @@ def _genome_builder(
     return genome, notes
 
 
+def held_out_of_points(
+    scores: Sequence[float], evaluations: Sequence[tuple[float, float | None]]
+) -> list[float | None]:
+    """Each curve point's held-out score: the phase-2 evaluations come in curve order, each
+    (score, held-out score), among others (the baseline's, the final one); a point takes the
+    first evaluation after the previous point's whose score is its own. None where none is."""
+    found: list[float | None] = []
+    position = 0
+    for score in scores:
+        match = next(
+            (i for i in range(position, len(evaluations)) if evaluations[i][0] == score), None
+        )
+        found.append(None if match is None else evaluations[match][1])
+        position = position if match is None else match + 1
+    return found
+
+
 def propose(
     float_model: torch.nn.Module,
     calibration: list[torch.Tensor],
@@ -266,6 +288,8 @@ def propose(
     fold_batch_norms: bool = False,
     results_dir: str | None = None,
     verbose: bool = False,
+    quant_scheme: str = "min_max",
+    held_out: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> PeerResult:
     """Run AIMET's mixed precision on a copy of `float_model` and map its Pareto curve onto
     genomes.
@@ -283,14 +307,18 @@ def propose(
             off by default because the project quantizes the model's weights as given).
         results_dir: where AIMET writes its cache and plots (a temporary folder if None).
         verbose: keep AIMET's INFO logging (off: its loggers are set to WARNING, for good).
+        quant_scheme: AIMET's encodings, a key of SCHEMES.
+        held_out: (inputs, targets) batches no selection sees: each point of the curve is
+            scored there too, with AIMET's own quantizers in the state phase 2 evaluated.
 
     Returns:
         One genome per distinct configuration on AIMET's curve, in curve order (each point
         moves one more quantizer group, cumulatively from the baseline candidate; a group's
-        later move overrides its earlier one), and what it cost.
+        later move overrides its earlier one), what it cost, and per genome the score AIMET's
+        own quantizers gave it on its curve (and on `held_out`).
     """
     from aimet_torch.common.amp.utils import AMPSearchAlgo
-    from aimet_torch.common.defs import CallbackFunc, QuantizationDataType
+    from aimet_torch.common.defs import CallbackFunc, QuantizationDataType, QuantScheme
     from aimet_torch.mixed_precision import choose_mixed_precision
     from aimet_torch.model_preparer import prepare_model
     from aimet_torch.quantsim import QuantizationSimModel
@@ -314,12 +342,17 @@ def propose(
 
     top = max(max(pair) for pair in candidates)
     sim = QuantizationSimModel(
-        prepared, dummy_input=dummy, default_output_bw=top, default_param_bw=top
+        prepared,
+        dummy_input=dummy,
+        quant_scheme=QuantScheme[SCHEMES[quant_scheme]],
+        default_output_bw=top,
+        default_param_bw=top,
     )
     preparation += _quantize_embedding_outputs(sim, top)
     scoring = scoring or Scoring("top1")
     counter = _SampleCounter(sim.model)
-    passes = {"encodings": 0, "evaluations": 0}
+    passes = {"encodings": 0, "evaluations": 0, "held-out samples": 0}
+    phase2: list[tuple[float, float | None]] = []  # each phase-2 evaluation, and held out
 
     def calibrate_counted(module: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
         passes["encodings"] += 1
@@ -328,6 +361,15 @@ def propose(
     def evaluate_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
         passes["evaluations"] += 1
         return scoring.score(module, batches)
+
+    def evaluate_phase2(module: torch.nn.Module, batches: Sequence[Any]) -> float:
+        score = evaluate_counted(module, batches)
+        held = None
+        if held_out:
+            held = scoring.sign * scoring.score(module, held_out)
+            passes["held-out samples"] += sum(int(targets.shape[0]) for _, targets in held_out)
+        phase2.append((score, held))
+        return score
 
     calibrate = CallbackFunc(calibrate_counted, calibration)
     evaluate = CallbackFunc(evaluate_counted, evaluation)
@@ -342,7 +384,7 @@ def propose(
             dummy,
             typed,
             eval_callback_for_phase1=evaluate,
-            eval_callback_for_phase2=evaluate,
+            eval_callback_for_phase2=CallbackFunc(evaluate_phase2, evaluation),
             allowed_accuracy_drop=None,
             results_dir=results_dir or scratch,
             clean_start=True,
@@ -363,43 +405,49 @@ def propose(
     genome_of, mapping_notes = _genome_builder(genes, _feeding_quantizers(sim, layers), groups)
 
     genomes: list[list[int]] = []
+    own: list[tuple[float, float | None]] = []
     seen: set[tuple[int, ...]] = set()
     state: dict[Any, Any] = {}
-    for _, _, group, candidate in pareto:
+    helds = held_out_of_points([score for _, score, _, _ in pareto], phase2)
+    for (_, score, group, candidate), held in zip(pareto, helds, strict=True):
         state[group] = candidate  # cumulative: a group's later entry overrides an earlier one
         genome = genome_of(state, baseline)
         if tuple(genome) not in seen:
             seen.add(tuple(genome))
             genomes.append(genome)
+            own.append((scoring.sign * float(score), held))
 
     calibration_samples = sum(int(batch.shape[0]) for batch in calibration)
     evaluation_samples = sum(int(targets.shape[0]) for _, targets in evaluation)
+    spent = counter.samples - passes["held-out samples"]  # the benchmark's, not AIMET's
     other = (
-        counter.samples
+        spent
         - calibration_samples * passes["encodings"]
         - evaluation_samples * passes["evaluations"]
     )
     notes = [
-        f"aimet-torch choose_mixed_precision, candidates {list(map(tuple, candidates))}, "
+        f"aimet-torch choose_mixed_precision, {quant_scheme} encodings, "
+        f"candidates {list(map(tuple, candidates))}, "
         f"baseline {baseline}, BruteForce phase 2 with no accuracy limit: {len(pareto)} curve "
         f"points over {len(groups)} quantizer groups, {len(genomes)} distinct genomes",
         *preparation,
         f"AIMET's evaluation callbacks score {scoring.name} on the benchmark's subset",
         "AIMET groups each weight with the activation quantizer feeding its layer and moves "
         "both to one (activation, parameter) candidate; its weights are per channel (default "
-        "config), encodings min-max on the calibration batches",
+        f"config), encodings {quant_scheme} on the calibration batches",
         "input bits = bits of the AIMET quantizer feeding the layer (its own input quantizer, "
         "else the nearest upstream output quantizer, through ReLU/pool/flatten); clamped into "
         "[low, high]",
         *mapping_notes,
-        f"forwards: {counter.samples} samples through AIMET's sim model after its construction: "
+        f"forwards: {spent} samples through AIMET's sim model after its construction: "
         f"{passes['encodings']} encoding passes x {calibration_samples}, "
         f"{passes['evaluations']} evaluations x {evaluation_samples}, "
         f"{other} on the dummy input (its tracing before that not counted)",
     ]
     return PeerResult(
         genomes=genomes,
-        forwards=counter.samples,
+        forwards=spent,
         seconds=time.perf_counter() - start,
         notes="; ".join(notes),
+        own=own,
     )

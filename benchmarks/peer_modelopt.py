@@ -107,6 +107,7 @@ def propose(
     reuse_scores: bool = True,
     calib_batches: int | None = None,
     score_batches: int | None = None,
+    held_out: Sequence[Batch] | None = None,
 ) -> PeerResult:
     """AutoQuantize's per-layer formats for each effective-bits budget, as genomes.
 
@@ -121,8 +122,10 @@ def propose(
         calibration: (inputs, targets) batches for modelopt's calibration and for its
             gradient scores (`scoring.loss` against the targets: labels, or the float model's
             outputs for a label-free metric).
-        evaluation: the benchmark's evaluation batches; not used (AutoQuantize does not
-            evaluate candidates), taken for the common peer interface.
+        evaluation: the benchmark's evaluation batches. AutoQuantize evaluates no candidate;
+            each proposal is scored here afterwards with modelopt's own quantizers (the
+            format's quantize config on a fresh copy, max-calibrated on the calibration
+            batches), not counted in what the search spent.
         genes: in genome order, (layer name in `float_model`, 'input' or 'weight', lowest bits,
             highest bits).
         budgets: effective-bits constraints (`constraints={"effective_bits": b}`), one genome
@@ -140,11 +143,13 @@ def propose(
             False runs AutoQuantize from scratch for every budget (and counts every run).
         calib_batches: calibration batches per candidate format (all by default).
         score_batches: batches of gradient scoring (all by default).
+        held_out: (inputs, targets) batches no selection sees, where each proposal is
+            scored with modelopt's quantizers too.
 
     Returns:
-        A PeerResult with one genome per budget.
+        A PeerResult with one genome per budget, and each one's score with modelopt's own
+        quantizers.
     """
-    del evaluation  # AutoQuantize evaluates nothing itself
     start = time.perf_counter()
     batches = [_with_targets(batch) for batch in calibration]
     if not batches:
@@ -171,15 +176,24 @@ def propose(
     )
     genomes: list[list[int]] = []
     reached: list[float] = []
+    own: list[tuple[float, float | None]] = []
     state: dict[str, Any] | None = None
     for budget in budgets:
         if state is None or not reuse_scores:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 state = _rescaled(run(float_model, budget, calib_steps, score_steps))
-        genome = genome_of(_solve(state, budget), genes)
+        config = _solve(state, budget)
+        genome = genome_of(config, genes)
         genomes.append(genome)
         reached.append(effective_bits(float_model, genes, genome, cost))
+        quantized = _quantized(float_model, config, batches[:calib_steps])
+        own.append(
+            (
+                scoring.sign * scoring.score(quantized, evaluation),
+                scoring.sign * scoring.score(quantized, held_out) if held_out else None,
+            )
+        )
 
     notes = (
         f"modelopt {_version()} auto_quantize (gradient), {len(formats)} integer formats "
@@ -203,7 +217,25 @@ def propose(
         "a gene's bounds are clipped."
     )
     forwards = run.calibrated + run.scored * (2 + len(formats))
-    return PeerResult(genomes, forwards, time.perf_counter() - start, notes)
+    return PeerResult(genomes, forwards, time.perf_counter() - start, notes, own)
+
+
+def _quantized(float_model: nn.Module, config: dict[str, Any], batches: Sequence[Batch]):  # noqa: ANN202
+    """A copy of the model quantized by modelopt with one proposal's quantize config, its
+    amax calibrated on `batches` (the config's algorithm, max), as AutoQuantize's search
+    quantized each layer's candidate format."""
+    with _quiet():
+        import modelopt.torch.quantization as mtq
+
+        model = _without_inplace(copy.deepcopy(float_model).to("cpu").eval())
+        _register_subclasses(model)
+
+        def calibrate(module: nn.Module) -> None:
+            for inputs, _ in batches:
+                module(inputs)
+
+        with torch.no_grad():
+            return mtq.quantize(model, config, forward_loop=calibrate).eval()
 
 
 _LOSS_WORDS = {False: "cross entropy against labels", True: "loss to the float outputs"}

@@ -4,7 +4,7 @@ genes it is asked about, and how it scores a model (the workload's metric)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,12 +25,17 @@ class PeerResult:
         seconds: the wall-clock time of the whole proposal.
         notes: how the peer's choices were mapped onto the genes where that is not one to one,
             and how `forwards` was counted.
+        own: per genome, in the same order, its score with the peer's own quantizer (its
+            calibration, encodings and rounding, as its search saw it) on the evaluation data
+            and on the held-out data (None where none was given), in the metric's own
+            direction; empty where the peer was not asked. Not counted in `forwards`.
     """
 
     genomes: list[list[int]]
     forwards: int
     seconds: float
     notes: str
+    own: list[tuple[float, float | None]] = field(default_factory=list)
 
 
 class Scoring:

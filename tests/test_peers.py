@@ -5,6 +5,7 @@ format fits, at 8 nothing needs to be cut."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import sys
@@ -27,7 +28,7 @@ def test_a_peer_that_is_not_installed_is_one_line(benchmarks, capsys, monkeypatc
     aimet = importlib.import_module("peer_aimet")
     assert aimet.available().startswith("aimet-torch does not import")
     bench = importlib.import_module("bench_search_quality")
-    assert bench.peer_runs(["aimet"], None, None, "weighted_bits", [4]) == {}
+    assert bench.peer_runs(["aimet"], None, None, "weighted_bits", [4], None) == {}
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith("aimet: skipped (aimet-torch does not import")
 
@@ -53,6 +54,78 @@ def test_autoquantize_meets_its_budgets_on_the_genome(benchmarks, metric: str) -
     # as a forward and a backward plus one re-run per format.
     formats = len(peer.candidate_pairs(genes, peer.DEFAULT_LEVELS))
     assert found.forwards == 64 * formats + 64 * (2 + formats)
+
+
+def test_autoquantize_scores_its_proposals_with_its_own_quantizers(benchmarks) -> None:
+    """At 8 effective bits every layer takes the 8-bit format: modelopt's own score of that
+    proposal is its documented INT8 configuration (per-channel weights, per-tensor inputs, max
+    calibration) on the same calibration batches, on the evaluation and the held-out data."""
+    mtq = pytest.importorskip("modelopt.torch.quantization", reason="modelopt is missing")
+    peer = importlib.import_module("peer_modelopt")
+    scoring = importlib.import_module("peer_result").Scoring("top1")
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+    inputs = torch.randn(96, 6) * torch.linspace(0.1, 4.0, 6)
+    with torch.no_grad():
+        labels = (model(inputs) + 0.3 * torch.randn(96, 3)).argmax(1)  # not every one right
+    batches = [(inputs[i : i + 32], labels[i : i + 32]) for i in (0, 32)]
+    held_out = [(inputs[64:], labels[64:])]
+    genes = [(layer, role, 2, 8) for layer in ("0", "2") for role in ("input", "weight")]
+    found = peer.propose(
+        model, batches, batches, genes, [8.0], seed=0, scoring=scoring, held_out=held_out
+    )
+    assert found.genomes == [[8, 8, 8, 8]]
+
+    def calibrate(module: nn.Module) -> None:
+        for x, _ in batches:
+            module(x)
+
+    with torch.no_grad():
+        reference = mtq.quantize(copy.deepcopy(model), mtq.INT8_DEFAULT_CFG, calibrate)
+    expected = (scoring.score(reference, batches), scoring.score(reference, held_out))
+    assert found.own == [expected]
+    assert expected != (scoring.score(model, batches), scoring.score(model, held_out))
+
+
+def test_aimet_s_curve_points_take_the_held_out_score_of_their_own_evaluation(
+    benchmarks,
+) -> None:
+    """Phase 2 evaluates the baseline, then each curve point in order, then the final state;
+    a point's held-out score is the one measured with its own evaluation, also where two
+    points tie on the evaluation data."""
+    aimet = importlib.import_module("peer_aimet")
+    evaluations = [(0.99, 0.98), (0.97, 0.96), (0.97, 0.95), (0.90, 0.91), (0.90, 0.93)]
+    points = [0.97, 0.97, 0.90]
+    assert aimet.held_out_of_points(points, evaluations) == [0.96, 0.95, 0.91]
+    assert aimet.held_out_of_points([0.5, 0.97], evaluations) == [None, 0.96]
+
+
+def test_a_peer_s_own_scores_are_judged_without_rescoring(benchmarks) -> None:
+    """The run of a peer's own quantizer takes the held-out scores its quantizer measured:
+    the problem is never asked to evaluate, and a front member without one counts nothing."""
+    bench = importlib.import_module("bench_search_quality")
+    result = importlib.import_module("peer_result").PeerResult
+
+    class Costs:
+        def known_values(self, genome):  # noqa: ANN001, ANN202
+            return {"bits": sum(genome)}
+
+    found = result([[2, 2], [4, 4], [4, 4], [8, 8]], 500, 1.0, "", [])
+    found.own = [(0.80, 0.70), (0.95, None), (0.95, 0.9), (0.97, 0.96)]
+    run = bench.own_run(found, Costs(), "bits", bench.Reference(0.9, 16.0))
+    assert run.forwards == 500 and len(run.points) == 4  # [4, 4] once
+    assert [p[3] for p in run.points[1:]] == [False, True, True]  # 0.80 below the limit
+
+    def never(genome):  # noqa: ANN001, ANN202
+        raise AssertionError(f"{genome} re-scored")
+
+    bench.judge_fronts({"peer": [run]}, never, higher=True)
+    assert run.held_out == [(16.0, 0.97, 0.96)]  # [4, 4]'s held-out score was not measured
+    ours = bench.Run()
+    for genome, accuracy in (((4, 4), 0.95), ((8, 8), 0.97)):
+        ours.add(10, accuracy, sum(genome), True, genome)
+    bench.judge_fronts({"ours": [ours]}, lambda genome: sum(genome) / 100, higher=True)
+    assert ours.held_out == [(8, 0.95, 0.08), (16, 0.97, 0.16)]
 
 
 def test_the_peers_score_with_the_workloads_metric(benchmarks) -> None:
