@@ -6,7 +6,8 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
     python benchmarks/bench_search_quality.py [WORKLOAD] [--budget N] [--seeds S]
         [--strategies nsga2,surrogate,surrogate+random] [--generations G] [--no-baselines]
         [--without integer,uniform,random]
-        [--peers aimet,modelopt] [--aimet-candidates 4,9,25] [--budgets 0.375,0.4375,0.5]
+        [--peers aimet,modelopt] [--aimet-candidates 4,9,25]
+        [--aimet-schemes min_max,tf_enhanced] [--budgets 0.375,0.4375,0.5]
         [--json PATH] [--set KEY=VALUE ...]
     python benchmarks/bench_search_quality.py --summarise RUNS.json [MORE.json ...]
 
@@ -18,7 +19,9 @@ The peers are the established toolkits' own mixed-precision searches, run throug
 APIs where installed (the `peers` extra; benchmarks/peer_aimet.py, peer_modelopt.py): AIMET's
 Automatic Mixed Precision and modelopt's AutoQuantize, on the same weights, calibration samples
 and exploration subset; every configuration they propose is re-scored through this project's
-evaluation, after what they spent themselves. A peer that does not import is one line.
+evaluation, after what they spent themselves, and kept beside that as the peer's own quantizers
+scored it (a second row, "its own quantizer"; on the held-out data too). AIMET runs with each
+of its encoding schemes asked for. A peer that does not import is one line.
 
 All methods share one problem (the workload's, with its minimum accuracy) and one reference
 point (the minimum accuracy, and the cost of every quantizer at its upper bound); hypervolumes
