@@ -265,3 +265,34 @@ def test_autoquantize_searches_layers_of_subclassed_types(benchmarks) -> None:
     genes = [(layer, role, 2, 8) for layer in ("0", "2") for role in ("input", "weight")]
     found = peer.propose(model, batches, batches, genes, [2.0, 8.0], seed=0, scoring=scoring)
     assert found.genomes == [[2, 2, 2, 2], [8, 8, 8, 8]]
+
+
+def test_the_front_selection_benchmark_splits_and_rescores(benchmarks) -> None:
+    """The two halves hold every sample once, each in dataset order; the front chosen on the
+    second half takes that half's scores, feasible configurations only, each once."""
+    selection = importlib.import_module("bench_front_selection")
+    cache_type = importlib.import_module("model_explorer.datasets.cache").TensorCache
+    inputs = torch.arange(10.0).view(10, 1)
+    first, second = selection.halves(cache_type(inputs, torch.arange(10), 4))
+    merged = torch.cat([first.inputs, second.inputs]).flatten()
+    assert sorted(merged.tolist()) == list(range(10)) and first.num_samples == 5
+    for half in (first, second):
+        assert torch.equal(half.inputs.flatten(), half.inputs.flatten().sort().values)
+        assert torch.equal(half.targets.float(), half.inputs.flatten())
+    bench = importlib.import_module("bench_search_quality")
+    run = bench.Run()
+    for genome, feasible in (((2, 2), True), ((4, 4), False), ((2, 2), True), ((8, 8), True)):
+        run.add(10, 0.9, sum(genome), feasible, genome)
+
+    class Problem:  # scores on "the other half": the genome's first gene / 10
+        def evaluate(self, genome):  # noqa: ANN001, ANN202
+            values = {"accuracy": float(genome[0]) / 10, "bits": float(sum(genome))}
+            extra = {"samples": 5}
+            return None, type("E", (), {"values": values, "complete": True, "extra": extra})
+
+        def feasible(self, values) -> bool:  # noqa: ANN001
+            return values["accuracy"] >= 0.5
+
+    chosen = selection.chosen_on(run, Problem(), "bits")
+    assert chosen.forwards == 40 + 10  # the search's 40, then two configurations of 5
+    assert [p[1:] for p in chosen.points[1:]] == [(0.2, 4.0, False), (0.8, 16.0, True)]
