@@ -8,7 +8,7 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
         [--without integer,uniform,random]
         [--peers aimet,modelopt] [--aimet-candidates 4,9,25]
         [--aimet-schemes min_max,tf_enhanced] [--budgets 0.375,0.4375,0.5]
-        [--json PATH] [--set KEY=VALUE ...]
+        [--effective-bits] [--json PATH] [--set KEY=VALUE ...]
     python benchmarks/bench_search_quality.py --summarise RUNS.json [MORE.json ...]
 
 A strategy runs with the workload's `exploration.initialization` (`auto`: the sensitivity
@@ -39,7 +39,8 @@ selects on), every run's front, as its method selected it on the exploration dat
 there too: the hypervolume of the front at its held-out accuracies (a member short of the
 accuracy limit there counts for nothing) beside the one where it was selected, and per cost
 budget the held-out accuracy of the member the method would pick (its best where selected),
-with every seed's value.
+with every seed's value. `--effective-bits` prints every table again with the costs counted
+as AutoQuantize's constraint counts them (the fronts judged again in that cost).
 """
 
 from __future__ import annotations
@@ -214,10 +215,17 @@ def judge_fronts(runs: dict[str, list[Run]], score: Callable, higher: bool) -> N
                     run.held_out.append((cost, accuracy, held))
 
 
-def judge_held_out(runs: dict[str, list[Run]], problem, context, higher: bool) -> float:  # noqa: ANN001
+def judge_held_out(  # noqa: ANN201
+    runs: dict[str, list[Run]],
+    problem,  # noqa: ANN001
+    context,  # noqa: ANN001
+    higher: bool,
+    scores: dict[tuple[int, ...], float] | None = None,
+):
     """Every run's front scored on the workload's reevaluation data, which no search selects
-    on (each distinct configuration once); returns the float model's score there."""
-    scores: dict[tuple[int, ...], float] = {}
+    on (each distinct configuration once, across calls sharing `scores`); returns the float
+    model's score there."""
+    scores = {} if scores is None else scores
 
     def score(genome: tuple[int, ...]) -> float:
         if genome not in scores:
@@ -323,10 +331,7 @@ def peer_runs(  # noqa: ANN201
             print(f"{name}: skipped ({missing})")
     if not installed:
         return {}
-    genes = []
-    for variable in problem.variables:
-        layer, _, quantizer = variable.name.rpartition(".")
-        genes.append((layer, quantizer.removesuffix("_quantizer"), *variable_bounds(variable)))
+    genes = genes_of(problem)
     calibration = list(context.batches("calibrate"))
     evaluation = list(problem.batches)
     held_out = list(context.batches("reevaluate")) if context.has_dataset("reevaluate") else None
@@ -406,6 +411,40 @@ def variable_bounds(variable) -> tuple[int, int]:  # noqa: ANN001
     return int(variable.lower), int(variable.upper)
 
 
+def genes_of(problem) -> list[tuple[str, str, int, int]]:  # noqa: ANN001
+    """The genome's genes as the peers take them: (layer, 'input' or 'weight', low, high)."""
+    genes = []
+    for variable in problem.variables:
+        layer, _, quantizer = variable.name.rpartition(".")
+        genes.append((layer, quantizer.removesuffix("_quantizer"), *variable_bounds(variable)))
+    return genes
+
+
+def in_effective_bits(runs: dict[str, list[Run]], model, genes) -> dict[str, list[Run]]:  # noqa: ANN001
+    """The runs with every configuration's cost in AutoQuantize's effective bits (its layers'
+    mean of input and weight bits, averaged weighted by their weight elements; the
+    constraint it optimises), what each method found unchanged; their fronts to be judged
+    again, since the cheapest members differ in this cost."""
+    from peer_modelopt import effective_bits
+
+    costs: dict[tuple[int, ...], float] = {}
+    converted: dict[str, list[Run]] = {}
+    for name, group in runs.items():
+        converted[name] = []
+        for run in group:
+            again = Run(scored_held_out=run.scored_held_out)
+            for point, genome in zip(run.points, run.genomes, strict=True):
+                cost = point[2]
+                if genome is not None:
+                    if genome not in costs:
+                        costs[genome] = effective_bits(model, genes, genome)
+                    cost = costs[genome]
+                again.points.append((point[0], point[1], cost, point[3]))
+                again.genomes.append(genome)
+            converted[name].append(again)
+    return converted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", default="workloads/digits_cnn.yaml")
@@ -445,6 +484,12 @@ def main() -> None:
         default=",".join(map(str, BUDGETS)),
         help="cost budgets of the best-accuracy table, as fractions of the reference cost",
     )
+    parser.add_argument(
+        "--effective-bits",
+        action="store_true",
+        help="print every table a second time with costs in AutoQuantize's effective bits "
+        "(the cost its constraint counts: bits weighted by weight elements)",
+    )
     parser.add_argument("--json", help="write every run's points here")
     parser.add_argument(
         "--set",
@@ -474,6 +519,7 @@ def main() -> None:
     problem = build_problem(context, minimum)
     cost = next(o.name for o in problem.objectives if o.name != "accuracy")
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
+    high = max(h for _, h in bounds)
     limit = min(minimum) if higher else max(minimum)
     top = problem.known_values([high for _, high in bounds])[cost]
     reference = Reference(limit, top, higher)
@@ -491,10 +537,16 @@ def main() -> None:
         f"{reference[1]:.0f}, {problem.batches.num_samples} samples per evaluation; "
         f"{args.seeds} seeds"
     )
-    held_baseline = None
+    held_baseline, scores = None, {}
     if context.has_dataset("reevaluate"):
-        held_baseline = judge_held_out(runs, problem, context, higher)
+        held_baseline = judge_held_out(runs, problem, context, higher, scores)
     summarise(runs, reference, fractions, held_baseline)
+    if args.effective_bits:
+        converted = in_effective_bits(runs, context.build_model(), genes_of(problem))
+        print(f"\nThe same runs with costs in AutoQuantize's effective bits (reference {high}):")
+        if held_baseline is not None:
+            judge_held_out(converted, problem, context, higher, scores)
+        summarise(converted, reference._replace(cost=float(high)), fractions, held_baseline)
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(

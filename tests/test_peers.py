@@ -296,3 +296,18 @@ def test_the_front_selection_benchmark_splits_and_rescores(benchmarks) -> None:
     chosen = selection.chosen_on(run, Problem(), "bits")
     assert chosen.forwards == 40 + 10  # the search's 40, then two configurations of 5
     assert [p[1:] for p in chosen.points[1:]] == [(0.2, 4.0, False), (0.8, 16.0, True)]
+
+
+def test_runs_in_autoquantize_s_effective_bits(benchmarks) -> None:
+    """By hand: a layer of 6 x 16 weights and one of 16 x 3; input and weight bits of a
+    layer averaged, the layers weighted by their weight elements (96 and 48)."""
+    bench = importlib.import_module("bench_search_quality")
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    genes = [(layer, role, 2, 8) for layer in ("0", "2") for role in ("input", "weight")]
+    run = bench.Run()
+    run.add(100, 0.0, 0.0, False)  # spent without a configuration
+    run.add(10, 0.9, 20.0, True, (8, 4, 2, 2))
+    converted = bench.in_effective_bits({"m": [run]}, model, genes)["m"][0]
+    expected = (96 * (8 + 4) / 2 + 48 * (2 + 2) / 2) / (96 + 48)
+    assert converted.points == [(100, 0.0, 0.0, False), (110, 0.9, expected, True)]
+    assert converted.genomes == run.genomes and run.points[1][2] == 20.0
