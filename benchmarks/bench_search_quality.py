@@ -687,7 +687,7 @@ def summarise(
     print(
         f"\nBest feasible accuracy within a cost budget (fractions {fractions} of the reference):"
     )
-    print("| method | " + " | ".join(f"cost <= {b:.0f}" for b in budgets) + " |")
+    print("| method | " + " | ".join(f"cost <= {b:g}" for b in budgets) + " |")
     print("|---|" + "---|" * len(budgets))
     seeds: list[str] = []
     for name, group in runs.items():
@@ -696,7 +696,7 @@ def summarise(
         for budget, cell in zip(budgets, found, strict=True):
             if len(cell) > 1:
                 values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
-                seeds.append(f"{name}, cost <= {budget:.0f}: {values}")
+                seeds.append(f"{name}, cost <= {budget:g}: {values}")
     print("\nPer seed:\n" + "\n".join(seeds))
     if held_baseline is not None:
         held_out_tables(runs, reference, budgets, held_baseline)
@@ -711,7 +711,7 @@ def held_out_tables(
     print(f"\nOn the held-out data (no search selected on it; the float model: {baseline:.4f}):")
     print(
         "| method | HV where selected | HV held-out | "
-        + " | ".join(f"picked within cost <= {b:.0f}" for b in budgets)
+        + " | ".join(f"picked within cost <= {b:g}" for b in budgets)
         + " |"
     )
     print("|---|---|---|" + "---|" * len(budgets))
@@ -725,7 +725,7 @@ def held_out_tables(
         for budget, cell in zip(budgets, found, strict=True):
             if len(cell) > 1:
                 values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
-                seeds.append(f"{name}, cost <= {budget:.0f}, held-out: {values}")
+                seeds.append(f"{name}, cost <= {budget:g}, held-out: {values}")
     print("\nPer seed, held-out:\n" + "\n".join(seeds))
 
 
