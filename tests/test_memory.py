@@ -42,12 +42,15 @@ def probe(mode: str, **environment: str) -> dict:
 
 def test_freed_large_tensors_come_back_without_page_faults() -> None:
     """Two 32 MiB temporaries a pass are 16,384 fresh pages of 4 KiB each pass by default; kept,
-    the heap settles and then takes none. It settles within seven passes: glibc's bins grow
-    once more now and then up to there (8,192 faults in the sixth or seventh pass, seen in
-    about half the runs)."""
+    the heap settles and then takes none in nearly every pass. glibc's bins grow once more now
+    and then, even late (8,192 faults, one temporary's pages, in one of the last passes in
+    some runs), so the test asks that most of the last eight passes take none and that
+    together they take a fraction of what the default takes in every one of them."""
     kept = probe("keep")
     assert kept["applied"] is True
-    assert sum(kept["faults"][-4:]) < 300, kept
+    last = sorted(kept["faults"][-8:])
+    assert last[5] < 300, kept  # at least six of the last eight passes take (almost) none
+    assert sum(last) < 2 * 16384, kept  # the default: 8 x 16,384
     returned = probe("default")
     assert min(returned["faults"][-3:]) > 8000, returned
 
