@@ -20,21 +20,14 @@ import torch
 from prepared import prepared_context
 
 from model_explorer.datasets.cache import TensorCache
-from model_explorer.metrics import higher_is_better
-from model_explorer.operations.explore import measure_baseline, minimum_accuracy
-from model_explorer.operations.rebuild import build_problem
 
 
 def halves(cache: TensorCache) -> tuple[TensorCache, TensorCache]:
     """The exploration samples in two halves drawn once, each kept in dataset order."""
     order = torch.randperm(cache.num_samples, generator=torch.Generator().manual_seed(0))
     first, second = order[: cache.num_samples // 2], order[cache.num_samples // 2 :]
-    return tuple(
-        TensorCache(
-            cache.inputs[part.sort().values], cache.targets[part.sort().values], cache.batch_size
-        )
-        for part in (first, second)
-    )
+    kept = [part.sort().values for part in (first, second)]
+    return tuple(TensorCache(cache.inputs[i], cache.targets[i], cache.batch_size) for i in kept)
 
 
 def chosen_on(run: bench.Run, problem, cost: str) -> bench.Run:  # noqa: ANN001
@@ -55,12 +48,7 @@ def main() -> None:
     parser.add_argument("--strategy", default="surrogate")
     args = parser.parse_args()
     workload, context = prepared_context(args.workload)
-    higher = higher_is_better(workload.metric)
-    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context), higher)
-    problem = build_problem(context, minimum)
-    cost = next(o.name for o in problem.objectives if o.name != "accuracy")
-    top = problem.known_values([int(v.upper) for v in problem.variables])[cost]
-    reference = bench.Reference(min(minimum) if higher else max(minimum), top, higher)
+    problem, cost, reference = bench.judged_problem(workload, context)
     whole = problem.batches
     search_half, choice_half = halves(whole)
     nsga = workload.exploration.nsga
@@ -78,8 +66,8 @@ def main() -> None:
         runs[arms[1]].append(chosen_on(half, problem, cost))
         problem.batches = whole
         runs[arms[2]].append(bench.search(problem, nsga, args.strategy, workload.seed + s, cost))
-    held = bench.judge_held_out(runs, problem, context, higher)
-    budgets = [fraction * top for fraction in bench.BUDGETS]
+    held = bench.judge_held_out(runs, problem, context, reference.higher)
+    budgets = [fraction * reference.cost for fraction in bench.BUDGETS]
     print(
         f"{workload.name}: {whole.num_samples} exploration samples, halves of "
         f"{search_half.num_samples} and {choice_half.num_samples}; {args.seeds} seeds"

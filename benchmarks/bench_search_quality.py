@@ -127,6 +127,19 @@ def within(run: Run, forwards: float, reference: Reference) -> float:
     return hypervolume([p for p in run.points if p[0] <= forwards], reference)
 
 
+def judged_problem(workload, context):  # noqa: ANN001, ANN201
+    """The workload's problem at its minimum accuracy (measured on the float model), its cost
+    objective, and the hypervolumes' reference point: that minimum, and the cost of every
+    quantizer at its upper bound."""
+    higher = higher_is_better(workload.metric)
+    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context), higher)
+    problem = build_problem(context, minimum)
+    cost = next(o.name for o in problem.objectives if o.name != "accuracy")
+    top = problem.known_values([int(v.upper) for v in problem.variables])[cost]
+    limit = min(minimum) if higher else max(minimum)
+    return problem, cost, Reference(limit, top, higher)
+
+
 def forwards_to_reach(run: Run, target: float, reference: Reference) -> float | None:
     """The sample-forwards after which the run's hypervolume first reaches `target`."""
     for count in range(1, len(run.points) + 1):
@@ -514,15 +527,10 @@ def main() -> None:
         return
 
     workload, context = prepared_context(args.workload, args.set)
-    higher = higher_is_better(workload.metric)
-    minimum = minimum_accuracy(workload.problem.options, measure_baseline(context), higher)
-    problem = build_problem(context, minimum)
-    cost = next(o.name for o in problem.objectives if o.name != "accuracy")
+    problem, cost, reference = judged_problem(workload, context)
+    higher = reference.higher
     bounds = [(int(v.lower), int(v.upper)) for v in problem.variables]
-    high = max(h for _, h in bounds)
-    limit = min(minimum) if higher else max(minimum)
-    top = problem.known_values([high for _, high in bounds])[cost]
-    reference = Reference(limit, top, higher)
+    high = max(upper for _, upper in bounds)
     peers = [n for n in args.peers.split(",") if n]
     sets = [int(n) for n in args.aimet_candidates.split(",") if n]
     schemes = tuple(n for n in args.aimet_schemes.split(",") if n)
@@ -632,6 +640,11 @@ def mean_sd(values: list[float | None]) -> str:
     return f"{statistics.mean(found):.4f} +- {spread:.4f}{missing}"
 
 
+def each_seed(values: list[float | None]) -> str:
+    """One cell's value of every seed, "none" where a seed found nothing."""
+    return ", ".join("none" if v is None else f"{v:.4f}" for v in values)
+
+
 def held_out_hypervolume(run: Run, reference: Reference) -> float:
     """The hypervolume of the run's front (as selected) at its held-out accuracies: a member
     that falls short of the accuracy limit there counts for nothing."""
@@ -695,8 +708,7 @@ def summarise(
         print(f"| {name} | " + " | ".join(mean_sd(cell) for cell in found) + " |")
         for budget, cell in zip(budgets, found, strict=True):
             if len(cell) > 1:
-                values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
-                seeds.append(f"{name}, cost <= {budget:g}: {values}")
+                seeds.append(f"{name}, cost <= {budget:g}: {each_seed(cell)}")
     print("\nPer seed:\n" + "\n".join(seeds))
     if held_baseline is not None:
         held_out_tables(runs, reference, budgets, held_baseline)
@@ -724,8 +736,7 @@ def held_out_tables(
         print(f"| {name} | {selected} | {held} | {cells} |")
         for budget, cell in zip(budgets, found, strict=True):
             if len(cell) > 1:
-                values = ", ".join("none" if v is None else f"{v:.4f}" for v in cell)
-                seeds.append(f"{name}, cost <= {budget:g}, held-out: {values}")
+                seeds.append(f"{name}, cost <= {budget:g}, held-out: {each_seed(cell)}")
     print("\nPer seed, held-out:\n" + "\n".join(seeds))
 
 

@@ -366,7 +366,7 @@ def propose(
         score = evaluate_counted(module, batches)
         held = None
         if held_out:
-            held = scoring.sign * scoring.score(module, held_out)
+            held = scoring.value(module, held_out)
             passes["held-out samples"] += sum(int(targets.shape[0]) for _, targets in held_out)
         phase2.append((score, held))
         return score

@@ -190,8 +190,8 @@ def propose(
         quantized = _quantized(float_model, config, batches[:calib_steps])
         own.append(
             (
-                scoring.sign * scoring.score(quantized, evaluation),
-                scoring.sign * scoring.score(quantized, held_out) if held_out else None,
+                scoring.value(quantized, evaluation),
+                scoring.value(quantized, held_out) if held_out else None,
             )
         )
 
@@ -227,8 +227,7 @@ def _quantized(float_model: nn.Module, config: dict[str, Any], batches: Sequence
     with _quiet():
         import modelopt.torch.quantization as mtq
 
-        model = _without_inplace(copy.deepcopy(float_model).to("cpu").eval())
-        _register_subclasses(model)
+        model = _working_copy(float_model)
 
         def calibrate(module: nn.Module) -> None:
             for inputs, _ in batches:
@@ -310,8 +309,7 @@ class _Run:
         with _quiet():
             import modelopt.torch.quantization as mtq
 
-            model = _without_inplace(copy.deepcopy(float_model).to("cpu").eval())
-            _register_subclasses(model)
+            model = _working_copy(float_model)
             _, state = mtq.auto_quantize(
                 model,
                 constraints={"effective_bits": float(budget)},
@@ -386,6 +384,14 @@ def _unsearched_layers(model: nn.Module, layers: Sequence[str]) -> list[str]:
         for name, module in model.named_modules()
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)) and name not in wanted
     ]
+
+
+def _working_copy(float_model: nn.Module) -> nn.Module:
+    """A CPU copy of the model in eval mode as modelopt quantizes it: in-place activations
+    made out of place, subclassed layers registered with their base's quantized class."""
+    model = _without_inplace(copy.deepcopy(float_model).to("cpu").eval())
+    _register_subclasses(model)
+    return model
 
 
 def _register_subclasses(model: nn.Module) -> None:

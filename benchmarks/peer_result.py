@@ -63,6 +63,10 @@ class Scoring:
 
     def score(self, model: torch.nn.Module, batches: Iterable[tuple[Any, Any]]) -> float:
         """The metric over every batch, signed so that higher is better."""
+        return self.sign * self.value(model, batches)
+
+    def value(self, model: torch.nn.Module, batches: Iterable[tuple[Any, Any]]) -> float:
+        """The metric over every batch, in its own direction (as the benchmark's tables)."""
         from model_explorer.metrics import create_metric
 
         metric = create_metric(self.metric)
@@ -70,7 +74,7 @@ class Scoring:
             for inputs, targets in batches:
                 output = model(inputs)
                 metric.update(output, targets.to(output.device))
-        return self.sign * metric.compute()
+        return metric.compute()
 
     def loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """A differentiable loss of `output` against the batch's targets (lower is better)."""

@@ -58,6 +58,11 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     return "\n".join(lines)
 
 
+def front_command(workload: str | Path = "WORKLOAD", result: str | Path = "RESULT") -> str:
+    """The command that scores a result's front on its workload's reevaluation data."""
+    return f"model-explorer evaluate-individual {workload} {result} --front"
+
+
 def selection_note(result: ExplorationResult, command: str | None = None) -> str | None:
     """A sentence where feasible front members score better than the float model on the data
     the search selected them on (the exploration data): the best of many candidates scored on
@@ -74,7 +79,7 @@ def selection_note(result: ExplorationResult, command: str | None = None) -> str
         return None
     best = max(better) if maximize else min(better)
     metric = result.problem.get("metric", "accuracy")
-    command = command or "model-explorer evaluate-individual WORKLOAD RESULT --front"
+    command = command or front_command()
     held = result.stats.get("held_out")
     elsewhere = (
         f"the held_out column scores them on data the search did not see, where the float "
@@ -240,8 +245,7 @@ def write_report(
     written = _write_figures(result, out)
     lines = [*_summary(result, source), "", f"## {front_heading(result)}", ""]
     lines += [_markdown_table(result), ""]
-    where = source if source is not None else "RESULT"
-    note = selection_note(result, f"model-explorer evaluate-individual WORKLOAD {where} --front")
+    note = selection_note(result, front_command(result=source if source is not None else "RESULT"))
     if note is not None:
         lines += [f"Note: {note}.", ""]
     formats = formats_table(result)

@@ -42,6 +42,7 @@ def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.reporting import (
         cost_summary,
         coverage_summary,
+        front_command,
         front_heading,
         front_judged,
         hypervolume_summary,
@@ -77,8 +78,7 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"baseline {result.problem.get('metric', 'accuracy')}: {format_accuracy(baseline)}")
     print(f"{front_heading(result)}:")
     print(pareto_table(result))
-    command = f"model-explorer evaluate-individual {args.workload} {path} --front"
-    for line in front_judged(result, command):
+    for line in front_judged(result, front_command(args.workload, path)):
         print(line)
     print(f"result: {path}")
     if args.report:
