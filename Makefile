@@ -53,10 +53,16 @@ $(LITERT_VENV)/.installed: pyproject.toml $(TORCH_CONSTRAINTS) $(VENV)/.installe
 		-c $(TORCH_CONSTRAINTS) -e '.[litert]'
 	touch $@
 
+# The suite runs on every core (pytest-xdist, at most TEST_WORKERS processes: each holds a
+# torch and its models, some 2 GB); tests that share an expensive fixture are grouped onto one
+# worker (`xdist_group`). `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
+PYTEST_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses $(TEST_WORKERS) --dist loadgroup)
+
 # In .venv-litert, typeguard (a pytest plugin of the first environment) would not import with
 # the older typing-extensions.
 test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS)
 	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest -p no:typeguard tests/analysis/test_litert.py)
 
 # The suite once per kernel setting (tests/across_kernels.py: AVX2, AVX, SSE4.2, one and two

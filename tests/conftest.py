@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,27 @@ import yaml
 pytest_plugins = ["bad_input_support"]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker takes its share of the cores for torch's threads (and
+    for the processes a test starts): workers that each ran as many threads as there are cores
+    would spin against one another."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked slow first (in their order), the others after: pytest-xdist hands
+    tests out in this order, so no worker starts a long test while the others run out."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 DEFAULT_WORKLOAD = REPOSITORY / "workloads" / "digits_cnn.yaml"
 
 

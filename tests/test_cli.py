@@ -29,6 +29,7 @@ def test_version_and_help_through_python_m() -> None:
         assert name in done.stdout
 
 
+@pytest.mark.slow
 def test_retrain_script_trains_then_skips_when_asked(
     tmp_path: Path, default_workload_data: dict
 ) -> None:

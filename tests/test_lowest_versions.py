@@ -17,6 +17,8 @@ import pytest
 
 from conftest import REPOSITORY
 
+pytestmark = pytest.mark.slow
+
 PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand")
 
 CHECK = """

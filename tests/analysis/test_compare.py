@@ -337,6 +337,7 @@ def test_a_nan_is_localised_and_the_json_stays_valid() -> None:
     assert json.loads(text)["pairs"][0]["max_rel_error"] == "nan"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "runtime, layer, opcode",
     [
@@ -356,6 +357,7 @@ def test_a_layer_perturbed_inside_a_runtime_is_localised_there(
     assert found["first"]["name"] == f"{layer}/{opcode}#0"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["onnxruntime", "openvino", "tvm"])
 def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runtime: str) -> None:
     """resnet20: blocks, residual additions, shortcuts; each marked module's output must be
@@ -373,6 +375,7 @@ def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runt
         assert float((value - expected[name]).abs().max()) <= 1e-5 * scale, name
 
 
+@pytest.mark.slow
 def test_tvm_runs_a_torchvision_model_as_eager_does_at_every_level() -> None:
     """Relax's optimisation levels: level 0 leaves operators unfused, 1-4 fuse; docs/performance.md
     says the logits stay bit-identical, and every level must agree with eager (TVM's kernels

@@ -199,6 +199,8 @@ def test_debug_writes_the_table_and_figure_and_names_the_layers(
     assert table["restored_accuracy"].max() >= individual.values["accuracy"]
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("resnet20_searched")  # one worker builds the fixture
 def test_a_repaired_resnet20_individual_holds_in_onnxruntime(
     resnet20_searched, tmp_path: Path, capsys
 ) -> None:

@@ -53,6 +53,7 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     assert read_energy_csv(path) == rows
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("zigzag") is None, reason="the zigzag extra is not installed"
 )

@@ -122,6 +122,8 @@ def test_every_front_member_of_the_default_search_holds_in_both_runtimes(
     check_front(evaluate_deployed(arguments, table_file), runtimes)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("resnet20_searched")  # one worker builds the fixture
 def test_the_cheapest_individuals_of_a_resnet20_search_hold_in_both_runtimes(
     resnet20_searched, tmp_path: Path
 ) -> None:

@@ -19,6 +19,8 @@ from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 from tests_support import without_times
 
+pytestmark = pytest.mark.slow  # each test starts worker processes or a Dask cluster
+
 
 @pytest.fixture(scope="module")
 def digits_search(trained_digits, tmp_path_factory) -> dict:

@@ -14,6 +14,7 @@ nbformat = pytest.importorskip("nbformat", reason="the notebooks extra is not in
 pytest.importorskip("nbclient", reason="the notebooks extra is not installed")
 
 
+@pytest.mark.slow
 def test_the_search_notebook_runs_the_whole_loop(tmp_path: Path, monkeypatch) -> None:
     notebook = nbformat.read(REPOSITORY / "evaluation_scripts" / "search_from_python.ipynb", 4)
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")

@@ -74,6 +74,7 @@ def test_a_backend_of_one_class_runs_a_float_model_and_its_taps_in_compare(refer
     assert environment("reference:default").description.startswith("onnx's reference evaluator")
 
 
+@pytest.mark.slow
 def test_a_backend_of_one_class_checks_and_compares_a_searched_individual(
     reference, searched, tmp_path: Path
 ) -> None:
