@@ -11,7 +11,9 @@ projections and MLPs through nn.Linear modules, so every one is a quantized laye
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from torch import Tensor, nn
@@ -40,6 +42,21 @@ def offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@contextmanager
+def torchao_registration_quiet():  # noqa: ANN201
+    """transformers imports torchao where it is installed, and torchao's registrations make
+    torch log two deprecation lines (`register_constant() on Enum subclasses`) on every command
+    that builds the model: theirs, not the user's, so torch's pytree logger is held at errors
+    while the model loads."""
+    logger = logging.getLogger("torch.utils._pytree")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class SentenceEmbedder(nn.Module):
     """A Hugging Face encoder with mean pooling and L2 normalisation over (N, L) token ids."""
 
@@ -62,16 +79,17 @@ def all_minilm_l6_v2() -> nn.Module:
     with its pretrained weights, as sentence embeddings of token ids."""
     folder = minilm_folder()
     offline()
-    from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
+    with torchao_registration_quiet():
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the pooler's weights are left out on purpose
-    try:
-        encoder = AutoModel.from_pretrained(
-            folder, local_files_only=True, attn_implementation="sdpa", add_pooling_layer=False
-        )
-    finally:
-        hf_logging.set_verbosity(verbosity)
+        hf_logging.disable_progress_bar()
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the pooler's weights are left out on purpose
+        try:
+            encoder = AutoModel.from_pretrained(
+                folder, local_files_only=True, attn_implementation="sdpa", add_pooling_layer=False
+            )
+        finally:
+            hf_logging.set_verbosity(verbosity)
     return SentenceEmbedder(encoder, encoder.config.pad_token_id or 0).eval()
