@@ -82,10 +82,13 @@ def test_its_batch_norms_fold_into_the_subclassed_convolutions() -> None:
 
 
 def test_the_crops_are_distinct_deterministic_and_split_by_photograph() -> None:
-    calibrate, explore = crops("calibrate"), crops("explore")
-    assert len(set(calibrate)) == len(calibrate) and len(set(explore)) == len(explore)
-    assert not {c[0] for c in calibrate} & {c[0] for c in explore}
-    assert len(calibrate) + len(explore) == len(crops("all")) >= 600
+    splits = {name: crops(name) for name in ("calibrate", "explore", "test")}
+    photos = {name: {c[0] for c in found} for name, found in splits.items()}
+    for name, found in splits.items():
+        assert len(set(found)) == len(found)
+        assert all(not photos[name] & photos[other] for other in splits if other != name)
+    assert sum(len(found) for found in splits.values()) == len(crops("all")) >= 600
+    assert [len(photos[name]) for name in splits] == [5, 10, 5]
     one, other = Photos(PhotosOptions(split="explore")), Photos(PhotosOptions(split="explore"))
     for index in (0, 1, len(one) - 1):
         assert torch.equal(one[index][0], other[index][0])
@@ -99,6 +102,7 @@ def test_the_workload_validates_and_a_short_search_runs(tmp_path: Path) -> None:
     body["calibration"]["method"] = "max"
     body["calibration"]["datasets"]["calibrate"].update(sample_limit=8, batch_size=8)
     body["exploration"]["datasets"]["exploration"].update(sample_limit=8, batch_size=8)
+    body["reevaluation"]["datasets"]["reevaluate"].update(sample_limit=8, batch_size=8)
     body["exploration"]["nsga"].update(pop_size=2, offsprings=2, generations=1)
     workload = str(write_workload(data, tmp_path / "efficientnet.yaml"))
     formats = WORKLOAD.with_name("efficientnet_lite0_photos_formats.yaml")
