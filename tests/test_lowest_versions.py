@@ -23,13 +23,15 @@ PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand")
 
 CHECK = """
 import importlib.metadata as metadata
+import sys
 from model_explorer.workload import Workload
 from model_explorer.errors import WorkloadError
-print(metadata.version({name!r}))
+for name in sys.argv[1:]:
+    print(metadata.version(name))
 workload = Workload.load("workloads/digits_cnn.yaml")
 assert Workload.from_dict(workload.to_dict(defaults=True)) == workload
 try:
-    Workload.from_dict({{"workload": {{"model": {{"type": "digits_cnn"}}, "seed": "x"}}}})
+    Workload.from_dict({"workload": {"model": {"type": "digits_cnn"}, "seed": "x"}})
 except WorkloadError as error:
     assert "workload.seed" in str(error), error
 else:
@@ -44,37 +46,38 @@ def lowest(name: str) -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize("name", PURE_PYTHON)
-def test_the_lowest_declared_version_works(name: str, tmp_path: Path) -> None:
-    version = lowest(name)
+def test_the_lowest_declared_pure_python_versions_work(tmp_path: Path) -> None:
+    """All four at their lowest at once, in one folder (one install, one interpreter)."""
+    wanted = {name: lowest(name) for name in PURE_PYTHON}
     folder = tmp_path / "site"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder)]
-        + [f"{name}=={version}"]
-        + (["pydantic-core"] if name == "pydantic" else []),
+        + [f"{name}=={version}" for name, version in wanted.items()]
+        + ["pydantic-core"],
         capture_output=True,
         text=True,
     )
     if install.returncode != 0 and "No matching distribution" not in install.stderr:
         pytest.skip(f"the package index cannot be reached: {install.stderr.strip()[-200:]}")
     assert install.returncode == 0, install.stderr
-    if name == "pydantic":  # the pydantic-core that this pydantic pins
-        pin = _core_pin(folder)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade"]
-            + ["--target", str(folder), f"pydantic-core=={pin}"],
-            check=True,
-            capture_output=True,
-        )
+    pin = _core_pin(folder)  # the pydantic-core that this pydantic pins
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade"]
+        + ["--target", str(folder), f"pydantic-core=={pin}"],
+        check=True,
+        capture_output=True,
+    )
     done = subprocess.run(
-        [sys.executable, "-c", CHECK.format(name=name)],
+        [sys.executable, "-c", CHECK, *wanted],
         capture_output=True,
         text=True,
         cwd=REPOSITORY,
         env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[0].startswith(version.rstrip(".0") or version)
+    found = done.stdout.splitlines()[: len(wanted)]
+    for (name, version), line in zip(wanted.items(), found, strict=True):
+        assert line.startswith(version.rstrip(".0") or version), (name, line)
 
 
 def _core_pin(folder: Path) -> str:
