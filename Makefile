@@ -63,7 +63,7 @@ PYTEST_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses $(TES
 # the older typing-extensions.
 test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
 	$(BIN)/python -m pytest $(PYTEST_WORKERS)
-	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest -p no:typeguard tests/analysis/test_litert.py)
+	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest $(PYTEST_WORKERS) -p no:typeguard tests/analysis/test_litert.py)
 
 # The suite once per kernel setting (tests/across_kernels.py: AVX2, AVX, SSE4.2, one and two
 # threads beside the native one), about 50 minutes; KERNELS=avx2,threads1 picks settings.
