@@ -14,6 +14,7 @@ import yaml
 pytest_plugins = ["bad_input_support"]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+DEFAULT_WORKLOAD = REPOSITORY / "workloads" / "digits_cnn.yaml"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,9 +34,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The tests marked slow first (in their order), the others after: pytest-xdist hands
     tests out in this order, so no worker starts a long test while the others run out."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
-DEFAULT_WORKLOAD = REPOSITORY / "workloads" / "digits_cnn.yaml"
 
 
 @pytest.fixture

@@ -121,7 +121,7 @@ def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
     assert without_times(Path(output)) == digits_search["serial"]
 
 
-@pytest.mark.xdist_group("dask")  # one local cluster at a time: one dashboard port
+@pytest.mark.xdist_group("dask")  # one local cluster (two worker processes) at a time
 def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     with_runner(digits_search, tmp_path, {"type": "dask", "workers": 2})
@@ -130,7 +130,7 @@ def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_pat
     assert without_times(output) == digits_search["serial"]
 
 
-@pytest.mark.xdist_group("dask")  # one local cluster at a time: one dashboard port
+@pytest.mark.xdist_group("dask")  # one local cluster (two worker processes) at a time
 def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
     digits_search: dict, tmp_path: Path
 ) -> None:
