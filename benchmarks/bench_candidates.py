@@ -9,7 +9,8 @@ those whose extras are installed: MiniLM with `transformers`, EfficientNet-Lite0
 scored in full (no early rejection) on a model that has already met their settings; each is
 timed alternately with a float forward pass and once more with the eager steps in place of the
 compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0), and the medians are
-compared. The baseline
+compared. The compiled passes are taken from the first tensor (MODEL_EXPLORER_COMPILE=1), where
+a search takes them once they pay. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
 for a few minutes), and the process's allocator is set as a search sets it.
 """

@@ -63,7 +63,7 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     zero = amax <= ZERO_AMAX
     scale = element.max_normal / torch.where(zero, 1.0, amax)
     inverse = torch.where(zero, 0.0, 1.0 / scale)
-    if axis is None and compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
+    if axis is None and compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "fp8"):
         quantized = compiled.fused_fp8(values, scale, inverse, element)
         if quantized is not None:
             return straight_through(x, quantized)
@@ -86,7 +86,7 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     """
     values = x.detach().float()
     blocks, dim = split_blocks(values, block_size, axis)
-    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
+    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "mx"):
         quantized = compiled.fused_mx(blocks, dim, element)
         if quantized is not None:
             return straight_through(x, merge_blocks(quantized, values.shape, axis))
@@ -123,7 +123,7 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
     blocks, dim = split_blocks(values, block_size, axis)
     amax = amax.detach().float().to(values.device).reshape(())
     tensor_scale = amax / NVFP4_TENSOR_RANGE
-    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES):
+    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "nvfp4"):
         quantized = compiled.fused_nvfp4(blocks, dim, tensor_scale, amax > ZERO_AMAX)
         if quantized is not None:
             return straight_through(x, merge_blocks(quantized, values.shape, axis))

@@ -22,6 +22,12 @@ from model_explorer.formats.integer import (
 SIZE = compiled.FUSED_MIN_VALUES + 4093  # past the threshold, not a multiple of a vector
 
 
+@pytest.fixture(autouse=True)
+def compiled_from_the_first_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The passes from the first tensor past their thresholds, not once they pay, here."""
+    monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "1")
+
+
 @torch.inference_mode()
 def hard_values(multiplier: float) -> torch.Tensor:
     """Random values, the rounding midpoints (k + 1/2) / multiplier and their neighbours, signed
@@ -133,6 +139,36 @@ def test_the_compiled_pass_stays_out_of_the_way(monkeypatch: pytest.MonkeyPatch)
         assert not compiled.takes_fused(x)
     monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
     assert not compiled.takes_fused(x)
+
+
+def test_a_kernel_is_compiled_once_the_eager_steps_have_quantized_its_break_even(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset, the switch compiles a kernel only after the eager steps have quantized
+    BREAK_EVEN_VALUES of the values it would take in the process (counted per kernel); from
+    then on, and wherever it is compiled already, the kernel takes every tensor it can."""
+    monkeypatch.delenv(compiled.ENVIRONMENT_SWITCH)
+    monkeypatch.setattr(compiled, "_eager_values", {})
+    monkeypatch.setattr(compiled, "_kernel", {})
+    monkeypatch.setattr(compiled, "BREAK_EVEN_VALUES", 3 * SIZE)
+    with torch.inference_mode():
+        x = torch.zeros(SIZE)
+    taken = [compiled.takes_fused(x) for _ in range(5)]
+    assert taken == [False, False, False, True, True]  # 3 x SIZE values quantized eagerly
+    assert not compiled.takes_fused(x, kernel="mx")  # its own count
+    assert not compiled.takes_fused(torch.zeros(SIZE), kernel="mx")  # ineligible: not counted
+    assert compiled._eager_values == {"integer": 3 * SIZE, "mx": SIZE}
+    monkeypatch.setitem(compiled._kernel, "nvfp4", object())  # compiled already: taken
+    assert compiled.takes_fused(x, kernel="nvfp4")
+    params = quant_params(torch.tensor(2.5), 6)
+    values = hard_values(float(params.multiplier.item()))
+    monkeypatch.setattr(compiled, "_eager_values", {})
+    monkeypatch.setattr(compiled, "BREAK_EVEN_VALUES", values.numel())
+    with torch.inference_mode():  # the eager steps, then the compiled pass: the same bits
+        eager, fused = (apply_quantization(values, params) for _ in range(2))
+    assert "integer" in compiled._kernel
+    assert same_bits(eager, numpy_formula(values, params))
+    assert same_bits(fused, numpy_formula(values, params))
 
 
 @torch.inference_mode()
