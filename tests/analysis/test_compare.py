@@ -292,6 +292,9 @@ def test_compile_agrees_with_eager() -> None:
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the planted compiler wraps g++")
+# torch says that the disabled caches (so that the planted compiler is called) disable its
+# profile-guided recompiles too
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled:UserWarning")
 def test_a_compile_that_fails_is_skipped_with_its_cause(tmp_path: Path) -> None:
     """inductor's BackendCompilerFailed says only "backend='inductor' raised:" on its first
     line; the skip names the error it wraps (here: a C++ compiler that answers --version, as
