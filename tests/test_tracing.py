@@ -85,7 +85,7 @@ def _layer_kind(module: nn.Module) -> str:
 
 def architectures() -> list[str]:
     """The smallest torchvision classification model (by parameters) of each set of layer
-    kinds. Models are built without initialisation and never touched: about 2 s for all."""
+    kinds. Models are built without initialisation and never run: a few seconds for all."""
     smallest: dict[frozenset[str], tuple[int, str]] = {}
     for name in tv.list_models(module=tv):
         with no_initialisation():
