@@ -64,23 +64,34 @@ def test_cost_and_blocks_check_their_input_shape(
     assert not output.exists()
 
 
+@pytest.mark.parametrize("analysis", ["activation_ranges", "zero_ratio"])
 @pytest.mark.parametrize("samples", [(4, 3, 8, 8), (4, 8, 8)])
 def test_a_sample_file_of_the_wrong_shape_stops_analyze_before_the_analysis(
     samples: tuple[int, ...],
+    analysis: str,
     tiny,
     tmp_path: Path,
     capsys,
+    monkeypatch,
 ) -> None:
+    """...and the shipped analysis's file of an earlier run, in the working directory where it
+    writes by default, is left as it was (it had been replaced by an empty one)."""
     workload = write(tiny, tmp_path / "w.yaml")
     data = tmp_path / "samples.npy"
     np.save(data, np.zeros(samples, dtype=np.float32))
-    arguments = ["--workload", workload, "--input-data", data, "--analysis", "activation_ranges"]
+    monkeypatch.chdir(tmp_path)
+    earlier = tmp_path / {"activation_ranges": "activation_ranges.json"}.get(
+        analysis, "zero_ratio.csv"
+    )
+    earlier.write_text("an earlier run's results\n")
+    arguments = ["--workload", workload, "--input-data", data, "--analysis", analysis]
     outcome = run_cli(capsys, "analyze", *arguments)
     line = outcome.one_error(
         f"--input-data '{data}'", f"shape [1, {', '.join(map(str, samples[1:]))}]"
     )
     assert "expects 1 input channel" in line and "e.g. [1, 1, 8, 8]" in line
     assert "ran" not in outcome.out  # no sample reached the analysis
+    assert earlier.read_text() == "an earlier run's results\n"
 
 
 @pytest.mark.parametrize("record", [(1, 8, 8, 3), (8, 8, 1)])

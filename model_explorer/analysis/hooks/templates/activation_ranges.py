@@ -24,6 +24,8 @@ class ActivationRanges:
         entry["samples"].append(np.percentile(np.abs(data), [50, 99, 99.9, 99.99]))
 
     def EndAnalysis(self) -> None:
+        if not self.values:  # no sample ran (a refused input): an earlier file stays as it is
+            return
         result = {}
         for name, entry in self.values.items():
             percentiles = np.mean(entry["samples"], axis=0)

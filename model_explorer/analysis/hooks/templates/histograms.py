@@ -21,6 +21,8 @@ class Histograms:
         self._collect(name, input)
 
     def EndAnalysis(self) -> None:
+        if not self.values:  # no sample ran (a refused input): no folder, nothing replaced
+            return
         from model_explorer.figures import pyplot, save_figure
 
         plt = pyplot()

@@ -17,6 +17,8 @@ class ZeroRatio:
         self.counts[name] = (opcode, zeros + int((data == 0).sum()), total + data.size)
 
     def EndAnalysis(self) -> None:
+        if not self.counts:  # no sample ran (a refused input): an earlier file stays as it is
+            return
         with open(self.path, "w", newline="") as file:
             writer = csv.writer(file)
             writer.writerow(["operator", "opcode", "zeros", "elements", "zero_ratio"])
