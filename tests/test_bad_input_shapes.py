@@ -64,11 +64,15 @@ def test_cost_and_blocks_check_their_input_shape(
     assert not output.exists()
 
 
-@pytest.mark.parametrize("analysis", ["activation_ranges", "zero_ratio"])
+@pytest.mark.parametrize(
+    "analysis, written",
+    [("activation_ranges", "activation_ranges.json"), ("zero_ratio", "zero_ratio.csv")],
+)
 @pytest.mark.parametrize("samples", [(4, 3, 8, 8), (4, 8, 8)])
 def test_a_sample_file_of_the_wrong_shape_stops_analyze_before_the_analysis(
     samples: tuple[int, ...],
     analysis: str,
+    written: str,
     tiny,
     tmp_path: Path,
     capsys,
@@ -80,9 +84,7 @@ def test_a_sample_file_of_the_wrong_shape_stops_analyze_before_the_analysis(
     data = tmp_path / "samples.npy"
     np.save(data, np.zeros(samples, dtype=np.float32))
     monkeypatch.chdir(tmp_path)
-    earlier = tmp_path / {"activation_ranges": "activation_ranges.json"}.get(
-        analysis, "zero_ratio.csv"
-    )
+    earlier = tmp_path / written  # where the analysis writes without --analysis-args
     earlier.write_text("an earlier run's results\n")
     arguments = ["--workload", workload, "--input-data", data, "--analysis", analysis]
     outcome = run_cli(capsys, "analyze", *arguments)
