@@ -49,13 +49,6 @@ def with_runner(search: dict, folder: Path, runner: dict | None) -> Workload:
     return Workload.load(path)
 
 
-def test_process_runner_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
-    with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
-    output = tmp_path / "processes.pkl"
-    assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
-    assert without_times(output) == digits_search["serial"]
-
-
 class KillsOnce:
     """Runner mixin: kills one worker process as the first result of the second generation
     arrives."""
@@ -102,6 +95,8 @@ def test_a_killed_worker_process_is_replaced_and_the_result_unchanged(
 def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
     digits_search: dict, tmp_path: Path, monkeypatch
 ) -> None:
+    """The workload's `runner: {type: processes}` through the CLI: the first generation, then
+    the rest after a resume, each in fresh worker processes, give the serial result."""
     from model_explorer.exploration.explorer import Explorer
 
     with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
@@ -122,33 +117,31 @@ def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
 
 
 @pytest.mark.xdist_group("dask")  # one local cluster (two worker processes) at a time
-def test_dask_local_cluster_gives_the_serial_result(digits_search: dict, tmp_path: Path) -> None:
-    pytest.importorskip("distributed")
-    with_runner(digits_search, tmp_path, {"type": "dask", "workers": 2})
-    output = tmp_path / "dask.pkl"
-    assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
-    assert without_times(output) == digits_search["serial"]
-
-
-@pytest.mark.xdist_group("dask")  # one local cluster (two worker processes) at a time
-def test_a_killed_dask_worker_is_replaced_and_the_result_unchanged(
-    digits_search: dict, tmp_path: Path
+def test_a_dask_search_is_the_serial_one_even_when_a_worker_is_killed(
+    digits_search: dict, tmp_path: Path, monkeypatch
 ) -> None:
+    """The workload's `runner: {type: dask}` through the CLI, with one worker killed in the
+    second generation: the cluster replaces it and the result is the serial one (which a run
+    without a kill gives all the more; one local cluster instead of two keeps the suite short)."""
     pytest.importorskip("distributed")
-    from model_explorer.exploration.runners.dask_cluster import DaskRunner
+    from model_explorer.exploration.runners import dask_cluster
 
-    class KillingDaskRunner(KillsOnce, DaskRunner):
+    started: list[KillsOnce] = []
+
+    class KillingDaskRunner(KillsOnce, dask_cluster.DaskRunner):
+        def __init__(self, *arguments) -> None:  # noqa: ANN002
+            super().__init__(*arguments)
+            started.append(self)
+
         def worker_pid(self) -> int:
             return sorted(self.client.run(os.getpid).values())[0]
 
-    workload = with_runner(digits_search, tmp_path, None)
-    runner = KillingDaskRunner(workers=2)
-    output = tmp_path / "killed.pkl"
-    try:
-        explore(workload, ExploreOptions(output=str(output)), runner=runner)
-    finally:
-        runner.close()
-    assert runner.killed
+    # the `dask` runner's builder imports DaskRunner from dask_cluster when it is called
+    monkeypatch.setattr(dask_cluster, "DaskRunner", KillingDaskRunner)
+    with_runner(digits_search, tmp_path, {"type": "dask", "workers": 2})
+    output = tmp_path / "dask.pkl"
+    assert main(["explore", str(tmp_path / "workload.yaml"), "--output", str(output)]) == 0
+    assert [runner.killed for runner in started] == [True]
     assert without_times(output) == digits_search["serial"]
 
 
