@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 from pathlib import Path
@@ -51,30 +50,6 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     path = write_energy_csv(rows, tmp_path / "e.csv")
     assert path.read_text().splitlines()[0].split(",") == CSV_COLUMNS
     assert read_energy_csv(path) == rows
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("zigzag") is None, reason="the zigzag extra is not installed"
-)
-def test_zigzag_backend_writes_the_same_columns(tmp_path: Path) -> None:
-    from model_explorer.cost.energy.zigzag import zigzag_energy
-
-    model = create_model("digits_cnn").eval()
-    example = torch.zeros(1, 1, 8, 8)
-    zigzag = zigzag_energy(model, example)
-    analytic = analytic_energy(model, example)
-    assert [r.layer_name for r in zigzag] == [r.layer_name for r in analytic]
-    assert [r.layer_type for r in zigzag] == [r.layer_type for r in analytic]
-    for row in zigzag:
-        assert (
-            row.w_reads > 0 and row.total_dram_energy == row.w_energy + row.i_energy + row.o_energy
-        )
-    a, b = (
-        write_energy_csv(zigzag, tmp_path / "z.csv"),
-        write_energy_csv(analytic, tmp_path / "a.csv"),
-    )
-    assert a.read_text().splitlines()[0] == b.read_text().splitlines()[0]
 
 
 def test_sequential_energy_is_the_original_formula() -> None:
