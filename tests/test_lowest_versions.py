@@ -51,7 +51,8 @@ def test_the_lowest_declared_pure_python_versions_work(tmp_path: Path) -> None:
     wanted = {name: lowest(name) for name in PURE_PYTHON}
     folder = tmp_path / "site"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder)]
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile"]
+        + ["--target", str(folder)]
         + [f"{name}=={version}" for name, version in wanted.items()]
         + ["pydantic-core"],
         capture_output=True,
@@ -63,7 +64,7 @@ def test_the_lowest_declared_pure_python_versions_work(tmp_path: Path) -> None:
     pin = _core_pin(folder)  # the pydantic-core that this pydantic pins
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade"]
-        + ["--target", str(folder), f"pydantic-core=={pin}"],
+        + ["--no-compile", "--target", str(folder), f"pydantic-core=={pin}"],
         check=True,
         capture_output=True,
     )
@@ -115,7 +116,8 @@ def test_the_lowest_declared_compiled_dependencies_work_together(tmp_path: Path)
     import yaml
 
     environment = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(environment)], check=True)
+    # no pip of its own: this environment's pip installs into it (`pip --python`)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(environment)], check=True)
     python = environment / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -125,8 +127,9 @@ def test_the_lowest_declared_compiled_dependencies_work_together(tmp_path: Path)
     (Path(site) / "base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
     wanted = [f"{name}=={lowest(name)}" for name in COMPILED]
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        + ["--only-binary=:all:", "-c", str(REPOSITORY / "constraints.txt"), *wanted],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
+        + ["--disable-pip-version-check", "--only-binary=:all:", "--no-compile"]
+        + ["-c", str(REPOSITORY / "constraints.txt"), *wanted],
         capture_output=True,
         text=True,
     )
