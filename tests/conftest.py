@@ -103,26 +103,48 @@ def searched(trained_digits: tuple[Path, Path], tmp_path_factory: pytest.TempPat
     return workload, result
 
 
-@pytest.fixture(scope="session")
-def resnet20_searched(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """(workload file, result file) of resnet20_digits (residual additions) with a shorter
-    training and search than shipped, to keep the suite fast: three epochs, a random start
-    (the sensitivity start's two tables of 44 quantizers would take three times the search)."""
-    import torch
+# resnet20_digits's float model trained for three epochs by `train_resnet20` and kept, for the
+# same reason as the digits one (and to spare the suite the training). Written again by
+# `python tests/conftest.py` with the digits one.
+RESNET20_CHECKPOINT = REPOSITORY / "tests" / "data" / "resnet20_digits_baseline.pt"
 
-    from model_explorer.cli import main
 
-    folder = tmp_path_factory.mktemp("resnet20")
+def resnet20_workload(folder: Path, checkpoint: Path) -> Path:
+    """resnet20_digits (residual additions) in `folder`, its weights `checkpoint`, with a
+    shorter training and search than shipped, to keep the suite fast: three epochs, a random
+    start (the sensitivity start's two tables of 44 quantizers would take three times the
+    search)."""
     data = yaml.safe_load((REPOSITORY / "workloads" / "resnet20_digits.yaml").read_text())
     body = data["workload"]
-    body["model"]["weights"] = str(folder / "baseline.pt")
+    body["model"]["weights"] = str(checkpoint)
     body["calibration"]["file"] = str(folder / "calibration.pt")
     body["retraining"]["epochs"] = 3
     body["exploration"]["nsga"].update(pop_size=8, offsprings=8, generations=4)
     body["exploration"]["initialization"] = "random"
-    workload = str(write_workload(data, folder / "resnet20.yaml"))
+    return write_workload(data, folder / "resnet20.yaml")
+
+
+def train_resnet20(folder: Path) -> Path:
+    """The checkpoint of resnet20_workload's three epochs, trained into `folder`."""
+    import torch
+
+    from model_explorer.cli import main
+
     torch.manual_seed(0)
-    assert main(["retrain", "--baseline", workload]) == 0
+    assert main(["retrain", "--baseline", str(resnet20_workload(folder, folder / "r.pt"))]) == 0
+    return folder / "r.pt"
+
+
+@pytest.fixture(scope="session")
+def resnet20_searched(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """(workload file, result file) of resnet20_workload, the kept weights calibrated and
+    searched once."""
+    from model_explorer.cli import main
+
+    folder = tmp_path_factory.mktemp("resnet20")
+    checkpoint = folder / "baseline.pt"
+    shutil.copyfile(RESNET20_CHECKPOINT, checkpoint)
+    workload = str(resnet20_workload(folder, checkpoint))
     assert main(["calibrate", workload]) == 0
     result = folder / "result.pkl"
     assert main(["explore", workload, "--output", str(result)]) == 0
@@ -135,4 +157,5 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as name:
         _, trained = train_digits(Path(name))
         shutil.copyfile(trained, DIGITS_CHECKPOINT)
-    print(f"wrote {DIGITS_CHECKPOINT}")
+        shutil.copyfile(train_resnet20(Path(name)), RESNET20_CHECKPOINT)
+    print(f"wrote {DIGITS_CHECKPOINT} and {RESNET20_CHECKPOINT}")
