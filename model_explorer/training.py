@@ -156,6 +156,12 @@ def make_scheduler(optimizer: torch.optim.Optimizer, config: RetrainingSpec, epo
     return None
 
 
+def _said(accuracy: float | list[float]) -> str:
+    """An epoch's accuracy (or each output's) to four places, as the summary line gives it."""
+    values = accuracy if isinstance(accuracy, list) else [accuracy]
+    return ", ".join(f"{float(value):.4f}" for value in values)
+
+
 def train(
     model: nn.Module,
     train_loader: DataLoader,
@@ -204,7 +210,8 @@ def train(
         accuracy = evaluate(model, validation_batches or train_loader, metric, device)
         record = EpochRecord(epoch, loss, accuracy, time.perf_counter() - started)
         history.append(record)
-        log.info("epoch %d: loss %.4f, validation accuracy %s", epoch, record.train_loss, accuracy)
+        where = "validation" if validation_batches is not None else "training-data"
+        log.info("epoch %d: loss %.4f, %s accuracy %s", epoch, loss, where, _said(accuracy))
         bar.set_postfix(loss=f"{record.train_loss:.4f}", accuracy=f"{_score(accuracy):.4f}")
         if validation_batches is None or best is None or _score(accuracy) > best[0]:
             best = (_score(accuracy), epoch, accuracy)
