@@ -13,8 +13,7 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.errors import UserError, WorkloadError
-from model_explorer.exploration.runners import ProcessRunner, RunnerSpec, build_runner
-from model_explorer.operations.explore import ExploreOptions, explore
+from model_explorer.exploration.runners import RunnerSpec, build_runner
 from model_explorer.results import ExplorationResult
 from model_explorer.workload import Workload
 from tests_support import without_times
@@ -50,9 +49,10 @@ def with_runner(search: dict, folder: Path, runner: dict | None) -> Workload:
 
 
 class KillsOnce:
-    """Runner mixin: kills one worker process as the first result of the second generation
-    arrives."""
+    """Runner mixin: kills one worker process as the first result of the runner's
+    `kill_in`-th generation arrives."""
 
+    kill_in = 2
     generations = 0
     killed = False
 
@@ -63,7 +63,7 @@ class KillsOnce:
         self.generations += 1
 
         def kill_once(position, configuration, evaluation) -> None:  # noqa: ANN001
-            if self.generations == 2 and not self.killed:
+            if self.generations == self.kill_in and not self.killed:
                 os.kill(self.worker_pid(), signal.SIGKILL)
                 self.killed = True
             done(position, configuration, evaluation)
@@ -71,33 +71,27 @@ class KillsOnce:
         super().evaluate(problem, genomes, kill_once, front)
 
 
-class KillingProcessRunner(KillsOnce, ProcessRunner):
-    def worker_pid(self) -> int:
-        return self.worker_pids()[0]
-
-
-def test_a_killed_worker_process_is_replaced_and_the_result_unchanged(
-    digits_search: dict, tmp_path: Path, caplog
-) -> None:
-    workload = with_runner(digits_search, tmp_path, None)
-    runner = KillingProcessRunner(workers=2)
-    output = tmp_path / "killed.pkl"
-    with caplog.at_level(logging.WARNING, "model_explorer"):
-        try:
-            explore(workload, ExploreOptions(output=str(output)), runner=runner)
-        finally:
-            runner.close()
-    assert runner.killed
-    assert "a worker process died" in caplog.text
-    assert without_times(output) == digits_search["serial"]
-
-
-def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
-    digits_search: dict, tmp_path: Path, monkeypatch
+def test_a_run_interrupted_under_processes_resumes_to_the_serial_result_past_a_killed_worker(
+    digits_search: dict, tmp_path: Path, monkeypatch, caplog
 ) -> None:
     """The workload's `runner: {type: processes}` through the CLI: the first generation, then
-    the rest after a resume, each in fresh worker processes, give the serial result."""
+    the rest after a resume, each in fresh worker processes, give the serial result, although
+    a worker process is killed in the resumed generation (the pool is replaced and the
+    genomes it had not answered are evaluated again)."""
     from model_explorer.exploration.explorer import Explorer
+    from model_explorer.exploration.runners import processes
+
+    started: list[KillsOnce] = []
+
+    class KillingProcessRunner(KillsOnce, processes.ProcessRunner):
+        kill_in = 1  # the resumed run's first generation
+
+        def __init__(self, *arguments) -> None:  # noqa: ANN002
+            super().__init__(*arguments)
+            started.append(self)
+
+        def worker_pid(self) -> int:
+            return self.worker_pids()[0]
 
     with_runner(digits_search, tmp_path, {"type": "processes", "workers": 2})
     workload, output = str(tmp_path / "workload.yaml"), str(tmp_path / "cut.pkl")
@@ -112,7 +106,12 @@ def test_a_run_interrupted_under_processes_resumes_to_the_serial_result(
     assert main(["explore", workload, "--output", output]) == 130
     assert not ExplorationResult.load(output).complete
     monkeypatch.setattr(Explorer, "_close_generation", original)
-    assert main(["explore", workload, "--output", output, "--resume"]) == 0
+    # the `processes` runner's builder finds ProcessRunner in its module when it is called
+    monkeypatch.setattr(processes, "ProcessRunner", KillingProcessRunner)
+    with caplog.at_level(logging.WARNING, "model_explorer"):
+        assert main(["explore", workload, "--output", output, "--resume"]) == 0
+    assert [runner.killed for runner in started] == [True]
+    assert "a worker process died" in caplog.text
     assert without_times(Path(output)) == digits_search["serial"]
 
 
