@@ -9,9 +9,11 @@ before the layer computes: "present" blocks were all zero already, "created" blo
 by the threshold. The layer then multiplies its weights with the sparsified matrix, so its output
 equals the original layer applied to the sparsified input.
 
-The block means come from the matrix copied once into a tensor of whole blocks, or, for
-convolutions whose matrix is narrow in blocks, from |x| convolved with 0/1 weights without the
-matrix (`convolved_means`); the matrix is built where blocks are zeroed. Everything is
+The block means of a convolution's input come from depthwise convolutions of |x|, each
+channel's part of a block summed at every output position, without the matrix
+(`convolved_means`); those of a Linear layer's input, or of a convolution's where its matrix is
+wide in blocks and some are zeroed, from the matrix copied once into a tensor of whole blocks,
+which is built where blocks are zeroed. Everything is
 vectorised over the batch; large inputs are processed in chunks of samples so that the padded
 matrix stays within a memory budget.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -153,13 +156,20 @@ def dense_forward(layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
     return layer._conv_forward(x, weight, layer.bias)
 
 
-# Block statistics by a convolution of |x| with 0/1 weights (below) cost about the blocks across
-# the matrix's columns times its size in multiply-adds; from the matrix, about its size in
-# memory traffic twice (|.| and the pooling). Measured on the CPU (resnet18 at 32x32 and the
-# digits CNN, `benchmarks/bench_sparsity.py`), the convolution was the faster way to the
-# statistics alone up to a few hundred blocks across (a 576-block layer: 2.8x slower). Where
-# blocks are zeroed the matrix is built anyway, and there it paid only for narrow matrices.
-CONVOLVED_STATISTICS_BLOCKS = {"statistics only": 320, "zeroing": 64}
+# Block statistics by convolutions of |x| (below) cost, for one output channel per block
+# across with 0/1 weights over every input channel, the blocks across times the matrix's
+# columns in multiply-adds per output position; for depthwise convolutions of each channel's
+# parts of the blocks (`block_pieces`), a few times the input's channels times the kernel's
+# elements, though in a kernel some ten to forty times slower per multiply-add on the CPU. The
+# depthwise ones are taken where the blocks across are more than PIECES_PER_BLOCKS times the
+# parts per channel (the wide layers: 64 channels of 3x3 or more at 8 columns a block). From
+# the matrix, the statistics cost about its size in memory traffic twice (|.| and the pooling).
+# Measured on the CPU (resnet18 at 32x32 and the digits CNN, `benchmarks/bench_sparsity.py`),
+# the convolutions were the faster way for every layer, where blocks are zeroed too (the
+# matrix built after them skips the pooling); the limits on the blocks across, past which the
+# matrix would give the statistics, are kept as knobs (the tests set them to 0).
+CONVOLVED_STATISTICS_BLOCKS = {"statistics only": 1 << 30, "zeroing": 1 << 30}
+PIECES_PER_BLOCKS = 16
 
 
 def block_indicator(layer: nn.Module, width: int, like: Tensor) -> Tensor:
@@ -173,6 +183,31 @@ def block_indicator(layer: nn.Module, width: int, like: Tensor) -> Tensor:
     block_of = torch.arange(columns, device=like.device) // width  # each column's block
     indicator = (block_of == torch.arange(wide, device=like.device)[:, None]).to(like.dtype)
     return indicator.repeat(groups, 1).view(groups * wide, per_group, *layer.kernel_size)
+
+
+def block_pieces(layer: nn.Module, width: int, like: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """How a convolution's input channels make its blocks' column sums: a block of `width`
+    columns holds a run of one channel's kernel elements or the end of one channel's and the
+    start of the next's. Piece j of each channel is its part of the j-th block it reaches
+    (nothing where it reaches fewer). For each j: the weights of a depthwise convolution
+    (1 on the piece's kernel elements, else 0) and each channel's block, numbered across the
+    groups."""
+    groups, kernel = layer.groups, layer.kernel_size
+    per_group, taps = layer.in_channels // groups, math.prod(kernel)
+    wide = math.ceil(per_group * taps / width)
+    device = like.device
+    start = torch.arange(per_group, device=device) * taps  # each channel's first column
+    first, last = start // width, (start + taps - 1) // width
+    column_block = (start[:, None] + torch.arange(taps, device=device)) // width  # (C, taps)
+    offsets = torch.arange(groups, device=device)[:, None] * wide
+    ones = [1] * len(kernel)
+    pieces = []
+    for j in range(int((last - first).max()) + 1):
+        block = torch.minimum(first + j, last)  # past its last block a channel adds zeros
+        mask = (column_block == block[:, None]) & (first + j <= last)[:, None]
+        weights = mask.to(like.dtype).reshape(per_group, 1, *kernel).repeat(groups, 1, *ones)
+        pieces.append((weights, (block[None, :] + offsets).reshape(-1)))
+    return pieces
 
 
 class BlockSparsifier(nn.Module):
@@ -191,7 +226,7 @@ class BlockSparsifier(nn.Module):
         self.block_size = (int(width), int(height))
         self.threshold = float(threshold)
         self.chunk_bytes = chunk_bytes
-        self._indicators: dict[tuple, Tensor] = {}  # block_indicator per layer geometry
+        self._weights: dict[tuple, Any] = {}  # column_sums' weights per layer geometry
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -248,35 +283,56 @@ class BlockSparsifier(nn.Module):
         return geometry.groups * padded_columns * padded_rows * x.element_size() * 3
 
     def convolved_means(self, layer: nn.Module, x: Tensor) -> Tensor | None:
-        """Every block's mean for a convolution's input without building its matrix: |x|
-        convolved with `block_indicator` sums each block's columns at every output position,
-        and sums of `height` consecutive positions finish the blocks. None where the matrix is
-        the cheaper way (more blocks across than CONVOLVED_STATISTICS_BLOCKS allows), for Linear
+        """Every block's mean for a convolution's input without building its matrix: the sums
+        of |x| over each block's columns at every output position (`column_sums`), and sums
+        of `height` consecutive positions finish the blocks. None where the matrix is the
+        cheaper way (more blocks across than CONVOLVED_STATISTICS_BLOCKS allows), for Linear
         layers, and where a NaN or Inf in x made sums of blocks that do not hold it NaN (the
         product of Inf and a 0 weight): the matrix then gives each block its own mean."""
         if isinstance(layer, nn.Linear):
             return None
         width, height = self.block_size
-        geometry = (layer.in_channels, layer.groups, layer.kernel_size, x.dtype, x.device)
         columns = layer.in_channels // layer.groups * math.prod(layer.kernel_size)
         limit = CONVOLVED_STATISTICS_BLOCKS["statistics only" if self.threshold <= 0 else "zeroing"]
         if math.ceil(columns / width) > limit:
             return None
-        indicator = self._indicators.get(geometry)
-        if indicator is None:
-            indicator = self._indicators[geometry] = block_indicator(layer, width, x)
-        x, padding = _conv_padding(layer, x)
-        convolve = F.conv1d if isinstance(layer, nn.Conv1d) else F.conv2d
-        sums = convolve(
-            x.abs(), indicator, None, layer.stride, padding, layer.dilation, layer.groups
-        )
-        n, rows = sums.shape[0], math.prod(sums.shape[2:])
-        sums = sums.reshape(n, layer.groups, -1, rows)
+        sums = self.column_sums(layer, x)
+        n, blocks, rows = sums.shape
+        sums = sums.view(n, layer.groups, blocks // layer.groups, rows)
         high = math.ceil(rows / height)
         if high * height != rows:
             sums = F.pad(sums, (0, high * height - rows))
-        means = sums.view(n, layer.groups, sums.shape[2], high, height).sum(4) / (width * height)
+        means = sums.view(*sums.shape[:3], high, height).sum(4) / (width * height)
         return None if bool(means.isnan().any()) else means
+
+    def column_sums(self, layer: nn.Module, x: Tensor) -> Tensor:
+        """(N, groups x blocks across, L): |x| summed over each block's columns at every output
+        position, by one convolution with `block_indicator`'s weights or, for wide layers, by
+        depthwise ones whose parts are added into their blocks (`block_pieces`)."""
+        geometry = (layer.in_channels, layer.groups, layer.kernel_size, x.dtype, x.device)
+        width = self.block_size[0]
+        wide = math.ceil(layer.in_channels // layer.groups * math.prod(layer.kernel_size) / width)
+        weights = self._weights.get(geometry)
+        if weights is None:
+            weights = block_pieces(layer, width, x)
+            if wide <= PIECES_PER_BLOCKS * len(weights):
+                weights = block_indicator(layer, width, x)
+            self._weights[geometry] = weights
+        x, padding = _conv_padding(layer, x)
+        magnitudes = x.abs()
+        convolve = F.conv1d if isinstance(layer, nn.Conv1d) else F.conv2d
+        settings = (layer.stride, padding, layer.dilation)
+        if isinstance(weights, Tensor):
+            sums = convolve(magnitudes, weights, None, *settings, layer.groups)
+            return sums.reshape(sums.shape[0], sums.shape[1], -1)
+        sums = None
+        for piece, blocks in weights:
+            part = convolve(magnitudes, piece, None, *settings, layer.in_channels)
+            part = part.reshape(part.shape[0], layer.in_channels, -1)
+            if sums is None:
+                sums = part.new_zeros(part.shape[0], layer.groups * wide, part.shape[2])
+            sums.index_add_(1, blocks, part)
+        return sums
 
     def _forward_chunk(self, layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
         means = self.convolved_means(layer, x)

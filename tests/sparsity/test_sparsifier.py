@@ -82,13 +82,16 @@ def layers():
 BLOCKS = [(8, 8), (4, 2), (3, 5), (1, 1), (64, 64)]
 
 
-@pytest.fixture(params=["convolved", "matrix"])
+@pytest.fixture(params=["convolved", "pieces", "matrix"])
 def statistics(request, monkeypatch) -> str:
-    """Block means by a convolution of |x| wherever the sparsifier may take it, or from the
-    im2col matrix everywhere: both must count what the reference counts."""
-    limit = 10**9 if request.param == "convolved" else 0
+    """Block means by one convolution of |x| with a 0/1 weight per block, by depthwise
+    convolutions of each channel's parts of the blocks, wherever the sparsifier may take them,
+    or from the im2col matrix everywhere: each must count what the reference counts."""
+    limit = 0 if request.param == "matrix" else 10**9
     limits = dict.fromkeys(sparsifier_module.CONVOLVED_STATISTICS_BLOCKS, limit)
     monkeypatch.setattr(sparsifier_module, "CONVOLVED_STATISTICS_BLOCKS", limits)
+    pieces = 0 if request.param == "pieces" else 10**9
+    monkeypatch.setattr(sparsifier_module, "PIECES_PER_BLOCKS", pieces)
     return request.param
 
 
