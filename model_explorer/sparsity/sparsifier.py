@@ -9,12 +9,12 @@ before the layer computes: "present" blocks were all zero already, "created" blo
 by the threshold. The layer then multiplies its weights with the sparsified matrix, so its output
 equals the original layer applied to the sparsified input.
 
-The block means of a convolution's input come from depthwise convolutions of |x|, each
-channel's part of a block summed at every output position, without the matrix
-(`convolved_means`); those of a Linear layer's input, or of a convolution's where its matrix is
-wide in blocks and some are zeroed, from the matrix copied once into a tensor of whole blocks,
-which is built where blocks are zeroed. Everything is
-vectorised over the batch; large inputs are processed in chunks of samples so that the padded
+The block means of a convolution's input come from convolutions of |x| that sum each block's
+columns at every output position, without the matrix (`convolved_means`: one convolution with
+a 0/1 weight per block, or, for wide layers, depthwise convolutions of each channel's part of
+the blocks); those of a Linear layer's input, and of an input holding an Inf or NaN, from the
+matrix copied once into a tensor of whole blocks. The matrix is built where blocks are zeroed.
+Everything is vectorised over the batch; large inputs are processed in chunks of samples so that the padded
 matrix stays within a memory budget.
 """
 
