@@ -14,8 +14,8 @@ columns at every output position, without the matrix (`convolved_means`: one con
 a 0/1 weight per block, or, for wide layers, depthwise convolutions of each channel's part of
 the blocks); those of a Linear layer's input, and of an input holding an Inf or NaN, from the
 matrix copied once into a tensor of whole blocks. The matrix is built where blocks are zeroed.
-Everything is vectorised over the batch; large inputs are processed in chunks of samples so that the padded
-matrix stays within a memory budget.
+Everything is vectorised over the batch; large inputs are processed in chunks of samples so
+that the padded matrix stays within a memory budget.
 """
 
 from __future__ import annotations
@@ -307,15 +307,17 @@ class BlockSparsifier(nn.Module):
 
     def column_sums(self, layer: nn.Module, x: Tensor) -> Tensor:
         """(N, groups x blocks across, L): |x| summed over each block's columns at every output
-        position, by one convolution with `block_indicator`'s weights or, for wide layers, by
-        depthwise ones whose parts are added into their blocks (`block_pieces`)."""
+        position, by one convolution with `block_indicator`'s weights or, for wide layers on
+        the CPU, by depthwise ones whose parts are added into their blocks (`block_pieces`)."""
         geometry = (layer.in_channels, layer.groups, layer.kernel_size, x.dtype, x.device)
         width = self.block_size[0]
         wide = math.ceil(layer.in_channels // layer.groups * math.prod(layer.kernel_size) / width)
         weights = self._weights.get(geometry)
         if weights is None:
             weights = block_pieces(layer, width, x)
-            if wide <= PIECES_PER_BLOCKS * len(weights):
+            # measured on the CPU; elsewhere the one convolution, whose sums do not depend on
+            # the order of atomic additions
+            if x.device.type != "cpu" or wide <= PIECES_PER_BLOCKS * len(weights):
                 weights = block_indicator(layer, width, x)
             self._weights[geometry] = weights
         x, padding = _conv_padding(layer, x)
