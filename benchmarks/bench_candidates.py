@@ -3,9 +3,10 @@ exploration subset, in one process, for each workload.
 
     python benchmarks/bench_candidates.py [WORKLOAD ...] [--candidates N]
 
-Default: every shipped workload that runs offline (the digits, digits_vit and ResNet ones, and
-those whose extras are installed: MiniLM with `transformers`, EfficientNet-Lite0 with
-`photos`). Candidates are random genomes of the workload's problem (bit widths or formats),
+Default: every shipped workload that runs offline (the digits ones: bit widths, formats, block
+sparsity and both together; digits_vit and the ResNet ones; and those whose extras are
+installed: MiniLM with `transformers`, EfficientNet-Lite0 with `photos`). Candidates are random
+genomes of the workload's problem (bit widths, formats or thresholds),
 scored in full (no early rejection) on a model that has already met their settings; each is
 timed alternately with a float forward pass and once more with the eager steps in place of the
 compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0), and the medians are
@@ -54,10 +55,11 @@ def measure(path: str, candidates: int) -> None:
                 problem.evaluate(genome)
             times[name].append(time.perf_counter() - started)
     candidate, reference, eager = (statistics.median(times[name]) for name in times)
-    layers = len(problem.model.layers)
+    quantized = getattr(problem.model, "layers", None)  # a SparseModel names its own
+    layers = len(quantized) if quantized is not None else len(problem.model.explorable_modules)
     print(
-        f"{workload.name}: {batches.num_samples} samples, {layers} quantized layers "
-        f"({len(problem.variables)} bit widths), {torch.get_num_threads()} threads\n"
+        f"{workload.name}: {batches.num_samples} samples, {layers} transformed layers "
+        f"({len(problem.variables)} genes), {torch.get_num_threads()} threads\n"
         f"  float forward over the subset: {reference * 1e3:9.1f} ms\n"
         f"  candidate evaluation (median): {candidate * 1e3:9.1f} ms = "
         f"{candidate / reference:.2f}x float\n"
@@ -70,6 +72,8 @@ def offline_workloads() -> list[str]:
     shipped = [
         "digits_cnn",
         "digits_cnn_formats",
+        "digits_cnn_sparsity",
+        "digits_cnn_joint",
         "digits_vit",
         "resnet20_digits",
         "resnet18_digits",

@@ -14,13 +14,15 @@ from model_explorer.workload import Workload
 
 def prepared_context(path: str, overrides: Sequence[str] = ()) -> tuple[Workload, WorkloadContext]:
     """The workload (with `overrides`, KEY=VALUE as --set takes them) and its context, trained
-    (unless its model ships weights) and calibrated; the process's allocator set as the
-    command line sets it (memory.keep_freed_memory), so that times are what a search sees."""
+    (unless its model ships weights) and calibrated (where it quantizes); the process's
+    allocator set as the command line sets it (memory.keep_freed_memory), so that times are
+    what a search sees."""
     keep_freed_memory()
     workload = Workload.load(path, overrides=overrides)
     context = WorkloadContext(workload)
     weights = workload.model.weights
     if weights is not None and not workload.model.resolve(weights).is_file():
         train_baseline(context, progress=False)
-    calibrate_workload(context, if_missing=True)
+    if workload.calibration is not None:  # a sparsity workload has none
+        calibrate_workload(context, if_missing=True)
     return workload, context
