@@ -166,9 +166,9 @@ def dense_forward(layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
 # the matrix, the statistics cost about its size in memory traffic twice (|.| and the pooling).
 # Measured on the CPU (resnet18 at 32x32 and the digits CNN, `benchmarks/bench_sparsity.py`),
 # the convolutions were the faster way for every layer, where blocks are zeroed too (the
-# matrix built after them skips the pooling); the limits on the blocks across, past which the
-# matrix would give the statistics, are kept as knobs (the tests set them to 0).
-CONVOLVED_STATISTICS_BLOCKS = {"statistics only": 1 << 30, "zeroing": 1 << 30}
+# matrix built after them skips the pooling); the limit on the blocks across, past which the
+# matrix would give the statistics, is kept as a knob (the tests set it to 0).
+CONVOLVED_STATISTICS_BLOCKS = 1 << 30
 PIECES_PER_BLOCKS = 16
 
 
@@ -285,16 +285,15 @@ class BlockSparsifier(nn.Module):
     def convolved_means(self, layer: nn.Module, x: Tensor) -> Tensor | None:
         """Every block's mean for a convolution's input without building its matrix: the sums
         of |x| over each block's columns at every output position (`column_sums`), and sums
-        of `height` consecutive positions finish the blocks. None where the matrix is the
-        cheaper way (more blocks across than CONVOLVED_STATISTICS_BLOCKS allows), for Linear
+        of `height` consecutive positions finish the blocks. None past
+        CONVOLVED_STATISTICS_BLOCKS blocks across (no limit but in the tests), for Linear
         layers, and where a NaN or Inf in x made sums of blocks that do not hold it NaN (the
         product of Inf and a 0 weight): the matrix then gives each block its own mean."""
         if isinstance(layer, nn.Linear):
             return None
         width, height = self.block_size
         columns = layer.in_channels // layer.groups * math.prod(layer.kernel_size)
-        limit = CONVOLVED_STATISTICS_BLOCKS["statistics only" if self.threshold <= 0 else "zeroing"]
-        if math.ceil(columns / width) > limit:
+        if math.ceil(columns / width) > CONVOLVED_STATISTICS_BLOCKS:
             return None
         sums = self.column_sums(layer, x)
         n, blocks, rows = sums.shape
