@@ -17,11 +17,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 PROBE = """
 import ctypes, json, resource, sys
-import torch
 from model_explorer.memory import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else False
 faults = []
 if sys.argv[2] == "layer":
+    import torch
     x = torch.ones(8, 16, 256, 256)  # 32 MiB
     for _ in range(12):  # a layer's temporaries, pass after pass
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -34,7 +34,7 @@ else:  # a network's activations as the allocator sees them: 1.5 GiB alive at th
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    for _ in range(4):
+    for _ in range(3):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         blocks = [libc.malloc(128 << 20) for _ in range(12)]
         for block in blocks:
