@@ -13,7 +13,9 @@ compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0), and the
 compared. The compiled passes are taken from the first tensor (MODEL_EXPLORER_COMPILE=1), where
 a search takes them once they pay. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
-for a few minutes), and the process's allocator is set as a search sets it.
+for a few minutes), and the process's allocator is set as a search sets it: the page faults a
+pass takes (getrusage's minor faults, fresh pages from the kernel) are printed beside the
+times, and should be none.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import resource
 import statistics
 import time
 
@@ -45,15 +48,18 @@ def measure(path: str, candidates: int) -> None:
     for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
         problem.evaluate(genome)
     times: dict[str, list[float]] = {"ours": [], "float": [], "eager": []}
+    faults: dict[str, list[int]] = {name: [] for name in times}
     for genome in genomes:
         for name in times:
             os.environ[ENVIRONMENT_SWITCH] = "0" if name == "eager" else "1"
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             started = time.perf_counter()
             if name == "float":
                 evaluate(model, batches, workload.metric)
             else:
                 problem.evaluate(genome)
             times[name].append(time.perf_counter() - started)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     candidate, reference, eager = (statistics.median(times[name]) for name in times)
     quantized = getattr(problem.model, "layers", None)  # a SparseModel names its own
     layers = len(quantized) if quantized is not None else len(problem.model.explorable_modules)
@@ -63,7 +69,9 @@ def measure(path: str, candidates: int) -> None:
         f"  float forward over the subset: {reference * 1e3:9.1f} ms\n"
         f"  candidate evaluation (median): {candidate * 1e3:9.1f} ms = "
         f"{candidate / reference:.2f}x float\n"
-        f"  the same with the eager steps: {eager * 1e3:9.1f} ms = {eager / reference:.2f}x float"
+        f"  the same with the eager steps: {eager * 1e3:9.1f} ms = {eager / reference:.2f}x float\n"
+        f"  page faults a pass (median):   float {statistics.median(faults['float']):.0f}, "
+        f"candidate {statistics.median(faults['ours']):.0f}"
     )
 
 
