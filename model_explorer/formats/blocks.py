@@ -91,11 +91,9 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
         if quantized is not None:
             return straight_through(x, merge_blocks(quantized, values.shape, axis))
     amax = block_amax(blocks, dim)
-    # floor(log2(amax)) is amax's biased exponent field less 127 (a log2 and a floor would round
-    # near powers of two; torch.frexp gives the same, five times slower). A zero or subnormal
-    # amax reads -127 and clamps to E8M0's smallest scale, as its exact exponent would.
-    biased = amax.view(torch.int32).bitwise_right_shift(23).bitwise_and_(0xFF)
-    shared = biased.sub_(127 + element.emax)
+    # A zero or subnormal amax reads an exponent of -127 and clamps to E8M0's smallest scale,
+    # as its exact exponent would.
+    shared = compiled.biased_exponent(amax).sub_(127 + element.emax)
     shared.clamp_(E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT)
     no_scale = ~torch.isfinite(amax)
     scale = exact_power_of_two(shared).masked_fill_(no_scale, float("nan"))
