@@ -25,6 +25,7 @@ from model_explorer.problems.objectives import (
 )
 from model_explorer.problems.options import BitOptions, ProblemOptions, QuantizationOptions
 from model_explorer.quantization import QuantizedModel
+from model_explorer.quantization.elision import ActivationElision
 
 
 def per_output_minimum(
@@ -105,6 +106,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         if any(o.name == "energy" for o in self.objectives) and energy is None:
             raise UserError(f"{options.key('objectives')}: 'energy' needs per-layer DRAM energies")
         self.model = model
+        self.elision = ActivationElision(getattr(model, "model", model))
         self.batches = batches
         self.metric = metric
         self.early_reject = options.early_reject
@@ -372,6 +374,12 @@ class LayerwiseQuantizationProblem(ModelProblem):
 
     def apply_plan(self, plan: Plan) -> None:
         apply_plan(plan, quantized=self.model)
+
+    def score(self, known: dict[str, float] | None = None) -> Any:
+        """ModelProblem's score, the activations the candidate's quantizers make redundant
+        skipped (quantization/elision.py: the same values, a pass over each fewer)."""
+        with self.elision.applied():
+            return super().score(known)
 
     def measure(self, configuration: list[Any]) -> Evaluation:
         plan = self.plan(configuration)

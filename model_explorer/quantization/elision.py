@@ -1,0 +1,191 @@
+"""Activations a candidate's quantizers make redundant, skipped while the candidate is scored.
+
+An unsigned integer input quantizer clamps its levels to [0, amax]: Q(relu(x)) = Q(x) for every
+x, and Q(relu6(x)) = Q(x) where amax <= 6 (values above amax become amax either way; an Inf or
+NaN too). Where a ReLU or ReLU6 call's output is read by nothing but such quantizers (the
+inputs of quantized layers, dense, with nothing else taking the activation), the call is a pass
+over the activation whose result no product sees: `elided_activations` skips those calls while a
+search scores a candidate. Only the sign of zeros can differ (a negative value rounds to -0
+where the activation gave +0), which no product or sum tells apart, so scores are unchanged.
+
+Which calls feed only quantized layers is read from the model's dataflow: a torch.fx trace with
+the transformed layers and the activations as leaves, once per model; a model fx cannot trace
+keeps every activation. A module called more than once (a ReLU shared within a residual block)
+is skipped call by call, its calls counted within each forward pass. Whether a call is skipped
+is decided per candidate, when scoring starts, from the quantizers it then has: enabled, the
+integer format, unsigned and symmetric, amax above zero and (after a ReLU6) at most 6, and no
+sparsifier in the layer, which reads the activation's magnitudes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from model_explorer.formats.integer import ZERO_AMAX
+from model_explorer.quantization.layers import Dense, TransformedLayer
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+
+log = logging.getLogger(__name__)
+
+# The activations skipped, with the largest value each passes (its clamp from above).
+ELIDABLE: dict[type[nn.Module], float] = {nn.ReLU: math.inf, nn.ReLU6: 6.0}
+
+
+@dataclass
+class Site:
+    """One activation module: per call in a forward pass, the layers reading its output (None
+    for a call something else reads too); the calls counted while skipping."""
+
+    module: nn.Module
+    readers: list[list[TransformedLayer] | None]
+    skipped: list[bool] = field(default_factory=list)
+    count: int = 0
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        index = self.count % len(self.readers)
+        self.count += 1
+        if self.skipped[index]:
+            return x
+        return type(self.module).forward(self.module, x, *args, **kwargs)
+
+
+def dataflow(model: nn.Module) -> list[Site] | None:
+    """The ReLU and ReLU6 modules of `model` with at least one call read only by transformed
+    layers, as the sole argument of each; None where torch.fx cannot trace the model."""
+    from torch import fx
+
+    activations = tuple(ELIDABLE)
+
+    class Leaves(fx.Tracer):
+        def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
+            if isinstance(module, (TransformedLayer, *activations)):
+                return True
+            return super().is_leaf_module(module, qualified_name)
+
+    try:
+        graph = Leaves().trace(model)
+    except Exception as error:  # noqa: BLE001 - any failure to trace: nothing is skipped
+        log.debug("activations kept: the model cannot be traced (%s)", error)
+        return None
+    calls: dict[int, list[Any]] = {}
+    leaves: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_module":
+            continue
+        leaves.add(node.target)
+        module = model.get_submodule(node.target)
+        if isinstance(module, activations):
+            calls.setdefault(id(module), []).append(node)
+    hidden = _called_inside_leaves(model, leaves)
+    sites = []
+    for nodes in calls.values():
+        module = model.get_submodule(nodes[0].target)
+        if id(module) in hidden:
+            continue  # called inside a leaf too: its calls cannot be counted from the trace
+        readers = [_readers(model, node, module) for node in nodes]
+        if any(entry is not None for entry in readers):
+            sites.append(Site(module, readers))
+    return sites
+
+
+def _called_inside_leaves(model: nn.Module, leaves: set[str]) -> set[int]:
+    """The modules that are children of a leaf the trace called (their calls are unseen)."""
+    hidden: set[int] = set()
+    for name in leaves:
+        for child in model.get_submodule(name).modules():
+            if child is not model.get_submodule(name):
+                hidden.add(id(child))
+    return hidden
+
+
+def _readers(model: nn.Module, node: Any, module: nn.Module) -> list[TransformedLayer] | None:
+    """The transformed layers reading one activation call's output, each as its only argument;
+    None where anything else reads it, or where the activation works in place on a tensor
+    something else reads (skipping it would hand that reader the values before it)."""
+    if getattr(module, "inplace", False):
+        source = node.args[0] if node.args else None
+        if not hasattr(source, "users") or len(source.users) != 1:
+            return None
+    if len(node.args) != 1 or node.kwargs or not node.users:
+        return None
+    layers = []
+    for user in node.users:
+        if user.op != "call_module" or user.args != (node,) or user.kwargs:
+            return None
+        layer = model.get_submodule(user.target)
+        if not isinstance(layer, TransformedLayer):
+            return None
+        layers.append(layer)
+    return layers
+
+
+def _clamps(layer: TransformedLayer, ceiling: float) -> bool:
+    """Whether the layer's input quantizer, as set now, clamps to [0, amax] with amax <=
+    `ceiling` (and above zero), the product reading nothing else of the input."""
+    quantizer = layer.input_quantizer
+    if type(layer.sparsifier) is not Dense:
+        return False
+    if not isinstance(quantizer, TensorQuantizer) or isinstance(quantizer, WeightQuantizer):
+        return False
+    if quantizer.calibrating or not quantizer.enabled or quantizer.asymmetric:
+        return False
+    if quantizer._format is not None or not quantizer.unsigned or quantizer.amax is None:
+        return False
+    amax = quantizer.amax
+    return bool(amax.min() > ZERO_AMAX) and bool(amax.max() <= ceiling)
+
+
+class ActivationElision:
+    """The skippable activation calls of one model (`dataflow`, traced on first use)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._sites: list[Site] | None = None
+        self._traced = False
+
+    @property
+    def sites(self) -> list[Site]:
+        if not self._traced:
+            self._sites = dataflow(self.model)
+            self._traced = True
+        return self._sites or []
+
+    @contextmanager
+    def applied(self) -> Iterator[int]:
+        """Skip, until the block ends, every call whose readers all clamp as the activation
+        does with their current settings; yields how many calls per forward pass are skipped."""
+        active = []
+        for site in self.sites:
+            ceiling = ELIDABLE[type(site.module)]
+            site.skipped = [
+                readers is not None and all(_clamps(layer, ceiling) for layer in readers)
+                for readers in site.readers
+            ]
+            if any(site.skipped):
+                site.count = 0
+                site.module.forward = site.forward  # the instance's, over its class's
+                active.append(site)
+        try:
+            yield sum(sum(site.skipped) for site in active)
+        except BaseException:
+            _restore(active)
+            raise
+        _restore(active)
+        for site in active:
+            if site.count % len(site.readers):
+                raise RuntimeError(
+                    f"an activation was called {site.count} times, not a multiple of the "
+                    f"{len(site.readers)} calls per forward pass the trace saw"
+                )
+
+
+def _restore(sites: list[Site]) -> None:
+    for site in sites:
+        del site.module.forward

@@ -1,0 +1,172 @@
+"""Activations skipped while a candidate is scored (quantization/elision.py): which calls the
+dataflow lets go, counted by hand on a network holding every case and on torchvision's
+MobileNetV2, and the outputs with and without skipping compared bit for bit: the model that
+runs every activation is the reference, and a planted wrong rule shows the comparison fails."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from model_explorer.problems.base import ModelProblem
+from model_explorer.problems.options import QuantizationOptions
+from model_explorer.problems.quantization import LayerwiseQuantizationProblem
+from model_explorer.quantization import QuantizedModel
+from model_explorer.quantization import elision as elision_module
+from model_explorer.quantization.elision import ActivationElision
+from model_explorer.quantization.spec import QuantizerSpec
+from tests_support import calibrated_digits
+
+
+class EveryCase(nn.Module):
+    """Calls skipped (read only by quantized layers): `relu6` (by `b`), the first call of
+    `shared` (by `c`), `fork` (by `f` and `g`). Kept: the second call of `shared` (read by `d`
+    and by an addition), `in_place` (its input is read by `e` too), `before_pool` (read by a
+    pooling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = lambda k: nn.Conv2d(8, 8, k, padding=k // 2)  # noqa: E731
+        self.a, self.b, self.c, self.d = nn.Conv2d(3, 8, 3, padding=1), conv(3), conv(3), conv(1)
+        self.e, self.f, self.g, self.h = conv(1), conv(1), conv(1), conv(3)
+        self.relu6, self.shared, self.fork = nn.ReLU6(), nn.ReLU(), nn.ReLU()
+        self.in_place, self.before_pool = nn.ReLU(inplace=True), nn.ReLU()
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.b(self.relu6(self.a(x)))
+        w = self.shared(self.c(self.shared(y)) + y)
+        u = self.d(w) + w
+        v = self.h(u)
+        s = self.f(self.in_place(v)) + self.e(v)
+        k = self.fork(s)
+        m = self.f(k) + self.g(k)
+        return self.head(F.adaptive_avg_pool2d(self.before_pool(m), 1).flatten(1))
+
+
+def quantized(model: nn.Module, batch: torch.Tensor) -> QuantizedModel:
+    wrapped = QuantizedModel(model.eval(), input=QuantizerSpec(unsigned="auto"))
+    wrapped.calibrate([batch], method="max")
+    return wrapped
+
+
+def outputs_with_and_without(model: QuantizedModel, x: torch.Tensor) -> tuple:
+    elision = ActivationElision(model.model)
+    with torch.no_grad():
+        reference = model(x)
+        with elision.applied() as skipped:
+            elided = model(x)
+            again = model(x)  # the calls are counted within each pass
+    return reference, elided, again, skipped
+
+
+def test_calls_read_only_by_quantized_layers_are_skipped_with_the_same_outputs() -> None:
+    torch.manual_seed(0)
+    model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+    for bits in ([8] * 18, [random.Random(1).randint(2, 8) for _ in range(18)]):
+        model.bit_widths = bits
+        x = torch.randn(4, 3, 8, 8) * 20  # past every amax: the quantizers clamp
+        reference, elided, again, skipped = outputs_with_and_without(model, x)
+        assert skipped == 3
+        assert torch.equal(elided, reference) and torch.equal(again, reference)
+    sites = {id(site.module): site for site in ActivationElision(model.model).sites}
+    inner = model.model
+    assert id(inner.in_place) not in sites and id(inner.before_pool) not in sites
+    assert [entry is not None for entry in sites[id(inner.shared)].readers] == [True, False]
+
+
+def test_each_quantizer_setting_that_does_not_clamp_keeps_the_activation() -> None:
+    x = torch.randn(4, 3, 8, 8) * 20
+    changes = [
+        lambda quantizer: quantizer.fix_amax(8.0),  # a ReLU6 clamps at 6, this one at 8
+        lambda quantizer: setattr(quantizer, "format", "mxfp8"),
+        lambda quantizer: setattr(quantizer, "unsigned", False),
+        lambda quantizer: setattr(quantizer, "enabled", False),
+    ]
+    for change in changes:
+        torch.manual_seed(0)
+        model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+        change(model.layers["b"].input_quantizer)
+        reference, elided, _, skipped = outputs_with_and_without(model, x)
+        assert skipped == 2
+        assert torch.equal(elided, reference)
+
+
+def test_a_wrong_rule_changes_the_outputs(monkeypatch) -> None:
+    """The planted fault: were a ReLU6 taken to clamp no lower than a ReLU, the call before a
+    quantizer whose amax is 8 would be skipped and the values between 6 and 8 would pass."""
+    torch.manual_seed(0)
+    network = EveryCase()
+    with torch.no_grad():
+        network.a.weight.mul_(10)  # the ReLU6 clamps many of its inputs
+    model = quantized(network, torch.randn(8, 3, 8, 8))
+    model.layers["b"].input_quantizer.fix_amax(8.0)
+    x = torch.randn(4, 3, 8, 8)
+    reference, elided, _, skipped = outputs_with_and_without(model, x)
+    assert skipped == 2 and torch.equal(elided, reference)
+    monkeypatch.setitem(elision_module.ELIDABLE, nn.ReLU6, float("inf"))
+    reference, elided, _, skipped = outputs_with_and_without(model, x)
+    assert skipped == 3
+    assert not torch.equal(elided, reference)
+
+
+def test_mobilenet_v2_skips_every_relu6_but_the_one_before_the_pooling() -> None:
+    """torchvision's MobileNetV2: 35 ReLU6 calls, in the stem, in the first block's depthwise
+    convolution and in the expansion and depthwise convolutions of the 16 others, then before
+    the average pooling; each of the first 34 is read by one convolution only."""
+    torch.manual_seed(0)
+    network = torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.5)
+    for module in network.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.momentum = None  # statistics of the batch below: activations keep their scale
+    x = torch.randn(4, 3, 64, 64)
+    with torch.no_grad():
+        network.train()(torch.randn(8, 3, 64, 64))
+    model = quantized(network, x)
+    model.bit_widths = [random.Random(2).randint(3, 8) for _ in model.bit_widths]
+    reference, elided, again, skipped = outputs_with_and_without(model, x)
+    assert skipped == 34
+    assert torch.equal(elided, reference) and torch.equal(again, reference)
+
+
+def test_a_model_torch_fx_cannot_trace_keeps_every_activation() -> None:
+    class Branching(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.relu, self.b = nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.relu(self.a(x))
+            return self.b(y) if bool(y.sum() > 0) else -self.b(y)
+
+    model = quantized(Branching(), torch.randn(8, 4))
+    reference, elided, _, skipped = outputs_with_and_without(model, torch.randn(8, 4))
+    assert skipped == 0 and torch.equal(elided, reference)
+
+
+@pytest.fixture(scope="module")
+def digits(trained_digits, tmp_path_factory):
+    return calibrated_digits(trained_digits, tmp_path_factory.mktemp("elision"))
+
+
+def test_the_search_scores_candidates_as_the_model_with_every_activation(digits) -> None:
+    """The default workload's digits CNN (batch norms folded): the ReLU after the first
+    convolution feeds the second, the one after the first linear layer the last; the other two
+    feed poolings. A candidate's score is the same as with every activation run."""
+    context, model = digits
+    problem = LayerwiseQuantizationProblem(
+        model, context.batches("exploration"), options=QuantizationOptions(early_reject=False)
+    )
+    rng = random.Random(3)
+    for _ in range(4):
+        genome = [rng.randint(v.lower, v.upper) for v in problem.variables]
+        problem.apply_plan(problem.plan(problem.decode(genome)))
+        with problem.elision.applied() as skipped:
+            pass
+        assert skipped == 2
+        assert problem.score() == ModelProblem.score(problem)
