@@ -8,10 +8,11 @@ sparsity and both together; digits_vit and the ResNet ones; and those whose extr
 installed: MiniLM with `transformers`, EfficientNet-Lite0 with `photos`). Candidates are random
 genomes of the workload's problem (bit widths, formats or thresholds),
 scored in full (no early rejection) on a model that has already met their settings; each is
-timed alternately with a float forward pass and once more with the eager steps in place of the
-compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0), and the medians are
-compared. The compiled passes are taken from the first tensor (MODEL_EXPLORER_COMPILE=1), where
-a search takes them once they pay. The baseline
+timed alternately with a float forward pass, once more with the eager steps in place of the
+compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0) and once more with every
+activation run (quantization/elision.py off), and the medians are compared. The compiled
+passes are taken from the first tensor (MODEL_EXPLORER_COMPILE=1), where a search takes them
+once they pay. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
 for a few minutes), and the process's allocator is set as a search sets it: the page faults a
 pass takes (getrusage's minor faults, fresh pages from the kernel) are printed beside the
@@ -47,11 +48,14 @@ def measure(path: str, candidates: int) -> None:
     ]
     for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
         problem.evaluate(genome)
-    times: dict[str, list[float]] = {"ours": [], "float": [], "eager": []}
+    times: dict[str, list[float]] = {"ours": [], "float": [], "eager": [], "activations": []}
     faults: dict[str, list[int]] = {name: [] for name in times}
+    elision = getattr(problem, "elision", None)
     for genome in genomes:
         for name in times:
             os.environ[ENVIRONMENT_SWITCH] = "0" if name == "eager" else "1"
+            if elision is not None:
+                elision.enabled = name != "activations"
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             started = time.perf_counter()
             if name == "float":
@@ -60,7 +64,7 @@ def measure(path: str, candidates: int) -> None:
                 problem.evaluate(genome)
             times[name].append(time.perf_counter() - started)
             faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    candidate, reference, eager = (statistics.median(times[name]) for name in times)
+    candidate, reference, eager, activations = (statistics.median(times[name]) for name in times)
     quantized = getattr(problem.model, "layers", None)  # a SparseModel names its own
     layers = len(quantized) if quantized is not None else len(problem.model.explorable_modules)
     print(
@@ -70,6 +74,8 @@ def measure(path: str, candidates: int) -> None:
         f"  candidate evaluation (median): {candidate * 1e3:9.1f} ms = "
         f"{candidate / reference:.2f}x float\n"
         f"  the same with the eager steps: {eager * 1e3:9.1f} ms = {eager / reference:.2f}x float\n"
+        f"  every activation run:          {activations * 1e3:9.1f} ms = "
+        f"{activations / reference:.2f}x float (quantization/elision.py off)\n"
         f"  page faults a pass (median):   float {statistics.median(faults['float']):.0f}, "
         f"candidate {statistics.median(faults['ours']):.0f}"
     )

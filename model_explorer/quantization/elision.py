@@ -143,10 +143,12 @@ def _clamps(layer: TransformedLayer, ceiling: float) -> bool:
 
 
 class ActivationElision:
-    """The skippable activation calls of one model (`dataflow`, traced on first use)."""
+    """The skippable activation calls of one model (`dataflow`, traced on first use);
+    `enabled` false runs every activation (the benchmarks' comparison)."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
+        self.enabled = True
         self._sites: list[Site] | None = None
         self._traced = False
 
@@ -162,7 +164,7 @@ class ActivationElision:
         """Skip, until the block ends, every call whose readers all clamp as the activation
         does with their current settings; yields how many calls per forward pass are skipped."""
         active = []
-        for site in self.sites:
+        for site in self.sites if self.enabled else []:
             ceiling = ELIDABLE[type(site.module)]
             site.skipped = [
                 readers is not None and all(_clamps(layer, ceiling) for layer in readers)
