@@ -4,17 +4,19 @@ An unsigned integer input quantizer clamps its levels to [0, amax]: Q(relu(x)) =
 x, and Q(relu6(x)) = Q(x) where amax <= 6 (values above amax become amax either way; an Inf or
 NaN too). Where a ReLU or ReLU6 call's output is read by nothing but such quantizers (the
 inputs of quantized layers, dense, with nothing else taking the activation), the call is a pass
-over the activation whose result no product sees: `elided_activations` skips those calls while a
-search scores a candidate. Only the sign of zeros can differ (a negative value rounds to -0
-where the activation gave +0), which no product or sum tells apart, so scores are unchanged.
+over the activation whose result no product sees: `ActivationElision.applied` skips those
+calls while a search scores a candidate. Only the sign of zeros can differ (a negative value
+rounds to -0 where the activation gave +0), which no product or sum tells apart, so scores are
+unchanged.
 
 Which calls feed only quantized layers is read from the model's dataflow: a torch.fx trace with
 the transformed layers and the activations as leaves, once per model; a model fx cannot trace
-keeps every activation. A module called more than once (a ReLU shared within a residual block)
-is skipped call by call, its calls counted within each forward pass. Whether a call is skipped
-is decided per candidate, when scoring starts, from the quantizers it then has: enabled, the
-integer format, unsigned and symmetric, amax above zero and (after a ReLU6) at most 6, and no
-sparsifier in the layer, which reads the activation's magnitudes.
+keeps every activation, and so does a subclass of ReLU or ReLU6 (its forward may do more). A
+module called more than once (a ReLU shared within a residual block) is skipped call by call,
+its calls counted within each forward pass. Whether a call is skipped is decided per candidate,
+when scoring starts, from the quantizers it then has: enabled, the integer format, unsigned and
+symmetric, amax above zero and (after a ReLU6) at most 6, and no sparsifier in the layer, which
+reads the activation's magnitudes.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def dataflow(model: nn.Module) -> list[Site] | None:
             continue
         leaves.add(node.target)
         module = model.get_submodule(node.target)
-        if isinstance(module, activations):
+        if type(module) in ELIDABLE:
             calls.setdefault(id(module), []).append(node)
     hidden = _called_inside_leaves(model, leaves)
     sites = []

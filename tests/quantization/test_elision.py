@@ -149,6 +149,21 @@ def test_a_model_torch_fx_cannot_trace_keeps_every_activation() -> None:
     assert skipped == 0 and torch.equal(elided, reference)
 
 
+def test_a_subclass_of_relu_keeps_its_own_forward() -> None:
+    """A subclass may compute more than its base (here twice the ReLU, which no quantizer's
+    clamp stands in for): kept, and counted out of the skipped calls."""
+
+    class Doubled(nn.ReLU):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.relu(x) * 2
+
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), Doubled(), nn.Linear(8, 2))
+    model = quantized(network, torch.randn(16, 4))
+    reference, elided, _, skipped = outputs_with_and_without(model, torch.randn(8, 4))
+    assert skipped == 1 and torch.equal(elided, reference)
+
+
 @pytest.fixture(scope="module")
 def digits(trained_digits, tmp_path_factory):
     return calibrated_digits(trained_digits, tmp_path_factory.mktemp("elision"))
