@@ -43,17 +43,19 @@ ELIDABLE: dict[type[nn.Module], float] = {nn.ReLU: math.inf, nn.ReLU6: 6.0}
 @dataclass
 class Site:
     """One activation module: per call in a forward pass, the layers reading its output (None
-    for a call something else reads too); the calls counted while skipping."""
+    for a call something else reads too), whether the call is skipped, and the calls counted
+    in the pass running (`live`: skipping, else counting only)."""
 
     module: nn.Module
     readers: list[list[TransformedLayer] | None]
     skipped: list[bool] = field(default_factory=list)
     count: int = 0
+    live: bool = False
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        index = self.count % len(self.readers)
+        index = self.count
         self.count += 1
-        if self.skipped[index]:
+        if self.live and index < len(self.skipped) and self.skipped[index]:
             return x
         return type(self.module).forward(self.module, x, *args, **kwargs)
 
@@ -146,13 +148,20 @@ def _clamps(layer: TransformedLayer, ceiling: float) -> bool:
 
 class ActivationElision:
     """The skippable activation calls of one model (`dataflow`, traced on first use);
-    `enabled` false runs every activation (the benchmarks' comparison)."""
+    `enabled` false runs every activation (the benchmarks' comparison).
+
+    The trace is checked against the model as it runs: the first forward pass counts each
+    activation's calls without skipping any, and skipping starts once they are the trace's (a
+    forward taking another path than the one traced, such as an argument the trace saw as given
+    and the data leaves out, keeps every activation from then on). Every later pass is counted
+    too; one that disagrees raises, since its calls were skipped by the wrong index."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.enabled = True
         self._sites: list[Site] | None = None
         self._traced = False
+        self.verified: bool | None = None  # None until a pass was counted
 
     @property
     def sites(self) -> list[Site]:
@@ -164,32 +173,51 @@ class ActivationElision:
     @contextmanager
     def applied(self) -> Iterator[int]:
         """Skip, until the block ends, every call whose readers all clamp as the activation
-        does with their current settings; yields how many calls per forward pass are skipped."""
+        does with their current settings (once the trace is confirmed: `verified`); yields how
+        many calls per forward pass those are."""
         active = []
-        for site in self.sites if self.enabled else []:
+        for site in self.sites if self.enabled and self.verified is not False else []:
             ceiling = ELIDABLE[type(site.module)]
             site.skipped = [
                 readers is not None and all(_clamps(layer, ceiling) for layer in readers)
                 for readers in site.readers
             ]
             if any(site.skipped):
-                site.count = 0
+                site.count, site.live = 0, bool(self.verified)
                 site.module.forward = site.forward  # the instance's, over its class's
                 active.append(site)
+        if not active:
+            yield 0
+            return
+        hooks = [
+            self.model.register_forward_pre_hook(lambda *_: self._start(active)),
+            self.model.register_forward_hook(lambda *_: self._check(active)),
+        ]
         try:
             yield sum(sum(site.skipped) for site in active)
-        except BaseException:
-            _restore(active)
-            raise
-        _restore(active)
+        finally:
+            for hook in hooks:
+                hook.remove()
+            for site in active:
+                del site.module.forward
+                site.live = False
+
+    def _start(self, active: list[Site]) -> None:
         for site in active:
-            if site.count % len(site.readers):
-                raise RuntimeError(
-                    f"an activation was called {site.count} times, not a multiple of the "
-                    f"{len(site.readers)} calls per forward pass the trace saw"
-                )
+            site.count = 0
 
-
-def _restore(sites: list[Site]) -> None:
-    for site in sites:
-        del site.module.forward
+    def _check(self, active: list[Site]) -> None:
+        """At the end of a forward pass: were the calls the trace's?"""
+        agrees = all(site.count == len(site.readers) for site in active)
+        if self.verified is None:
+            self.verified = agrees
+            for site in active:
+                site.live = agrees
+            if not agrees:
+                log.debug("activations kept: the forward pass did not make the traced calls")
+        elif self.verified and not agrees:
+            counts = {id(site.module): (site.count, len(site.readers)) for site in active}
+            raise RuntimeError(
+                f"activation calls (made, traced) per module {list(counts.values())} differ "
+                "from the trace's while calls were skipped"
+            )

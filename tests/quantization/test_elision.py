@@ -56,10 +56,14 @@ def quantized(model: nn.Module, batch: torch.Tensor) -> QuantizedModel:
 
 
 def outputs_with_and_without(model: QuantizedModel, x: torch.Tensor) -> tuple:
+    """The output with every activation, then skipping (after the first pass, which checks the
+    trace's calls), twice; and the calls skipped per pass."""
     elision = ActivationElision(model.model)
     with torch.no_grad():
         reference = model(x)
         with elision.applied() as skipped:
+            assert torch.equal(model(x), reference)  # counted only
+            assert elision.verified is (skipped > 0 or None)
             elided = model(x)
             again = model(x)  # the calls are counted within each pass
     return reference, elided, again, skipped
@@ -162,6 +166,42 @@ def test_a_subclass_of_relu_keeps_its_own_forward() -> None:
     model = quantized(network, torch.randn(16, 4))
     reference, elided, _, skipped = outputs_with_and_without(model, torch.randn(8, 4))
     assert skipped == 1 and torch.equal(elided, reference)
+
+
+class OptionalArgument(nn.Module):
+    """torch.fx traces `extra` as given, so its trace calls `relu` twice; a pass without it
+    calls it once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+        self.relu, self.last = nn.ReLU(), nn.ReLU()
+
+    def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.b(self.relu(self.a(x)))
+        if extra is not None:
+            y = self.b(self.relu(y + extra))
+        return self.c(self.last(y))
+
+
+def test_a_pass_that_is_not_the_traced_one_keeps_or_stops_the_skipping() -> None:
+    torch.manual_seed(0)
+    model = quantized(OptionalArgument(), torch.randn(16, 4))
+    x, extra = torch.randn(8, 4), torch.randn(8, 8)
+    with torch.no_grad():
+        reference = model(x)
+        elision = ActivationElision(model.model)
+        with elision.applied() as skipped:  # the first pass is not the trace's: nothing skipped
+            assert skipped == 3
+            assert torch.equal(model(x), reference) and elision.verified is False
+            assert torch.equal(model(x), reference)
+        with_extra = model(x, extra=extra)
+        confirmed = ActivationElision(model.model)
+        with pytest.raises(RuntimeError, match="differ from the trace"):
+            with confirmed.applied():
+                assert torch.equal(model(x, extra=extra), with_extra)  # the trace's calls
+                assert torch.equal(model(x, extra=extra), with_extra) and confirmed.verified
+                model(x)  # one call of `relu` where two were traced, skipped by the wrong index
 
 
 @pytest.fixture(scope="module")
