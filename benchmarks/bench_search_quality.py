@@ -7,7 +7,7 @@ accuracy-drop table (what AIMET/HAWQ-style tools do), random search and uniform 
         [--strategies nsga2,surrogate,surrogate+random] [--generations G] [--no-baselines]
         [--without integer,uniform,random]
         [--peers aimet,modelopt] [--aimet-candidates 4,9,25]
-        [--aimet-schemes min_max,tf_enhanced] [--budgets 0.375,0.4375,0.5]
+        [--aimet-schemes min_max,tf_enhanced] [--aimet-results DIR] [--budgets 0.375,0.4375,0.5]
         [--effective-bits] [--json PATH] [--set KEY=VALUE ...]
     python benchmarks/bench_search_quality.py --summarise RUNS.json [MORE.json ...]
 
@@ -21,7 +21,10 @@ Automatic Mixed Precision and modelopt's AutoQuantize, on the same weights, cali
 and exploration subset; every configuration they propose is re-scored through this project's
 evaluation, after what they spent themselves, and kept beside that as the peer's own quantizers
 scored it (a second row, "its own quantizer"; on the held-out data too). AIMET runs with each
-of its encoding schemes asked for. A peer that does not import is one line.
+of its encoding schemes asked for; with `--aimet-results DIR` each of its runs keeps its cache
+and counts in a folder of DIR and continues from them when run again (a run of hours cut short
+loses only its current evaluation; one folder per workload setting, since the cache does not
+know the settings). A peer that does not import is one line.
 
 All methods share one problem (the workload's, with its minimum accuracy) and one reference
 point (the minimum accuracy, and the cost of every quantizer at its upper bound); hypervolumes
@@ -326,6 +329,7 @@ def peer_runs(  # noqa: ANN201
     aimet_sets: list[int],  # noqa: ANN001
     reference: Reference,
     aimet_schemes: tuple[str, ...] = ("min_max",),
+    aimet_results: str | None = None,
 ):
     """Each installed peer's proposals re-scored through this project's evaluation: a Run that
     starts with what the peer spent (its calibration, sensitivity and own evaluations) and
@@ -371,6 +375,9 @@ def peer_runs(  # noqa: ANN201
         inputs = [batch[0] for batch in calibration]  # AIMET calibrates on inputs alone
         for size, scheme in itertools.product(aimet_sets, aimet_schemes):
             candidates = peer.candidates(size, low, high)
+            folder = None
+            if aimet_results is not None:
+                folder = f"{aimet_results}/{context.workload.name}-{size}-{scheme}"
             found = peer.propose(
                 model,
                 inputs,
@@ -381,6 +388,8 @@ def peer_runs(  # noqa: ANN201
                 scoring,
                 quant_scheme=scheme,
                 held_out=held_out,
+                results_dir=folder,
+                resume=folder is not None,
             )
             label = f"AIMET AMP, {len(candidates)} candidates, {scheme}"
             runs[f"{label} (re-scored here)"] = [rescored(found, label, problem, cost)]
@@ -493,6 +502,12 @@ def main() -> None:
         "(peer_aimet.SCHEMES)",
     )
     parser.add_argument(
+        "--aimet-results",
+        metavar="DIR",
+        help="keep each AIMET run's cache and counts in a folder of DIR, and continue a run "
+        "from them when run again",
+    )
+    parser.add_argument(
         "--budgets",
         default=",".join(map(str, BUDGETS)),
         help="cost budgets of the best-accuracy table, as fractions of the reference cost",
@@ -535,7 +550,9 @@ def main() -> None:
     sets = [int(n) for n in args.aimet_candidates.split(",") if n]
     schemes = tuple(n for n in args.aimet_schemes.split(",") if n)
     # first: the likelier to fail
-    proposed = peer_runs(peers, context, problem, cost, sets, reference, schemes)
+    proposed = peer_runs(
+        peers, context, problem, cost, sets, reference, schemes, args.aimet_results
+    )
     runs = collect(args, workload, problem, cost, reference, bounds)
     runs.update(proposed)
     metric = getattr(workload.metric, "type", workload.metric)

@@ -23,10 +23,12 @@ and run the caller with that environment's python. `available()` says whether it
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,6 +85,39 @@ class _SampleCounter:
 
     def remove(self) -> None:
         self._handle.remove()
+
+
+RECORDS = "model_explorer_records.json"
+
+
+class _Records:
+    """What a resumable run counted before this process, read from and written to
+    `folder`/RECORDS after every evaluation: AIMET's cache skips the evaluations it holds, so
+    these are the only account of their held-out scores, passes, samples and seconds. No
+    folder: nothing is kept."""
+
+    def __init__(self, folder: str | None) -> None:
+        self.path = None if folder is None else Path(folder) / RECORDS
+        data = json.loads(self.path.read_text()) if self.path and self.path.is_file() else {}
+        zero = {"encodings": 0, "evaluations": 0, "held-out samples": 0}
+        self.passes: dict[str, int] = data.get("passes", zero)
+        self.phase2: list[tuple[float, float | None]] = [tuple(e) for e in data.get("phase2", [])]
+        self.samples: int = data.get("samples", 0)
+        self.seconds: float = data.get("seconds", 0.0)
+
+    def save(self, samples: int, seconds: float) -> None:
+        """Write the counts with this process's `samples` and `seconds` added."""
+        if self.path is None:
+            return
+        data = {
+            "passes": self.passes,
+            "phase2": self.phase2,
+            "samples": self.samples + samples,
+            "seconds": self.seconds + seconds,
+        }
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(data))
+        partial.replace(self.path)
 
 
 def _calibrate(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
@@ -290,6 +325,7 @@ def propose(
     verbose: bool = False,
     quant_scheme: str = "min_max",
     held_out: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    resume: bool = False,
 ) -> PeerResult:
     """Run AIMET's mixed precision on a copy of `float_model` and map its Pareto curve onto
     genomes.
@@ -310,6 +346,9 @@ def propose(
         quant_scheme: AIMET's encodings, a key of SCHEMES.
         held_out: (inputs, targets) batches no selection sees: each point of the curve is
             scored there too, with AIMET's own quantizers in the state phase 2 evaluated.
+        resume: keep AIMET's cache and this run's own counts (RECORDS) in `results_dir` and
+            take both up when run again on it: a run cut short continues where it stopped
+            (AIMET's encodings are computed again, and counted again).
 
     Returns:
         One genome per distinct configuration on AIMET's curve, in curve order (each point
@@ -351,16 +390,24 @@ def propose(
     preparation += _quantize_embedding_outputs(sim, top)
     scoring = scoring or Scoring("top1")
     counter = _SampleCounter(sim.model)
-    passes = {"encodings": 0, "evaluations": 0, "held-out samples": 0}
-    phase2: list[tuple[float, float | None]] = []  # each phase-2 evaluation, and held out
+    if resume and results_dir is None:
+        raise ValueError("resume needs a results_dir to keep AIMET's cache and the counts in")
+    if resume:
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+    records = _Records(results_dir if resume else None)
+    passes = records.passes
+    phase2 = records.phase2  # each phase-2 evaluation (of this run and those before), held out
 
     def calibrate_counted(module: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
         passes["encodings"] += 1
         _calibrate(module, batches)
+        records.save(counter.samples, time.perf_counter() - start)
 
     def evaluate_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
         passes["evaluations"] += 1
-        return scoring.score(module, batches)
+        score = scoring.score(module, batches)
+        records.save(counter.samples, time.perf_counter() - start)
+        return score
 
     def evaluate_phase2(module: torch.nn.Module, batches: Sequence[Any]) -> float:
         score = evaluate_counted(module, batches)
@@ -369,6 +416,7 @@ def propose(
             held = scoring.value(module, held_out)
             passes["held-out samples"] += sum(int(targets.shape[0]) for _, targets in held_out)
         phase2.append((score, held))
+        records.save(counter.samples, time.perf_counter() - start)
         return score
 
     calibrate = CallbackFunc(calibrate_counted, calibration)
@@ -387,7 +435,7 @@ def propose(
             eval_callback_for_phase2=CallbackFunc(evaluate_phase2, evaluation),
             allowed_accuracy_drop=None,
             results_dir=results_dir or scratch,
-            clean_start=True,
+            clean_start=not resume,
             forward_pass_callback=calibrate,
             amp_search_algo=AMPSearchAlgo.BruteForce,
         )
@@ -419,7 +467,8 @@ def propose(
 
     calibration_samples = sum(int(batch.shape[0]) for batch in calibration)
     evaluation_samples = sum(int(targets.shape[0]) for _, targets in evaluation)
-    spent = counter.samples - passes["held-out samples"]  # the benchmark's, not AIMET's
+    # the held-out samples are the benchmark's, not AIMET's
+    spent = records.samples + counter.samples - passes["held-out samples"]
     other = (
         spent
         - calibration_samples * passes["encodings"]
@@ -447,7 +496,7 @@ def propose(
     return PeerResult(
         genomes=genomes,
         forwards=spent,
-        seconds=time.perf_counter() - start,
+        seconds=records.seconds + time.perf_counter() - start,
         notes="; ".join(notes),
         own=own,
     )

@@ -100,6 +100,27 @@ def test_aimet_s_curve_points_take_the_held_out_score_of_their_own_evaluation(
     assert aimet.held_out_of_points([0.5, 0.97], evaluations) == [None, 0.96]
 
 
+def test_an_aimet_run_cut_short_continues_with_its_counts_and_held_out_scores(
+    benchmarks, tmp_path
+) -> None:
+    """A resumed run: AIMET's cache skips the curve points evaluated before the cut, so their
+    held-out scores and the passes, samples and seconds spent come from the records the first
+    process kept; the resumed phase 2 evaluates its baseline again before the next point."""
+    aimet = importlib.import_module("peer_aimet")
+    first = aimet._Records(str(tmp_path))
+    first.passes["evaluations"] += 12
+    first.phase2 += [(0.99, 0.98), (0.97, 0.96)]
+    first.save(samples=640, seconds=30.0)  # then the process is killed
+    second = aimet._Records(str(tmp_path))
+    assert second.passes["evaluations"] == 12 and (second.samples, second.seconds) == (640, 30.0)
+    second.phase2 += [(0.99, 0.98), (0.97, 0.95), (0.90, 0.91)]
+    second.save(samples=200, seconds=10.0)
+    assert aimet.held_out_of_points([0.97, 0.97, 0.90], second.phase2) == [0.96, 0.95, 0.91]
+    third = aimet._Records(str(tmp_path))
+    assert (third.samples, third.seconds, len(third.phase2)) == (840, 40.0, 5)
+    assert aimet._Records(None).path is None
+
+
 def test_a_peer_s_own_scores_are_judged_without_rescoring(benchmarks) -> None:
     """The run of a peer's own quantizer takes the held-out scores its quantizer measured:
     the problem is never asked to evaluate, and a front member without one counts nothing."""
