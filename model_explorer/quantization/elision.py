@@ -2,9 +2,11 @@
 
 An unsigned integer input quantizer clamps its levels to [0, amax]: Q(relu(x)) = Q(x) for every
 x, and Q(relu6(x)) = Q(x) where amax <= 6 (values above amax become amax either way; an Inf or
-NaN too). Where a ReLU or ReLU6 call's output is read by nothing but such quantizers (the
-inputs of quantized layers, dense, with nothing else taking the activation), the call is a pass
-over the activation whose result no product sees: `ActivationElision.applied` skips those
+NaN too). Both commute with max pooling and with reshaping views (a window's largest value,
+the values moved about). Where a ReLU or ReLU6 call's output is read by nothing but such
+quantizers (the inputs of quantized layers, dense, directly or through those operations, with
+nothing else taking the activation), the call is a pass over the activation whose result no
+product sees: `ActivationElision.applied` skips those
 calls while a search scores a candidate. Only the sign of zeros can differ (a negative value
 rounds to -0 where the activation gave +0), which no product or sum tells apart, so scores are
 unchanged.
@@ -28,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from model_explorer.formats.integer import ZERO_AMAX
@@ -109,25 +112,86 @@ def _called_inside_leaves(model: nn.Module, leaves: set[str]) -> set[int]:
     return hidden
 
 
+# Operations that commute with ReLU and ReLU6 (monotone and applied value by value): max
+# pooling (a window's largest value, its padding never chosen), and reshaping views. A skipped
+# activation's input may pass through them to the quantizers that clamp it.
+_PASSING_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity)
+_MAX_POOLS = (
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+)
+_PASSING_FUNCTIONS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
+_PASSING_METHODS = (
+    "view",
+    "reshape",
+    "flatten",
+    "unflatten",
+    "squeeze",
+    "unsqueeze",
+    "contiguous",
+    "permute",
+    "transpose",
+)
+
+
 def _readers(model: nn.Module, node: Any, module: nn.Module) -> list[TransformedLayer] | None:
-    """The transformed layers reading one activation call's output, each as its only argument;
-    None where anything else reads it, or where the activation works in place on a tensor
-    something else reads (skipping it would hand that reader the values before it)."""
+    """The transformed layers reading one activation call's output, each as its only argument,
+    directly or through operations that commute with the activation (`_passes`); None where
+    anything else reads it, or where the activation works in place on a tensor something else
+    reads (skipping it would hand that reader the values before it)."""
     if getattr(module, "inplace", False):
         source = node.args[0] if node.args else None
         if not hasattr(source, "users") or len(source.users) != 1:
             return None
-    if len(node.args) != 1 or node.kwargs or not node.users:
+    if len(node.args) != 1 or node.kwargs:
         return None
-    layers = []
-    for user in node.users:
-        if user.op != "call_module" or user.args != (node,) or user.kwargs:
+    layers: list[TransformedLayer] = []
+    pending = [node]
+    while pending:
+        value = pending.pop()
+        if not value.users:
             return None
-        layer = model.get_submodule(user.target)
-        if not isinstance(layer, TransformedLayer):
-            return None
-        layers.append(layer)
-    return layers
+        for user in value.users:
+            if _shape_query(user):
+                continue  # reads the shape only, which the activation keeps
+            if user.op == "call_module" and user.args == (value,) and not user.kwargs:
+                layer = model.get_submodule(user.target)
+                if isinstance(layer, TransformedLayer):
+                    layers.append(layer)
+                    continue
+            if not _passes(model, user, value):
+                return None
+            pending.append(user)
+    return layers or None
+
+
+def _shape_query(node: Any) -> bool:
+    return node.op == "call_method" and node.target in ("size", "dim")
+
+
+def _passes(model: nn.Module, user: Any, value: Any) -> bool:
+    """Whether `user` hands `value`, its first argument, on through an operation that commutes
+    with the activation, its other arguments numbers or the sizes of tensors."""
+    from torch import fx
+
+    if not user.args or user.args[0] is not value:
+        return False
+    others: list[Any] = []
+    fx.node.map_arg((user.args[1:], user.kwargs), others.append)
+    if not all(_shape_query(other) for other in others):
+        return False
+    if user.op == "call_module":
+        passing = model.get_submodule(user.target)
+        if isinstance(passing, _MAX_POOLS):
+            return not passing.return_indices
+        return type(passing) in _PASSING_MODULES
+    if user.op == "call_function":
+        return user.target in _PASSING_FUNCTIONS
+    return user.op == "call_method" and user.target in _PASSING_METHODS
 
 
 def _clamps(layer: TransformedLayer, ceiling: float) -> bool:

@@ -138,6 +138,61 @@ def test_mobilenet_v2_skips_every_relu6_but_the_one_before_the_pooling() -> None
     assert torch.equal(elided, reference) and torch.equal(again, reference)
 
 
+class Passing(nn.Module):
+    """Skipped: `to_linear` (through a view whose size comes from the tensor), `to_conv` (through
+    a max pooling). Kept: `to_indices` (a max pooling that returns indices too), `to_average` (an
+    average pooling, which does not commute with a ReLU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.c, self.d = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.to_conv, self.to_indices, self.to_average = nn.ReLU(), nn.ReLU(), nn.ReLU()
+        self.to_linear = nn.ReLU()
+        self.pool, self.pick = nn.MaxPool2d(2), nn.MaxPool2d(2, return_indices=True)
+        self.average = nn.AvgPool2d(2)
+        self.head = nn.Linear(8 * 2 * 2, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.b(self.pool(self.to_conv(self.a(x))))  # 8x8 -> 4x4
+        picked, _ = self.pick(self.to_indices(self.c(y)))  # 2x2
+        z = self.d(self.average(self.to_average(y))) + picked
+        z = self.to_linear(z)
+        return self.head(z.view(z.size(0), -1))
+
+
+def test_activations_pass_through_max_pooling_and_views_to_the_quantizers(monkeypatch) -> None:
+    torch.manual_seed(0)
+    model = quantized(Passing(), torch.randn(8, 3, 8, 8))
+    model.bit_widths = [random.Random(4).randint(3, 8) for _ in model.bit_widths]
+    x = torch.randn(4, 3, 8, 8) * 5
+    reference, elided, again, skipped = outputs_with_and_without(model, x)
+    assert skipped == 2
+    assert torch.equal(elided, reference) and torch.equal(again, reference)
+    # The planted fault: were an average pooling taken to commute with a ReLU too, the call
+    # before it would be skipped and the negative values averaged in.
+    monkeypatch.setattr(elision_module, "_PASSING_MODULES", (nn.AvgPool2d,))
+    reference, elided, _, skipped = outputs_with_and_without(model, x)
+    assert skipped == 3
+    assert not torch.equal(elided, reference)
+
+
+def test_squeezenet_skips_the_squeeze_activations_and_the_stem_s_through_its_pooling() -> None:
+    """torchvision's SqueezeNet 1.0: 26 ReLU calls (the stem's, three in each of 8 Fire
+    modules, the classifier's). Skipped: the stem's (through the max pooling into the first
+    Fire's squeeze convolution) and each Fire's squeeze activation (read by both expand
+    convolutions). Kept: the expand activations (concatenated) and the classifier's (an
+    average pooling)."""
+    torch.manual_seed(0)
+    network = torchvision.models.squeezenet1_0(num_classes=10)
+    x = torch.randn(2, 3, 64, 64)
+    model = quantized(network, x)
+    model.bit_widths = [random.Random(5).randint(3, 8) for _ in model.bit_widths]
+    reference, elided, again, skipped = outputs_with_and_without(model, x)
+    assert skipped == 9
+    assert torch.equal(elided, reference) and torch.equal(again, reference)
+
+
 def test_a_model_torch_fx_cannot_trace_keeps_every_activation() -> None:
     class Branching(nn.Module):
         def __init__(self) -> None:
@@ -211,8 +266,10 @@ def digits(trained_digits, tmp_path_factory):
 
 def test_the_search_scores_candidates_as_the_model_with_every_activation(digits) -> None:
     """The default workload's digits CNN (batch norms folded): the ReLU after the first
-    convolution feeds the second, the one after the first linear layer the last; the other two
-    feed poolings. A candidate's score is the same as with every activation run."""
+    convolution feeds the second, the one after the second feeds the third through a max
+    pooling, the one after the first linear layer the last; the one after the third
+    convolution feeds an average pooling. A candidate's score is the same as with every
+    activation run."""
     context, model = digits
     problem = LayerwiseQuantizationProblem(
         model, context.batches("exploration"), options=QuantizationOptions(early_reject=False)
@@ -223,5 +280,5 @@ def test_the_search_scores_candidates_as_the_model_with_every_activation(digits)
         problem.apply_plan(problem.plan(problem.decode(genome)))
         with problem.elision.applied() as skipped:
             pass
-        assert skipped == 2
+        assert skipped == 3
         assert problem.score() == ModelProblem.score(problem)
