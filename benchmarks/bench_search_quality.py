@@ -23,8 +23,9 @@ evaluation, after what they spent themselves, and kept beside that as the peer's
 scored it (a second row, "its own quantizer"; on the held-out data too). AIMET runs with each
 of its encoding schemes asked for; with `--aimet-results DIR` each of its runs keeps its cache
 and counts in a folder of DIR and continues from them when run again (a run of hours cut short
-loses only its current evaluation; one folder per workload setting, since the cache does not
-know the settings). A peer that does not import is one line.
+loses only its current evaluation, and a pickle of AIMET's cache cut short is computed again;
+one folder per workload setting, since the cache does not know the settings). A peer that
+does not import is one line.
 
 All methods share one problem (the workload's, with its minimum accuracy) and one reference
 point (the minimum accuracy, and the cost of every quantizer at its upper bound); hypervolumes

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import pickle
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -118,6 +119,21 @@ class _Records:
         partial = self.path.with_suffix(".partial")
         partial.write_text(json.dumps(data))
         partial.replace(self.path)
+
+
+def drop_unreadable_cache(folder: str) -> list[str]:
+    """Remove the pickles of AIMET's cache in `folder` that do not load (a run killed while
+    AIMET wrote one), so that a resumed run computes them again rather than failing; returns
+    their names. The records keep the held-out scores of the points evaluated before."""
+    dropped = []
+    for path in sorted((Path(folder) / ".cache").glob("*.pkl")):
+        try:
+            with path.open("rb") as stream:
+                pickle.load(stream)  # noqa: S301 - AIMET's own cache, written by this run
+        except Exception:  # noqa: BLE001 - truncated or garbled: either way computed again
+            path.unlink()
+            dropped.append(path.name)
+    return dropped
 
 
 def _calibrate(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
@@ -394,6 +410,8 @@ def propose(
         raise ValueError("resume needs a results_dir to keep AIMET's cache and the counts in")
     if resume:
         Path(results_dir).mkdir(parents=True, exist_ok=True)
+        for name in drop_unreadable_cache(results_dir):
+            print(f"AIMET's cache {name} in {results_dir} did not load: computed again")
     records = _Records(results_dir if resume else None)
     passes = records.passes
     phase2 = records.phase2  # each phase-2 evaluation (of this run and those before), held out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import pickle
 import sys
 
 import numpy as np
@@ -119,6 +120,13 @@ def test_an_aimet_run_cut_short_continues_with_its_counts_and_held_out_scores(
     third = aimet._Records(str(tmp_path))
     assert (third.samples, third.seconds, len(third.phase2)) == (840, 40.0, 5)
     assert aimet._Records(None).path is None
+    # A pickle of AIMET's cache cut short by the kill is removed, the whole ones kept.
+    (tmp_path / ".cache").mkdir()
+    whole = pickle.dumps([(0.5, 0.97, "group", "candidate")] * 50)
+    (tmp_path / ".cache" / "accuracy_list.pkl").write_bytes(whole)
+    (tmp_path / ".cache" / "pareto_list.pkl").write_bytes(whole[: len(whole) // 2])
+    assert aimet.drop_unreadable_cache(str(tmp_path)) == ["pareto_list.pkl"]
+    assert [p.name for p in (tmp_path / ".cache").iterdir()] == ["accuracy_list.pkl"]
 
 
 def test_a_peer_s_own_scores_are_judged_without_rescoring(benchmarks) -> None:
