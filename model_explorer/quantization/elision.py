@@ -65,7 +65,8 @@ class Site:
 
 def dataflow(model: nn.Module) -> list[Site] | None:
     """The ReLU and ReLU6 modules of `model` with at least one call read only by transformed
-    layers, as the sole argument of each; None where torch.fx cannot trace the model."""
+    layers, as the sole argument of each (`_readers`); None where torch.fx cannot trace the
+    model."""
     from torch import fx
 
     activations = tuple(ELIDABLE)
@@ -246,7 +247,7 @@ class ActivationElision:
                 readers is not None and all(_clamps(layer, ceiling) for layer in readers)
                 for readers in site.readers
             ]
-            if any(site.skipped):
+            if any(site.skipped) or self.verified is None:  # the first pass counts them all
                 site.count, site.live = 0, bool(self.verified)
                 site.module.forward = site.forward  # the instance's, over its class's
                 active.append(site)

@@ -259,6 +259,25 @@ def test_a_pass_that_is_not_the_traced_one_keeps_or_stops_the_skipping() -> None
                 model(x)  # one call of `relu` where two were traced, skipped by the wrong index
 
 
+def test_the_first_pass_counts_the_activations_no_candidate_skips_yet() -> None:
+    """The first candidate skips only `last` (`b`'s quantizer off); `relu`, whose calls are
+    not the trace's without `extra`, is counted too, so that a later candidate skipping it
+    finds the trace refused instead of skipping by the wrong index."""
+    torch.manual_seed(0)
+    model = quantized(OptionalArgument(), torch.randn(16, 4))
+    x = torch.randn(8, 4)
+    with torch.no_grad():
+        reference = model(x)
+        elision = ActivationElision(model.model)
+        model.layers["b"].input_quantizer.enabled = False
+        with elision.applied() as skipped:
+            assert skipped == 1 and torch.equal(model(x), model(x))
+        assert elision.verified is False
+        model.layers["b"].input_quantizer.enabled = True
+        with elision.applied():
+            assert torch.equal(model(x), reference) and torch.equal(model(x), reference)
+
+
 @pytest.fixture(scope="module")
 def digits(trained_digits, tmp_path_factory):
     return calibrated_digits(trained_digits, tmp_path_factory.mktemp("elision"))
