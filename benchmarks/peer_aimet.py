@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from peer_result import Gene, PeerResult, Scoring
 
+from model_explorer.fileio import atomic_path
+
 # AIMET's encoding schemes by the names the benchmark takes: min-max (aimet-torch 2's default
 # for QuantizationSimModel) and TF-enhanced, the one its documentation recommends for
 # activations (an SQNR search over candidate ranges of each tensor's histogram)
@@ -116,9 +118,8 @@ class _Records:
             "samples": self.samples + samples,
             "seconds": self.seconds + seconds,
         }
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(data))
-        partial.replace(self.path)
+        with atomic_path(self.path) as temporary:
+            temporary.write_text(json.dumps(data))
 
 
 def drop_unreadable_cache(folder: str) -> list[str]:
@@ -416,25 +417,31 @@ def propose(
     passes = records.passes
     phase2 = records.phase2  # each phase-2 evaluation (of this run and those before), held out
 
+    def save() -> None:
+        records.save(counter.samples, time.perf_counter() - start)
+
     def calibrate_counted(module: torch.nn.Module, batches: Sequence[torch.Tensor]) -> None:
         passes["encodings"] += 1
         _calibrate(module, batches)
-        records.save(counter.samples, time.perf_counter() - start)
+        save()
+
+    def score_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
+        passes["evaluations"] += 1
+        return scoring.score(module, batches)
 
     def evaluate_counted(module: torch.nn.Module, batches: Sequence[Any]) -> float:
-        passes["evaluations"] += 1
-        score = scoring.score(module, batches)
-        records.save(counter.samples, time.perf_counter() - start)
+        score = score_counted(module, batches)
+        save()
         return score
 
     def evaluate_phase2(module: torch.nn.Module, batches: Sequence[Any]) -> float:
-        score = evaluate_counted(module, batches)
+        score = score_counted(module, batches)
         held = None
         if held_out:
             held = scoring.value(module, held_out)
             passes["held-out samples"] += sum(int(targets.shape[0]) for _, targets in held_out)
         phase2.append((score, held))
-        records.save(counter.samples, time.perf_counter() - start)
+        save()
         return score
 
     calibrate = CallbackFunc(calibrate_counted, calibration)
