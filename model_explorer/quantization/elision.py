@@ -82,35 +82,23 @@ def dataflow(model: nn.Module) -> list[Site] | None:
     except Exception as error:  # noqa: BLE001 - any failure to trace: nothing is skipped
         log.debug("activations kept: the model cannot be traced (%s)", error)
         return None
-    calls: dict[int, list[Any]] = {}
-    leaves: set[str] = set()
+    calls: dict[nn.Module, list[Any]] = {}  # each activation's calls, by module
+    hidden: set[int] = set()  # modules inside a leaf the trace called: their calls are unseen
     for node in graph.nodes:
         if node.op != "call_module":
             continue
-        leaves.add(node.target)
         module = model.get_submodule(node.target)
+        hidden.update(id(child) for child in module.modules() if child is not module)
         if type(module) in ELIDABLE:
-            calls.setdefault(id(module), []).append(node)
-    hidden = _called_inside_leaves(model, leaves)
+            calls.setdefault(module, []).append(node)
     sites = []
-    for nodes in calls.values():
-        module = model.get_submodule(nodes[0].target)
+    for module, nodes in calls.items():
         if id(module) in hidden:
             continue  # called inside a leaf too: its calls cannot be counted from the trace
         readers = [_readers(model, node, module) for node in nodes]
         if any(entry is not None for entry in readers):
             sites.append(Site(module, readers))
     return sites
-
-
-def _called_inside_leaves(model: nn.Module, leaves: set[str]) -> set[int]:
-    """The modules that are children of a leaf the trace called (their calls are unseen)."""
-    hidden: set[int] = set()
-    for name in leaves:
-        for child in model.get_submodule(name).modules():
-            if child is not model.get_submodule(name):
-                hidden.add(id(child))
-    return hidden
 
 
 # Operations that commute with ReLU and ReLU6 (monotone and applied value by value): max
