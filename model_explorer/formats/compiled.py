@@ -130,24 +130,42 @@ def fused_integer(
 
 
 def _run(name: str, function: Any, *args: Any) -> Tensor | None:
-    """`function(*args)` compiled (once per process), or None where compiling failed: said
-    once, and never tried again."""
-    kernel = _kernel.get(name)
-    if kernel is None:
-        kernel = _kernel[name] = torch.compile(function, dynamic=True, fullgraph=True)
-    try:
-        return kernel(*args)
-    except Exception as error:  # noqa: BLE001 - any failure of the compiler: the eager steps
-        _kernel["failed"] = True
-        warnings.warn(
-            f"compiling a fused fake-quantization kernel failed ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}); tensors are quantized by "
-            f"the eager steps instead: the same values, slower (set {ENVIRONMENT_SWITCH}=0 to "
-            f"skip the attempt)",
-            RuntimeWarning,
-            stacklevel=4,
+    """`function(*args)` compiled (once per process), or None where compiling failed twice
+    (a fresh compile is tried once more: a compiler can fail for a passing reason, such as a
+    worker it spawned being killed): said once, and never tried again."""
+    for attempt in (1, 2):
+        kernel = _kernel.get(name)
+        if kernel is None:
+            kernel = _kernel[name] = torch.compile(function, dynamic=True, fullgraph=True)
+        try:
+            return kernel(*args)
+        except Exception as error:  # noqa: BLE001 - any failure of the compiler: the eager steps
+            del _kernel[name]
+            if attempt == 1:
+                continue
+            _kernel["failed"] = True
+            warnings.warn(
+                f"compiling a fused fake-quantization kernel failed twice ({_reasons(error)}); "
+                f"tensors are quantized by the eager steps instead: the same values, slower "
+                f"(set {ENVIRONMENT_SWITCH}=0 to skip the attempt)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    return None
+
+
+def _reasons(error: BaseException) -> str:
+    """The first line of `error` and of each error it was raised from, by type: a compiler's
+    wrapper often carries no message of its own."""
+    reasons = []
+    seen: BaseException | None = error
+    while seen is not None and len(reasons) < 4:
+        text = str(seen).strip()
+        reasons.append(
+            f"{type(seen).__name__}: {text.splitlines()[0]}" if text else type(seen).__name__
         )
-        return None
+        seen = seen.__cause__ or seen.__context__
+    return " <- ".join(reasons)
 
 
 # -- block formats: the block's scale and its elements in one compiled pass ------------------

@@ -5,6 +5,8 @@ to the eager steps."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -118,6 +120,49 @@ def test_a_compiler_that_fails_is_said_once_and_the_eager_steps_give_the_same_va
         second = apply_quantization(x, params)
     assert same_bits(first, numpy_formula(x, params))
     assert same_bits(second, numpy_formula(x, params))
+
+
+def test_a_compile_that_fails_once_is_tried_again_and_its_reason_is_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A first compile that fails for a passing reason (a wrapper with no message of its own
+    # around its cause), then compiles as torch.compile does: the second compile is used.
+    compiles: list[int] = []
+    real_compile = torch.compile
+
+    def failing(*args: object) -> None:
+        try:
+            raise OSError("compile worker exited with signal 9")
+        except OSError as cause:
+            raise RuntimeError() from cause
+
+    def flaky(function: object, **kwargs: object) -> object:
+        compiles.append(1)
+        return failing if len(compiles) == 1 else real_compile(function, **kwargs)
+
+    def fused(x: torch.Tensor, params) -> torch.Tensor | None:  # noqa: ANN001
+        with torch.inference_mode():
+            return compiled.fused_integer(
+                x, params.multiplier, params.low, params.high, params.divisor
+            )
+
+    monkeypatch.setattr(compiled, "_kernel", {})
+    monkeypatch.setattr(torch, "compile", flaky)
+    params = quant_params(torch.tensor(2.5), 6)
+    x = hard_values(float(params.multiplier.item()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = fused(x, params)
+    assert len(compiles) == 2 and compiled.compiled_enabled()
+    assert second is not None and same_bits(second, numpy_formula(x, params))
+
+    # Failing both times: the eager steps, and the warning names the cause beneath the wrapper.
+    monkeypatch.setattr(compiled, "_kernel", {})
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: compiles.append(1) or failing)
+    compiles.clear()
+    with pytest.warns(RuntimeWarning, match="failed twice.*RuntimeError <- OSError: compile"):
+        assert fused(x, params) is None
+    assert len(compiles) == 2 and not compiled.compiled_enabled()
 
 
 class Watching(TorchFunctionMode):
