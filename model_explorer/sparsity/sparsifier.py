@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model_explorer.sparsity import kernel
+
 
 @dataclass(frozen=True)
 class Geometry:
@@ -227,6 +229,7 @@ class BlockSparsifier(nn.Module):
         self.threshold = float(threshold)
         self.chunk_bytes = chunk_bytes
         self._weights: dict[tuple, Any] = {}  # column_sums' weights per layer geometry
+        self._transposed: dict[str, Any] = {}  # the kernel's weights, and whose they are
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -268,11 +271,41 @@ class BlockSparsifier(nn.Module):
         unbatched = isinstance(layer, nn.Linear) and x.dim() == 1
         if unbatched:
             x = x.unsqueeze(0)
+        if kernel.applies(layer, x, weight):
+            out = self._fused(layer, x, weight)
+            return out.squeeze(0) if unbatched else out
         per_sample = self._bytes_per_sample(layer, x)
         step = max(1, self.chunk_bytes // max(per_sample, 1))
         outputs = [self._forward_chunk(layer, chunk, weight) for chunk in x.split(step)]
         out = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
         return out.squeeze(0) if unbatched else out
+
+    def _fused(self, layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
+        """The layer on `x` by the fused kernel (kernel.py): its statistics and, where blocks
+        are dropped, its product in one pass; the runtime's layer where none is created."""
+        # kept while the same weights are unchanged (an inference tensor has no version to
+        # tell, so its copy is not kept)
+        version = None if weight.is_inference() else (weight._version, tuple(weight.shape))
+        transposed = self._transposed.get("tensor")
+        if (
+            version is None
+            or self._transposed.get("source") is not weight
+            or (self._transposed.get("version") != version)
+        ):
+            groups = getattr(layer, "groups", 1)
+            transposed = weight.detach().reshape(groups, weight.shape[0] // groups, -1)
+            transposed = transposed.transpose(1, 2).contiguous()
+            self._transposed = {"source": weight, "version": version, "tensor": transposed}
+        padded, padding = (x, ()) if isinstance(layer, nn.Linear) else _conv_padding(layer, x)
+        out, means = kernel.run(layer, padded, padding, transposed, self.block_size, self.threshold)
+        present = self._count(means)
+        if out is None:
+            return dense_forward(layer, x, weight)
+        created = (means < self.threshold) & ~present
+        if not bool(created.any()):
+            return dense_forward(layer, x, weight)
+        self.created_blocks = self.created_blocks + created.sum()
+        return out
 
     def _bytes_per_sample(self, layer: nn.Module, x: Tensor) -> int:
         """Bytes of the padded im2col matrix of one sample (three copies live at once)."""

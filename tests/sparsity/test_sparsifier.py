@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_explorer.sparsity import SparseModel, discretize_threshold, threshold_steps
+from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
+from model_explorer.sparsity import SparseModel, discretize_threshold, kernel, threshold_steps
 from model_explorer.sparsity import sparsifier as sparsifier_module
 
 
@@ -23,10 +25,15 @@ def reference(layer: nn.Module, x: torch.Tensor, block: tuple[int, int], thresho
         spatial = x.shape[1:-1]
         groups = 1
     else:
-        x2 = x.unsqueeze(2) if isinstance(layer, nn.Conv1d) else x
+        x2, padding = x, layer.padding
+        if isinstance(padding, str) or layer.padding_mode != "zeros":  # padded by F.pad first
+            mode = "constant" if layer.padding_mode == "zeros" else layer.padding_mode
+            x2 = F.pad(x, layer._reversed_padding_repeated_twice, mode=mode)
+            padding = (0,) * len(layer.kernel_size)
+        x2 = x2.unsqueeze(2) if isinstance(layer, nn.Conv1d) else x2
         kernel = (1, *layer.kernel_size) if isinstance(layer, nn.Conv1d) else layer.kernel_size
         stride = (1, *layer.stride) if isinstance(layer, nn.Conv1d) else layer.stride
-        padding = (0, *layer.padding) if isinstance(layer, nn.Conv1d) else layer.padding
+        padding = (0, *padding) if isinstance(layer, nn.Conv1d) else padding
         dilation = (1, *layer.dilation) if isinstance(layer, nn.Conv1d) else layer.dilation
         cols = F.unfold(x2, kernel, dilation=dilation, padding=padding, stride=stride).clone()
         out_shape = [
@@ -74,6 +81,8 @@ def layers():
     yield nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False), (2, 6, 5, 7)  # depthwise
     yield nn.Conv2d(4, 5, 1), (2, 4, 6, 6)
     yield nn.Conv2d(3, 4, 3, dilation=2, padding=2), (2, 3, 8, 8)
+    yield nn.Conv2d(3, 4, 3, padding="same", padding_mode="reflect"), (2, 3, 7, 6)
+    yield nn.Conv2d(130, 5, 3), (2, 130, 4, 5)  # 1,170 columns: more than a panel of weights
     yield nn.Conv1d(3, 4, 3, stride=2, padding=1), (2, 3, 11)
     yield nn.Linear(10, 5), (3, 10)
     yield nn.Linear(10, 5), (2, 7, 10)
@@ -82,16 +91,27 @@ def layers():
 BLOCKS = [(8, 8), (4, 2), (3, 5), (1, 1), (64, 64)]
 
 
-@pytest.fixture(params=["convolved", "pieces", "matrix"])
-def statistics(request, monkeypatch) -> str:
-    """Block means by one convolution of |x| with a 0/1 weight per block, by depthwise
+@pytest.fixture(params=["kernel", "convolved", "pieces", "matrix"])
+def statistics(request, monkeypatch) -> Iterator[str]:
+    """The fused kernel (block_sparse.c), where it takes the layer; or the torch path, with
+    block means by one convolution of |x| with a 0/1 weight per block, by depthwise
     convolutions of each channel's parts of the blocks, wherever the sparsifier may take them,
     or from the im2col matrix everywhere: each must count what the reference counts."""
+    if request.param == "kernel":
+        monkeypatch.setenv(ENVIRONMENT_SWITCH, "1")
+        assert kernel._load() is not None, "the block-sparsity kernel was not built here"
+        calls: list[int] = []
+        real = kernel.run
+        monkeypatch.setattr(kernel, "run", lambda *args: calls.append(1) or real(*args))
+        yield request.param
+        assert calls, "the kernel took no layer"
+        return
+    monkeypatch.setenv(ENVIRONMENT_SWITCH, "0")
     limit = 0 if request.param == "matrix" else 10**9
     monkeypatch.setattr(sparsifier_module, "CONVOLVED_STATISTICS_BLOCKS", limit)
     pieces = 0 if request.param == "pieces" else 10**9
     monkeypatch.setattr(sparsifier_module, "PIECES_PER_BLOCKS", pieces)
-    return request.param
+    yield request.param
 
 
 @pytest.mark.parametrize(
@@ -164,7 +184,8 @@ def test_threshold_zero_changes_nothing_and_above_max_zeroes_everything() -> Non
     )
 
 
-def test_chunked_equals_unchunked() -> None:
+def test_chunked_equals_unchunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENVIRONMENT_SWITCH, "0")  # the torch path, which chunks
     torch.manual_seed(0)
     layer = nn.Conv2d(4, 6, 3, padding=1)
     x = torch.randn(9, 4, 10, 10)

@@ -1,0 +1,299 @@
+/* Block sparsity of a layer's im2col input, fused, without building the matrix: a few samples
+   at a time are copied into a buffer with their padding (so that every receptive field lies
+   inside it), every block's mean |value| comes from sums of windows along the buffer's rows, and
+   the kept blocks' columns are multiplied with the weights reading the buffer in place, each
+   panel of weights applied to all the samples' blocks while it stays in the cache.
+
+   Conventions are those of model_explorer/sparsity/sparsifier.py: column k of a sample's
+   matrix is (channel, kernel row, kernel column), row l the output position; a block is `bw`
+   columns by `bh` rows, edge blocks averaged over the full block size; a block is dropped
+   where its mean is below the threshold (a NaN mean keeps it). Each output is the sum over
+   the kept columns in increasing order, from zero, then the bias. The x86-64 build holds one
+   version per instruction level (AVX-512, AVX2 with FMA, the baseline), chosen when loaded:
+   the products are fused multiply-adds where the processor has them, so outputs differ across
+   processors in their last bits, as a BLAS library's do. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(NO_CLONES)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+typedef struct {
+    int64_t channels, height, width;            /* one group's input as (C, H, W), unpadded */
+    int64_t sn, sc, sh, sw;                     /* its strides, in elements */
+    int64_t kh, kw, stride_y, stride_x, dil_y, dil_x, pad_y, pad_x;
+    int64_t out_h, out_w, cout, groups;         /* cout: one group's output channels */
+    int64_t bw, bh;
+    int64_t on, oc, ol;                         /* the output's strides: sample, channel, row */
+} geometry;
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+/* tile[r][0 .. 16V) (+)= sum over the columns k of the kept blocks (kept[i] * bw up to the
+   next block or `columns`) of base[off[k] + r * step] * wt[k * cout + 0 .. 16V), r < R; from
+   zero where `first`, else onto the tile. */
+static inline __attribute__((always_inline)) void
+micro(const int R, const int V, int first, float *restrict tile, const float *restrict base,
+      int64_t step, const int64_t *restrict off, const float *restrict wt, int64_t cout,
+      const int32_t *restrict kept, int64_t count, int64_t bw, int64_t columns)
+{
+    v16 a[4][2];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++)
+            a[r][v] = first ? (v16){0} : *(const v16 *)(tile + r * 32 + 16 * v);
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t k0 = kept[i] * bw, k1 = k0 + bw < columns ? k0 + bw : columns;
+        for (int64_t k = k0; k < k1; k++) {
+            const float *p = base + off[k];
+            const float *w = wt + k * cout;
+            v16 wv[2];
+            for (int v = 0; v < V; v++) wv[v] = *(const v16 *)(w + 16 * v);
+            for (int r = 0; r < R; r++)
+                for (int v = 0; v < V; v++) a[r][v] += p[r * step] * wv[v];
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < V; v++) *(v16 *)(tile + r * 32 + 16 * v) = a[r][v];
+}
+
+/* One run of rows' products for output channels 0 .. width (width <= 32) over the kept
+   columns given, into tile (rows x 32). */
+static inline __attribute__((always_inline)) void
+run_product(int first, int64_t width, int64_t rows, float *tile, const float *base,
+            int64_t step, const int64_t *off, const float *wt, int64_t cout,
+            const int32_t *kept, int64_t count, int64_t bw, int64_t columns)
+{
+    const int V = width >= 32 ? 2 : width >= 16 ? 1 : 0;
+    int64_t r = 0;
+#define MICRO(R, V)                                                                        \
+    micro(R, V, first, tile + r * 32, base + r * step, step, off, wt, cout, kept, count, bw, \
+          columns)
+    if (V == 2) {
+        for (; r + 4 <= rows; r += 4) MICRO(4, 2);
+        for (; r < rows; r++) MICRO(1, 2);
+    } else if (V == 1) {
+        for (; r + 4 <= rows; r += 4) MICRO(4, 1);
+        for (; r < rows; r++) MICRO(1, 1);
+    }
+#undef MICRO
+    for (int64_t j = 16 * V; j < width; j++)
+        for (r = 0; r < rows; r++) {
+            float a = first ? 0.0f : tile[r * 32 + j];
+            for (int64_t i = 0; i < count; i++) {
+                const int64_t k0 = kept[i] * bw, k1 = k0 + bw < columns ? k0 + bw : columns;
+                for (int64_t k = k0; k < k1; k++) a += base[off[k] + r * step] * wt[k * cout + j];
+            }
+            tile[r * 32 + j] = a;
+        }
+}
+
+typedef struct {
+    int64_t columns, rows, wide, high, hp, wp, plane;
+    const int64_t *off; /* column k's offset in a padded sample */
+    /* each block of rows' runs of outputs along one row: run_first[lb] .. run_first[lb + 1],
+       each with its first row in the block, its receptive fields' origin, and its length */
+    const int64_t *run_first, *run_r0, *run_row, *run_col, *run_len;
+} layout;
+
+/* A sample (one group's channels) into buf (channels x hp x wp) inside its zero margins. */
+static inline __attribute__((always_inline)) void
+pad_copy(const float *xs, const geometry *g, const layout *s, float *buf)
+{
+    for (int64_t c = 0; c < g->channels; c++)
+        for (int64_t y = 0; y < g->height; y++) {
+            const float *source = xs + c * g->sc + y * g->sh;
+            float *row = buf + c * s->plane + (y + g->pad_y) * s->wp + g->pad_x;
+            if (g->sw == 1)
+                memcpy(row, source, sizeof(float) * g->width);
+            else
+                for (int64_t i = 0; i < g->width; i++) row[i] = source[i * g->sw];
+        }
+}
+
+/* Sums of |value| (double) over `bh` values `stride_x` apart along the rows of a padded
+   sample, from each start: a run of `bh` outputs' values in one column of the matrix. Taken
+   over the sample as one array; the windows that cross a row's end are never read. */
+static inline __attribute__((always_inline)) void
+window_sums(const float *restrict buf, const geometry *g, const layout *s,
+            double *restrict wins)
+{
+    const int64_t starts = g->channels * s->plane - (g->bh - 1) * g->stride_x;
+    for (int64_t j = 0; j < starts; j++) wins[j] = fabs((double)buf[j]);
+    for (int64_t r = 1; r < g->bh; r++) {
+        const float *restrict v = buf + r * g->stride_x;
+        for (int64_t j = 0; j < starts; j++) wins[j] += fabs((double)v[j]);
+    }
+}
+
+/* Every block's mean |value| of one block of rows lb of a padded sample into m[kb * high],
+   and the kept blocks (not below the threshold; a NaN mean is kept) in kept;
+   returns how many. A run of `bh` outputs along a row takes its column's sum from the window
+   sums, a shorter one (a block of rows across two rows of outputs) adds its values. A block's
+   sum of magnitudes is zero exactly where it holds only zeros. */
+static inline __attribute__((always_inline)) int64_t
+block_means(const float *restrict buf, const double *restrict wins, const geometry *g,
+            const layout *s, int64_t lb, float threshold, float *restrict m,
+            int32_t *restrict kept, double *restrict sums)
+{
+    const int64_t first = s->run_first[lb], last = s->run_first[lb + 1], bw = g->bw;
+    const int64_t columns = s->columns, wide = s->wide, high = s->high;
+    const int64_t *restrict off = s->off;
+    for (int64_t k = 0; k < wide * bw; k++) sums[k] = 0.0;
+    for (int64_t q = first; q < last; q++) { /* each column's sum over the run */
+        const int64_t base = s->run_row[q] * s->wp + s->run_col[q], len = s->run_len[q];
+        if (len == g->bh) {
+            const double *restrict w = wins + base;
+            for (int64_t k = 0; k < columns; k++) sums[k] += w[off[k]];
+        } else {
+            for (int64_t k = 0; k < columns; k++)
+                for (int64_t r = 0; r < len; r++)
+                    sums[k] += fabs((double)buf[base + off[k] + r * g->stride_x]);
+        }
+    }
+    const double size = (double)(bw * g->bh), inverse = 1.0 / size;
+    const int exact = (bw * g->bh & (bw * g->bh - 1)) == 0;  /* a power of two: 1 / size exact */
+    int64_t count = 0;
+    for (int64_t kb = 0; kb < wide; kb++) {
+        double sum = 0.0;
+        for (int64_t k = kb * bw; k < (kb + 1) * bw; k++) sum += sums[k];
+        const float mean = (float)(exact ? sum * inverse : sum / size);
+        m[kb * high] = mean;
+        kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
+        count += !(mean < threshold);
+    }
+    return count;
+}
+
+/* The largest number of floats the padded samples of one batch take, and a panel of weights. */
+#define BATCH_FLOATS (1 << 16)
+#define PANEL_FLOATS (1 << 15)
+
+/* Offsets of columns and runs of rows (`layout`), in one allocation; NULL where memory ran out. */
+static int64_t *tables(const geometry *g, layout *s)
+{
+    const int64_t taps = g->kh * g->kw, most_runs = s->rows + s->high;
+    int64_t *t = malloc(sizeof(int64_t) * (s->columns + s->high + 1 + 4 * most_runs));
+    if (!t) return NULL;
+    int64_t *off = t, *first = off + s->columns, *r0 = first + s->high + 1;
+    int64_t *row = r0 + most_runs, *col = row + most_runs, *len = col + most_runs;
+    for (int64_t k = 0; k < s->columns; k++) {
+        const int64_t c = k / taps, ky = k % taps / g->kw, kx = k % g->kw;
+        off[k] = (c * s->hp + ky * g->dil_y) * s->wp + kx * g->dil_x;
+    }
+    int64_t q = 0;
+    for (int64_t lb = 0; lb < s->high; lb++) {
+        first[lb] = q;
+        const int64_t end = (lb + 1) * g->bh < s->rows ? (lb + 1) * g->bh : s->rows;
+        for (int64_t l = lb * g->bh; l < end; q++) {
+            const int64_t oy = l / g->out_w, ox = l % g->out_w;
+            const int64_t n = end - l < g->out_w - ox ? end - l : g->out_w - ox;
+            r0[q] = l - lb * g->bh, row[q] = oy * g->stride_y, col[q] = ox * g->stride_x;
+            len[q] = n;
+            l += n;
+        }
+    }
+    first[s->high] = q;
+    s->off = off;
+    s->run_first = first, s->run_r0 = r0, s->run_row = row, s->run_col = col, s->run_len = len;
+    return t;
+}
+
+/* The products of every kept block of a batch's samples, output channels co .. co + width,
+   panel by panel of columns, into tiles (one per block of rows: bh x 32). */
+static inline __attribute__((always_inline)) void
+products(const geometry *g, const layout *s, const float *bufs, int64_t count,
+         const int32_t *kept, const int64_t *counts, int64_t *cursors, const float *wt,
+         int64_t width, int64_t panel, float *tiles)
+{
+    memset(cursors, 0, sizeof(int64_t) * count * s->high);
+    for (int64_t k0 = 0; k0 < s->columns; k0 += panel)
+        for (int64_t b = 0; b < count * s->high; b++) {
+            const int64_t lb = b % s->high;
+            const int32_t *k = kept + b * (s->wide + 1);
+            const float *buf = bufs + b / s->high * g->channels * s->plane;
+            int64_t i = cursors[b], j = i;
+            while (j < counts[b] && k[j] * g->bw < k0 + panel) j++;
+            for (int64_t q = s->run_first[lb]; q < s->run_first[lb + 1]; q++)
+                run_product(k0 == 0, width, s->run_len[q], tiles + (b * g->bh + s->run_r0[q]) * 32,
+                            buf + s->run_row[q] * s->wp + s->run_col[q], g->stride_x, s->off,
+                            wt, g->cout, k + i, j - i, g->bw, s->columns);
+            cursors[b] = j;
+        }
+}
+
+/* Samples [n0, n1): means (N, groups, blocks across, blocks down) always; with `multiply`,
+   the layer's output from the kept blocks into out (by the geometry's output strides), wt
+   being the weights as (groups, columns, cout). Returns 0, or -1 where memory ran out. */
+CLONES
+int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
+                 float threshold, int multiply, int64_t n0, int64_t n1, float *means,
+                 float *out)
+{
+    layout s;
+    s.columns = g->channels * g->kh * g->kw, s.rows = g->out_h * g->out_w;
+    s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
+    s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
+    const int64_t sample = g->channels * s.plane, span = s.wide * g->bw + 1;
+    int64_t batch = BATCH_FLOATS / sample;
+    batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;
+    const int64_t blocks_per_panel = PANEL_FLOATS / 32 / g->bw;
+    const int64_t panel = blocks_per_panel > 0 ? blocks_per_panel * g->bw : g->bw;
+
+    int64_t *t = tables(g, &s);
+    float *bufs = calloc(batch * sample + batch * s.high * g->bh * 32, sizeof(float));
+    double *wins = malloc(sizeof(double) * (sample + span)), *column_sums = wins + sample;
+    int32_t *kept = malloc(sizeof(int32_t) * batch * s.high * (s.wide + 1));
+    int64_t *counts = malloc(sizeof(int64_t) * 2 * batch * s.high);
+    if (!t || !bufs || !wins || !kept || !counts) {
+        free(t), free(bufs), free(wins), free(kept), free(counts);
+        return -1;
+    }
+    float *tiles = bufs + batch * sample;
+    for (int64_t start = n0; start < n1; start += batch) {
+        const int64_t count = n1 - start < batch ? n1 - start : batch;
+        for (int64_t group = 0; group < g->groups; group++) {
+            for (int64_t i = 0; i < count; i++) {
+                const int64_t n = start + i;
+                float *buf = bufs + i * sample;
+                pad_copy(x + n * g->sn + group * g->channels * g->sc, g, &s, buf);
+                window_sums(buf, g, &s, wins);
+                float *m = means + (n * g->groups + group) * s.wide * s.high;
+                for (int64_t lb = 0; lb < s.high; lb++) {
+                    const int64_t b = i * s.high + lb;
+                    counts[b] = block_means(buf, wins, g, &s, lb, threshold, m + lb,
+                                            kept + b * (s.wide + 1), column_sums);
+                }
+            }
+            if (!multiply) continue;
+            const float *wg = wt + group * s.columns * g->cout;
+            for (int64_t co = 0; co < g->cout; co += 32) {
+                const int64_t width = g->cout - co < 32 ? g->cout - co : 32;
+                products(g, &s, bufs, count, kept, counts, counts + batch * s.high, wg + co,
+                         width, panel, tiles);
+                for (int64_t b = 0; b < count * s.high; b++) {
+                    const int64_t n = start + b / s.high, l0 = b % s.high * g->bh;
+                    const int64_t rows = l0 + g->bh <= s.rows ? g->bh : s.rows - l0;
+                    float *o = out + n * g->on + (group * g->cout + co) * g->oc + l0 * g->ol;
+                    const float *tile = tiles + b * g->bh * 32;
+                    const float *b0 = bias ? bias + group * g->cout + co : NULL;
+                    for (int64_t j = 0; j < width; j++) {
+                        const float add = b0 ? b0[j] : 0.0f;
+                        if (b0)
+                            for (int64_t r = 0; r < rows; r++)
+                                o[j * g->oc + r * g->ol] = tile[r * 32 + j] + add;
+                        else
+                            for (int64_t r = 0; r < rows; r++)
+                                o[j * g->oc + r * g->ol] = tile[r * 32 + j];
+                    }
+                }
+            }
+        }
+    }
+    free(t), free(bufs), free(wins), free(kept), free(counts);
+    return 0;
+}

@@ -1,0 +1,132 @@
+"""The fused block-sparsity kernel (sparsity/kernel.py, block_sparse.c) where the layer-by-layer
+reference of test_sparsifier.py does not reach: the input's layout, many samples in several
+batches and threads, a whole torchvision network against the torch path (which that reference
+checks), the ways back to the torch path, and a compiler that is missing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
+from model_explorer.sparsity import SparseModel, kernel
+
+
+def sparse_run(model: nn.Module, x: torch.Tensor, thresholds: list[float], fused: bool):
+    """The sparse model's output and block counts, by the kernel or by the torch path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENVIRONMENT_SWITCH, "1" if fused else "0")
+        calls: list[int] = []
+        real = kernel.run
+        patch.setattr(kernel, "run", lambda *args: calls.append(1) or real(*args))
+        sparse = SparseModel(model, block_size=(4, 4))
+        sparse.thresholds = thresholds
+        with torch.inference_mode():
+            out = sparse(x)
+        stats = sparse.stats()
+        sparse.restore()
+    assert bool(calls) == fused, "the kernel ran where it should not, or not where it should"
+    return out, stats
+
+
+@pytest.fixture(autouse=True)
+def built() -> None:
+    assert kernel._load() is not None, "the block-sparsity kernel was not built here"
+
+
+def test_any_layout_and_many_samples_in_batches_and_threads_give_the_torch_paths_blocks() -> None:
+    """300 samples of 4x12x12 (several of the kernel's batches), channels-last or as a strided
+    view, on one and on two threads: the torch path's counts, its outputs up to rounding, and
+    the same outputs bit for bit whatever the threads."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 5, 3, stride=2))
+    base = torch.randn(300, 4, 12, 14).relu()
+    expected, counts = sparse_run(model, base[..., :12].contiguous(), [0.4, 0.6], fused=False)
+    assert counts["0"]["created_blocks"] > 0 and counts["2"]["created_blocks"] > 0
+    threads = torch.get_num_threads()
+    outputs = []
+    try:
+        for count, x in [
+            (1, base[..., :12]),  # a view whose rows are not contiguous
+            (2, base[..., :12].contiguous(memory_format=torch.channels_last)),
+            (2, base[..., :12].contiguous()),
+        ]:
+            torch.set_num_threads(count)
+            out, stats = sparse_run(model, x, [0.4, 0.6], fused=True)
+            assert stats == counts
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+            outputs.append(out)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[1], outputs[2])
+
+
+def test_resnet18_gives_the_torch_paths_blocks_and_outputs() -> None:
+    """torchvision's resnet18 (random weights) on 32x32 inputs: strided, 1x1 and 7x7
+    convolutions, block rows across rows of outputs and panels of weights (4,608 columns)."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(6, 3, 32, 32)
+    count = sum(isinstance(module, (nn.Conv2d, nn.Linear)) for module in model.modules())
+    expected, counts = sparse_run(model, x, [0.3] * count, fused=False)
+    out, stats = sparse_run(model, x, [0.3] * count, fused=True)
+    assert stats == counts
+    created = sum(s["created_blocks"] for s in stats.values())
+    assert 0 < created < sum(s["total_blocks"] for s in stats.values())
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_gradient_the_kernel_cannot_give_takes_the_torch_path() -> None:
+    torch.manual_seed(0)
+    layer = nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4))
+    sparse.thresholds = [0.5]
+    assert not kernel.applies(layer, x, layer.weight)
+    sparse(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    with torch.no_grad():
+        assert kernel.applies(layer, x, layer.weight)
+    assert not kernel.applies(layer, x.double(), layer.weight.double())
+
+
+def test_without_a_compiler_one_warning_and_the_torch_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 3))
+    x = torch.randn(5, 3, 8, 8)
+    expected, counts = sparse_run(model, x, [0.5, 0.5], fused=False)
+    monkeypatch.setattr(kernel, "_library", {})
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv(ENVIRONMENT_SWITCH, "1")
+    sparse = SparseModel(model, block_size=(4, 4))
+    sparse.thresholds = [0.5, 0.5]
+    with pytest.warns(RuntimeWarning, match="could not be built.*torch path"):
+        with torch.inference_mode():
+            first = sparse(x)
+    assert not kernel.available()
+    with torch.inference_mode():
+        sparse(x)  # no second warning (pytest's filter would raise it as an error otherwise)
+    torch.testing.assert_close(first, expected, rtol=0, atol=0)
+    assert {name: s["created_blocks"] * 2 for name, s in counts.items()} == {
+        name: s["created_blocks"] for name, s in sparse.stats().items()
+    }
+
+
+def test_a_compiler_that_fails_is_named_with_its_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A compiler that runs and fails (here a script standing in for one): its error line."""
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'block_sparse.c:1:1: error: planted failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(kernel, "_library", {})
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path / "kernels"))
+    with pytest.warns(RuntimeWarning, match="error: planted failure"):
+        assert kernel._load() is None
+    assert not list((tmp_path / "kernels").glob("*.tmp"))  # nothing half-written is left
