@@ -133,12 +133,13 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
 /* Every block's mean |value| of one block of rows lb of a padded sample into m[kb * high],
    and the kept blocks (not below the threshold; a NaN mean is kept) in kept;
    returns how many. A run of `bh` outputs along a row takes its column's sum from the window
-   sums, a shorter one (a block of rows across two rows of outputs) adds its values. A block's
-   sum of magnitudes is zero exactly where it holds only zeros. */
+   sums, a shorter one (a block of rows across two rows of outputs) adds its values. Adds the
+   blocks holding only zeros (whose sum of magnitudes is zero exactly) to tally[0], and the
+   others that are dropped to tally[1]. */
 static inline __attribute__((always_inline)) int64_t
 block_means(const float *restrict buf, const double *restrict wins, const geometry *g,
             const layout *s, int64_t lb, float threshold, float *restrict m,
-            int32_t *restrict kept, double *restrict sums)
+            int32_t *restrict kept, double *restrict sums, int64_t *restrict tally)
 {
     const int64_t first = s->run_first[lb], last = s->run_first[lb + 1], bw = g->bw;
     const int64_t columns = s->columns, wide = s->wide, high = s->high;
@@ -157,7 +158,7 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
     }
     const double size = (double)(bw * g->bh), inverse = 1.0 / size;
     const int exact = (bw * g->bh & (bw * g->bh - 1)) == 0;  /* a power of two: 1 / size exact */
-    int64_t count = 0;
+    int64_t count = 0, present = 0, created = 0;
     for (int64_t kb = 0; kb < wide; kb++) {
         double sum = 0.0;
         for (int64_t k = kb * bw; k < (kb + 1) * bw; k++) sum += sums[k];
@@ -165,7 +166,10 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
         m[kb * high] = mean;
         kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
         count += !(mean < threshold);
+        present += sum == 0.0;
+        created += sum != 0.0 && mean < threshold;
     }
+    tally[0] += present, tally[1] += created;
     return count;
 }
 
@@ -226,15 +230,17 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
         }
 }
 
-/* Samples [n0, n1): means (N, groups, blocks across, blocks down) always; with `multiply`,
-   the layer's output from the kept blocks into out (by the geometry's output strides), wt
-   being the weights as (groups, columns, cout). Returns 0, or -1 where memory ran out. */
+/* Samples [n0, n1): means (N, groups, blocks across, blocks down) and tally (the blocks that
+   hold only zeros, and the others that are dropped) always; with `multiply`, the layer's
+   output from the kept blocks into out (by the geometry's output strides), wt being the
+   weights as (groups, columns, cout). Returns 0, or -1 where memory ran out. */
 CLONES
 int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
                  float threshold, int multiply, int64_t n0, int64_t n1, float *means,
-                 float *out)
+                 float *out, int64_t *tally)
 {
     layout s;
+    tally[0] = tally[1] = 0;
     s.columns = g->channels * g->kh * g->kw, s.rows = g->out_h * g->out_w;
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
@@ -266,7 +272,7 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
                 for (int64_t lb = 0; lb < s.high; lb++) {
                     const int64_t b = i * s.high + lb;
                     counts[b] = block_means(buf, wins, g, &s, lb, threshold, m + lb,
-                                            kept + b * (s.wide + 1), column_sums);
+                                            kept + b * (s.wide + 1), column_sums, tally);
                 }
             }
             if (!multiply) continue;

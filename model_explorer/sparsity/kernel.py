@@ -146,10 +146,24 @@ def _load() -> Any:
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     function.argtypes = [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float]
-    function.argtypes += [ctypes.c_int, size, size, pointer, pointer]
+    function.argtypes += [ctypes.c_int, size, size, pointer, pointer, pointer]
     function.restype = ctypes.c_int
     _library["function"] = function
     return function
+
+
+def transposed(layer: nn.Module, weight: Tensor, kept: dict[str, Any]) -> Tensor:
+    """`weight` as the kernel reads it, (groups, columns, a group's output channels): the copy
+    in `kept` while it is of the same weights, unchanged (an inference tensor has no version
+    to tell, so its copy is made anew each time)."""
+    version = None if weight.is_inference() else (weight._version, tuple(weight.shape))
+    if version is not None and kept.get("source") is weight and kept.get("version") == version:
+        return kept["tensor"]
+    groups = getattr(layer, "groups", 1)
+    copy = weight.detach().reshape(groups, weight.shape[0] // groups, -1)
+    copy = copy.transpose(1, 2).contiguous()
+    kept.update(source=weight, version=version, tensor=copy)
+    return copy
 
 
 def _convolution(layer: nn.Module, x: Tensor, padding: tuple[int, ...]) -> tuple[Tensor, dict]:
@@ -181,11 +195,12 @@ def run(
     transposed: Tensor,
     block_size: tuple[int, int],
     threshold: float,
-) -> tuple[Tensor | None, Tensor]:
+) -> tuple[Tensor | None, int, int, int]:
     """The layer's output from its kept blocks (None with a threshold of 0 or below, where
-    nothing is dropped) and every block's mean, (N, groups, blocks across, blocks down). `x` is
-    the layer's input (a convolution's padded where its padding is not zeros, `padding` the
-    rest), `transposed` its weights as (groups, columns, a group's output channels)."""
+    nothing is dropped), and how many blocks there are, hold only zeros, and were dropped
+    besides those. `x` is the layer's input (a convolution's padded where its padding is not
+    zeros, `padding` the rest), `transposed` its weights as (groups, columns, a group's output
+    channels)."""
     groups, columns, cout = transposed.shape
     n = x.shape[0]
     if isinstance(layer, nn.Linear):
@@ -219,22 +234,27 @@ def run(
         oc=oc,
         ol=ol,
     )
-    wide = -(-columns // width)
-    means = x.new_empty(n, groups, wide, -(-(fields["out_h"] * fields["out_w"]) // height))
+    rows_total = fields["out_h"] * fields["out_w"]
+    means = x.new_empty(n, groups, -(-columns // width), -(-rows_total // height))
     bias = None if layer.bias is None else layer.bias.detach().contiguous()
     multiply = threshold > 0
     arguments = (source.data_ptr(), ctypes.byref(geometry), transposed.data_ptr())
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
-    _in_threads(_load(), arguments, n, (means.data_ptr(), out.data_ptr()))
-    return (out if multiply else None), means
+    present, created = _in_threads(_load(), arguments, n, (means.data_ptr(), out.data_ptr()))
+    return (out if multiply else None), means.numel(), present, created
 
 
-def _in_threads(function: Any, arguments: tuple, n: int, outputs: tuple) -> None:
+def _in_threads(function: Any, arguments: tuple, n: int, outputs: tuple) -> tuple[int, int]:
     """`function` over the samples in as many ranges as torch has threads (a ctypes call
-    releases the GIL); MemoryError where one ran out of memory."""
+    releases the GIL), and the sums of their tallies; MemoryError where one ran out of
+    memory."""
     threads = max(1, min(torch.get_num_threads(), n))
     bounds = [n * i // threads for i in range(threads + 1)]
-    calls = [(*arguments, bounds[i], bounds[i + 1], *outputs) for i in range(threads)]
+    tallies = torch.zeros(threads, 2, dtype=torch.int64)
+    calls = [
+        (*arguments, bounds[i], bounds[i + 1], *outputs, tallies[i].data_ptr())
+        for i in range(threads)
+    ]
     if threads == 1:
         codes = [function(*calls[0])]
     else:
@@ -242,3 +262,5 @@ def _in_threads(function: Any, arguments: tuple, n: int, outputs: tuple) -> None
         codes = list(pool.map(lambda call: function(*call), calls))
     if any(code != 0 for code in codes):
         raise MemoryError("the block-sparsity kernel could not allocate its buffers")
+    present, created = tallies.sum(0).tolist()
+    return present, created

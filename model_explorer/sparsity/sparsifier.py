@@ -283,28 +283,17 @@ class BlockSparsifier(nn.Module):
     def _fused(self, layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
         """The layer on `x` by the fused kernel (kernel.py): its statistics and, where blocks
         are dropped, its product in one pass; the runtime's layer where none is created."""
-        # kept while the same weights are unchanged (an inference tensor has no version to
-        # tell, so its copy is not kept)
-        version = None if weight.is_inference() else (weight._version, tuple(weight.shape))
-        transposed = self._transposed.get("tensor")
-        if (
-            version is None
-            or self._transposed.get("source") is not weight
-            or (self._transposed.get("version") != version)
-        ):
-            groups = getattr(layer, "groups", 1)
-            transposed = weight.detach().reshape(groups, weight.shape[0] // groups, -1)
-            transposed = transposed.transpose(1, 2).contiguous()
-            self._transposed = {"source": weight, "version": version, "tensor": transposed}
+        transposed = kernel.transposed(layer, weight, self._transposed)
         padded, padding = (x, ()) if isinstance(layer, nn.Linear) else _conv_padding(layer, x)
-        out, means = kernel.run(layer, padded, padding, transposed, self.block_size, self.threshold)
-        present = self._count(means)
-        if out is None:
+        out, total, present, created = kernel.run(
+            layer, padded, padding, transposed, self.block_size, self.threshold
+        )
+        self.total_blocks += total
+        self.present_blocks = self.present_blocks + present
+        self.samples += x.shape[0]
+        if out is None or created == 0:
             return dense_forward(layer, x, weight)
-        created = (means < self.threshold) & ~present
-        if not bool(created.any()):
-            return dense_forward(layer, x, weight)
-        self.created_blocks = self.created_blocks + created.sum()
+        self.created_blocks = self.created_blocks + created
         return out
 
     def _bytes_per_sample(self, layer: nn.Module, x: Tensor) -> int:

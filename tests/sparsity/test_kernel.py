@@ -130,3 +130,23 @@ def test_a_compiler_that_fails_is_named_with_its_error(
     with pytest.warns(RuntimeWarning, match="error: planted failure"):
         assert kernel._load() is None
     assert not list((tmp_path / "kernels").glob("*.tmp"))  # nothing half-written is left
+
+
+def test_weights_changed_in_place_are_read_again() -> None:
+    """The kernel keeps its copy of a layer's weights between passes: an in-place change (an
+    optimiser's step, a state dict loaded) must reach the next pass."""
+    torch.manual_seed(0)
+    layer = nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(3, 3, 8, 8).relu()
+    sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4))
+    sparse.thresholds = [0.5]
+    with torch.inference_mode():
+        before = sparse(x)
+    with torch.no_grad():
+        for parameter in sparse.model.parameters():
+            if parameter.dim() > 1:
+                parameter.mul_(2)
+    with torch.inference_mode():
+        after = sparse(x)
+    bias = layer.bias.view(1, -1, 1, 1)
+    torch.testing.assert_close(after - bias, 2 * (before - bias), rtol=1e-5, atol=1e-6)
