@@ -1,7 +1,8 @@
 """Forward time of a SparseModel divided by the float model's, in one process, for the digits
 CNN (360 samples of 8x8) and torchvision's resnet18 on 32x32 inputs (64 samples), with every
 threshold 0 (block statistics only, the dense layers run) and with a threshold that zeroes
-blocks (the layers run as a product with the sparsified im2col matrix).
+blocks (the layers run as a product with the sparsified input): by the fused kernel
+(sparsity/kernel.py), and by the torch path (`MODEL_EXPLORER_COMPILE=0`), timed in turn.
 
     python benchmarks/bench_sparsity.py [--repeats N]
 """
@@ -9,11 +10,13 @@ blocks (the layers run as a product with the sparsified im2col matrix).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import torch
 
+from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.models import create_model
 from model_explorer.sparsity import SparseModel
 
@@ -39,8 +42,9 @@ def measure(name: str, shape: tuple[int, ...], batch: int, threshold: float, rep
     sparse = SparseModel(model, block_size=(8, 8))
     count = len(sparse.thresholds)
 
-    def run(thresholds: list[float]):
+    def run(thresholds: list[float], fused: bool = True):
         def forward() -> None:
+            os.environ[ENVIRONMENT_SWITCH] = "1" if fused else "0"
             sparse.thresholds = thresholds
             sparse(x)
 
@@ -51,16 +55,19 @@ def measure(name: str, shape: tuple[int, ...], batch: int, threshold: float, rep
             "float": lambda: reference(x),
             "thresholds 0": run([0.0] * count),
             f"thresholds {threshold}": run([threshold] * count),
+            "  torch path, 0": run([0.0] * count, fused=False),
+            f"  torch path, {threshold}": run([threshold] * count, fused=False),
         }
         times = interleaved(variants, repeats)
         sparse.reset_stats()
         run([threshold] * count)()
+        os.environ.pop(ENVIRONMENT_SWITCH)
     stats = sparse.stats().values()
     share = sum(s["created_blocks"] for s in stats) / sum(s["total_blocks"] for s in stats)
     threads = torch.get_num_threads()
     print(f"{name}, batch {batch} x {shape}, {threads} threads, median of {repeats}:")
     for label, seconds in times.items():
-        print(f"  {label:16s} {seconds * 1e3:8.2f} ms  {seconds / times['float']:5.2f}x float")
+        print(f"  {label:22s} {seconds * 1e3:8.2f} ms  {seconds / times['float']:5.2f}x float")
     print(f"  blocks zeroed at threshold {threshold}: {share:.1%}")
 
 
