@@ -121,7 +121,11 @@ def _directory() -> Path:
     chosen = os.environ.get("MODEL_EXPLORER_KERNEL_DIR")
     if chosen:
         return Path(chosen)
-    return Path(tempfile.gettempdir()) / f"model_explorer_{getpass.getuser()}" / "kernels"
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this user id (a container's)
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"model_explorer_{user}" / "kernels"
 
 
 def _load() -> Any:
