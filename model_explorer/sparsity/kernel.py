@@ -3,9 +3,10 @@ with the kept blocks in one pass over its input, without the im2col matrix.
 
 The torch path (sparsifier.py) copies each layer's im2col matrix out of its input, zeroes the
 dropped blocks and multiplies: the copy alone took about as long as the layer's own
-convolution, and the statistics as long again. The kernel packs one block of rows' receptive
-fields at a time into a buffer that stays in the processor's cache, takes the blocks' means
-there and multiplies only the kept blocks' columns with the weights.
+convolution, and the statistics as long again. The kernel copies a few samples at a time into
+a buffer with their padding, takes every block's mean from sums of windows along its rows, and
+multiplies only the kept blocks' columns with the weights, reading the buffer in place
+(block_sparse.c says how).
 
 It is C, compiled once per machine by the system's C compiler (`$CC`, else `cc`) into a
 shared library kept in the temporary directory (`MODEL_EXPLORER_KERNEL_DIR` elsewhere), named
@@ -23,6 +24,7 @@ import ctypes
 import getpass
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,26 +89,35 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
     )
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+def _compiler() -> list[str] | None:
+    """The C compiler's command: `$CC` (which may hold arguments, as "ccache gcc" does), else
+    `cc` or `gcc` on the PATH."""
+    chosen = os.environ.get("CC")
+    if chosen:
+        return shlex.split(chosen)
+    found = shutil.which("cc") or shutil.which("gcc")
+    return None if found is None else [found]
 
 
-def _build(compiler: str, directory: Path) -> Path:
+def _build(compiler: list[str], directory: Path) -> Path:
     """The library for this source, flags and compiler, compiled once into `directory` (a
-    second process finds it there; a copy is written under its own name, then renamed)."""
+    second process finds it there; a copy is written under its own name, then renamed). A
+    directory another user owns is refused: a library planted there would be loaded."""
     version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, check=False, timeout=60
+        [*compiler, "--version"], capture_output=True, text=True, check=False, timeout=60
     ).stdout
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode()]))
     library = directory / f"block_sparse_{key.hexdigest()[:16]}.so"
+    directory.mkdir(parents=True, exist_ok=True)
+    if hasattr(os, "getuid") and directory.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{directory} belongs to another user (set MODEL_EXPLORER_KERNEL_DIR)")
     if library.exists():
         return library
-    directory.mkdir(parents=True, exist_ok=True)
     partial = library.with_suffix(f".{os.getpid()}.tmp")
     errors = []
     for extra in ((), ("-DNO_CLONES",)):  # a compiler without x86-64-v4 clones: one version
-        command = [compiler, *FLAGS, *extra, "-o", str(partial), str(SOURCE)]
+        command = [*compiler, *FLAGS, *extra, "-o", str(partial), str(SOURCE)]
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
         if done.returncode == 0:
             os.replace(partial, library)
@@ -114,7 +125,7 @@ def _build(compiler: str, directory: Path) -> Path:
         lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
         errors.append(next((line for line in lines if "error" in line), lines[-1]).strip())
     partial.unlink(missing_ok=True)
-    raise RuntimeError(f"{compiler} failed: {errors[-1]}")
+    raise RuntimeError(f"{' '.join(compiler)} failed: {errors[-1]}")
 
 
 def _directory() -> Path:
