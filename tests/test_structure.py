@@ -168,6 +168,7 @@ BOTTOM = {
     "roles",
     "tracing",
     "formats",
+    "native",
 }
 
 

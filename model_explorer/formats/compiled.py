@@ -56,10 +56,10 @@ from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from model_explorer.formats.element_types import ELEMENTS
+from model_explorer.native import ENVIRONMENT_SWITCH
 
 # From this many values on the compiled pass is faster than the four eager steps (2 cores).
 FUSED_MIN_VALUES = 2**18
-ENVIRONMENT_SWITCH = "MODEL_EXPLORER_COMPILE"
 
 # The values after which compiling a kernel has paid for itself: some four seconds of
 # compiling at 0.25 ns saved per value.

@@ -1,5 +1,5 @@
-"""The fused block-sparse kernel (block_sparse.c): a layer's block statistics and its product
-with the kept blocks in one pass over its input, without the im2col matrix.
+"""The fused block-sparse kernel (native/block_sparse.c): a layer's block statistics and its
+product with the kept blocks in one pass over its input, without the im2col matrix.
 
 The torch path (sparsifier.py) copies each layer's im2col matrix out of its input, zeroes the
 dropped blocks and multiplies: the copy alone took about as long as the layer's own
@@ -8,40 +8,23 @@ a buffer with their padding, takes every block's mean from sums of windows along
 multiplies only the kept blocks' columns with the weights, reading the buffer in place
 (block_sparse.c says how).
 
-It is C, compiled once per machine by the system's C compiler (`$CC`, else `cc`) into a
-shared library kept in the temporary directory (`MODEL_EXPLORER_KERNEL_DIR` elsewhere), named
-by a hash of its source, flags and compiler, and loaded with ctypes; a call releases the GIL,
-so the batch is split across torch's threads. It takes float32 CPU tensors of convolutions
-(Conv1d, Conv2d) and Linear layers, where no gradient is wanted and nothing
+It is built once per machine by the C compiler (native/: where it is kept, and how to turn it
+off), and the batch is split across torch's threads. It takes float32 CPU tensors of
+convolutions (Conv1d, Conv2d) and Linear layers, where no gradient is wanted and nothing
 watches the operations (no TorchFunctionMode, dispatch mode, compile or export). Where no C
 compiler works, one warning says so and the torch path runs: the same blocks, slower.
-`MODEL_EXPLORER_COMPILE=0` turns it off, as it does the compiled fake-quantization passes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import getpass
-import hashlib
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
-import warnings
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
-
-SOURCE = Path(__file__).with_name("block_sparse.c")
-FLAGS = ("-O3", "-fno-math-errno", "-shared", "-fPIC")
+from model_explorer import native
 
 _FIELDS = (
     "channels height width sn sc sh sw kh kw stride_y stride_x dil_y dil_x pad_y pad_x "
@@ -53,19 +36,9 @@ class _Geometry(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in _FIELDS]
 
 
-# The loaded library, or "failed" once compiling or loading it failed (then never tried again).
-_library: dict[str, Any] = {}
-_pool: dict[int, ThreadPoolExecutor] = {}
-
-
-def available() -> bool:
-    """Whether the kernel may run: not turned off, and not failed to build."""
-    return os.environ.get(ENVIRONMENT_SWITCH, "1") != "0" and "failed" not in _library
-
-
 def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
     """Whether the kernel takes `layer` on `x`: float32 on the CPU, no gradient wanted,
-    nothing watching the operations."""
+    nothing watching the operations, and the kernel built."""
     if isinstance(layer, nn.Linear):
         shaped = x.dim() >= 2
     elif isinstance(layer, (nn.Conv1d, nn.Conv2d)):
@@ -80,91 +53,29 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
         and x.device.type == "cpu"
         and weight.device.type == "cpu"
         and not wants_gradient
-        and available()
+        and native.enabled()
         and not torch._C._is_torch_function_mode_enabled()
         and _get_current_dispatch_mode() is None
         and not torch.compiler.is_compiling()
         and type(x) is Tensor
-        and _load() is not None
+        and function() is not None
     )
 
 
-def _compiler() -> list[str] | None:
-    """The C compiler's command: `$CC` (which may hold arguments, as "ccache gcc" does), else
-    `cc` or `gcc` on the PATH."""
-    chosen = os.environ.get("CC")
-    if chosen:
-        return shlex.split(chosen)
-    found = shutil.which("cc") or shutil.which("gcc")
-    return None if found is None else [found]
-
-
-def _build(compiler: list[str], directory: Path) -> Path:
-    """The library for this source, flags and compiler, compiled once into `directory` (a
-    second process finds it there; a copy is written under its own name, then renamed). A
-    directory another user owns is refused: a library planted there would be loaded."""
-    version = subprocess.run(
-        [*compiler, "--version"], capture_output=True, text=True, check=False, timeout=60
-    ).stdout
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode()]))
-    library = directory / f"block_sparse_{key.hexdigest()[:16]}.so"
-    directory.mkdir(parents=True, exist_ok=True)
-    if hasattr(os, "getuid") and directory.stat().st_uid != os.getuid():
-        raise RuntimeError(f"{directory} belongs to another user (set MODEL_EXPLORER_KERNEL_DIR)")
-    if library.exists():
-        return library
-    partial = library.with_suffix(f".{os.getpid()}.tmp")
-    errors = []
-    for extra in ((), ("-DNO_CLONES",)):  # a compiler without x86-64-v4 clones: one version
-        command = [*compiler, *FLAGS, *extra, "-o", str(partial), str(SOURCE)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
-        if done.returncode == 0:
-            os.replace(partial, library)
-            return library
-        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        errors.append(next((line for line in lines if "error" in line), lines[-1]).strip())
-    partial.unlink(missing_ok=True)
-    raise RuntimeError(f"{' '.join(compiler)} failed: {errors[-1]}")
-
-
-def _directory() -> Path:
-    chosen = os.environ.get("MODEL_EXPLORER_KERNEL_DIR")
-    if chosen:
-        return Path(chosen)
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this user id (a container's)
-        user = str(os.getuid())
-    return Path(tempfile.gettempdir()) / f"model_explorer_{user}" / "kernels"
-
-
-def _load() -> Any:
-    """The library's function, compiled and loaded once per process; None where that failed
-    (said once)."""
-    if "function" in _library or "failed" in _library:
-        return _library.get("function")
-    try:
-        compiler = _compiler()
-        if compiler is None or sys.platform == "win32":
-            raise RuntimeError("no C compiler found (set CC to one)")
-        function = ctypes.CDLL(str(_build(compiler, _directory()))).block_sparse
-    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        _library["failed"] = True
-        warnings.warn(
-            f"the fused block-sparsity kernel could not be built ({error}); the layers run "
-            f"the torch path instead: the same blocks, slower (set {ENVIRONMENT_SWITCH}=0 to "
-            f"skip the attempt)",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+def function() -> Any:
+    """The kernel's C function, its argument types set; None where it could not be built."""
+    built = native.library(
+        "block_sparse", "fused block-sparsity kernel", "the layers run the torch path"
+    )
+    if built is None:
         return None
-    pointer, size = ctypes.c_void_p, ctypes.c_int64
-    function.argtypes = [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float]
-    function.argtypes += [ctypes.c_int, size, size, pointer, pointer, pointer]
-    function.restype = ctypes.c_int
-    _library["function"] = function
-    return function
+    kernel = built.block_sparse
+    if not kernel.argtypes:
+        pointer, size = ctypes.c_void_p, ctypes.c_int64
+        kernel.argtypes = [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float]
+        kernel.argtypes += [ctypes.c_int, size, size, pointer, pointer, pointer]
+        kernel.restype = ctypes.c_int
+    return kernel
 
 
 def transposed(layer: nn.Module, weight: Tensor, kept: dict[str, Any]) -> Tensor:
@@ -203,6 +114,26 @@ def _convolution(layer: nn.Module, x: Tensor, padding: tuple[int, ...]) -> tuple
     return x, fields
 
 
+def _shaped(
+    layer: nn.Module, x: Tensor, padding: tuple[int, ...], groups: int, cout: int
+) -> tuple[Tensor, dict, Tensor, dict]:
+    """The input as the kernel reads it, (N, C, H, W) (a Linear layer's as a 1x1
+    convolution's, (N, features, 1, positions)), its geometry's fields, the output tensor and
+    its strides."""
+    n = x.shape[0]
+    if isinstance(layer, nn.Linear):
+        rows = x.reshape(n, -1, x.shape[-1])
+        source = rows.transpose(1, 2).unsqueeze(2)
+        fields = dict(kh=1, kw=1, stride_y=1, stride_x=1, dil_y=1, dil_x=1, pad_y=0, pad_x=0)
+        fields.update(out_h=1, out_w=rows.shape[1])
+        out = x.new_empty(n, *x.shape[1:-1], cout)
+        return source, fields, out, dict(on=rows.shape[1] * cout, oc=1, ol=cout)
+    source, fields = _convolution(layer, x, padding)
+    spatial = (fields["out_h"], fields["out_w"])[1 if isinstance(layer, nn.Conv1d) else 0 :]
+    out = x.new_empty(n, groups * cout, *spatial)
+    return source, fields, out, dict(on=out[0].numel(), oc=out[0, 0].numel(), ol=1)
+
+
 def run(
     layer: nn.Module,
     x: Tensor,
@@ -218,23 +149,8 @@ def run(
     channels)."""
     groups, columns, cout = transposed.shape
     n = x.shape[0]
-    if isinstance(layer, nn.Linear):
-        spatial = tuple(x.shape[1:-1])
-        rows = x.reshape(n, -1, x.shape[-1])
-        source = rows.transpose(1, 2).unsqueeze(2)  # (N, F, 1, L): a 1x1 convolution's input
-        fields = dict(kh=1, kw=1, stride_y=1, stride_x=1, dil_y=1, dil_x=1, pad_y=0, pad_x=0)
-        fields.update(out_h=1, out_w=rows.shape[1])
-        out = x.new_empty(n, *spatial, cout)
-        on, oc, ol = rows.shape[1] * cout, 1, cout
-        channels = x.shape[-1]
-    else:
-        source, fields = _convolution(layer, x, padding)
-        spatial = (fields["out_h"], fields["out_w"])
-        if isinstance(layer, nn.Conv1d):
-            spatial = spatial[1:]
-        out = x.new_empty(n, groups * cout, *spatial)
-        on, oc, ol = out[0].numel(), fields["out_h"] * fields["out_w"], 1
-        channels = source.shape[1] // groups
+    source, fields, out, strides = _shaped(layer, x, padding, groups, cout)
+    channels = source.shape[1] // groups
     width, height = block_size
     geometry = _Geometry(
         channels,
@@ -245,9 +161,7 @@ def run(
         groups=groups,
         bw=width,
         bh=height,
-        on=on,
-        oc=oc,
-        ol=ol,
+        **strides,
     )
     rows_total = fields["out_h"] * fields["out_w"]
     means = x.new_empty(n, groups, -(-columns // width), -(-rows_total // height))
@@ -255,27 +169,12 @@ def run(
     multiply = threshold > 0
     arguments = (source.data_ptr(), ctypes.byref(geometry), transposed.data_ptr())
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
-    present, created = _in_threads(_load(), arguments, n, (means.data_ptr(), out.data_ptr()))
-    return (out if multiply else None), means.numel(), present, created
-
-
-def _in_threads(function: Any, arguments: tuple, n: int, outputs: tuple) -> tuple[int, int]:
-    """`function` over the samples in as many ranges as torch has threads (a ctypes call
-    releases the GIL), and the sums of their tallies; MemoryError where one ran out of
-    memory."""
-    threads = max(1, min(torch.get_num_threads(), n))
-    bounds = [n * i // threads for i in range(threads + 1)]
-    tallies = torch.zeros(threads, 2, dtype=torch.int64)
+    spans = native.ranges(n)
+    tallies = torch.zeros(len(spans), 2, dtype=torch.int64)
     calls = [
-        (*arguments, bounds[i], bounds[i + 1], *outputs, tallies[i].data_ptr())
-        for i in range(threads)
+        (*arguments, start, end, means.data_ptr(), out.data_ptr(), tallies[i].data_ptr())
+        for i, (start, end) in enumerate(spans)
     ]
-    if threads == 1:
-        codes = [function(*calls[0])]
-    else:
-        pool = _pool.get(threads) or _pool.setdefault(threads, ThreadPoolExecutor(threads))
-        codes = list(pool.map(lambda call: function(*call), calls))
-    if any(code != 0 for code in codes):
-        raise MemoryError("the block-sparsity kernel could not allocate its buffers")
+    native.in_threads(function(), calls, "block-sparsity kernel")
     present, created = tallies.sum(0).tolist()
-    return present, created
+    return (out if multiply else None), means.numel(), present, created

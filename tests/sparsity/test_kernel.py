@@ -5,10 +5,14 @@ checks), the ways back to the torch path, and a compiler that is missing."""
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import pytest
 import torch
 from torch import nn
 
+from model_explorer import native
 from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.sparsity import SparseModel, kernel
 
@@ -32,7 +36,7 @@ def sparse_run(model: nn.Module, x: torch.Tensor, thresholds: list[float], fused
 
 @pytest.fixture(autouse=True)
 def built() -> None:
-    assert kernel._load() is not None, "the block-sparsity kernel was not built here"
+    assert kernel.function() is not None, "the block-sparsity kernel was not built here"
 
 
 def test_any_layout_and_many_samples_in_batches_and_threads_give_the_torch_paths_blocks() -> None:
@@ -99,7 +103,7 @@ def test_without_a_compiler_one_warning_and_the_torch_path(
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(256, 3))
     x = torch.randn(5, 3, 8, 8)
     expected, counts = sparse_run(model, x, [0.5, 0.5], fused=False)
-    monkeypatch.setattr(kernel, "_library", {})
+    monkeypatch.setattr(native, "_libraries", {})
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path / "kernels"))
     monkeypatch.setenv(ENVIRONMENT_SWITCH, "1")
@@ -108,9 +112,10 @@ def test_without_a_compiler_one_warning_and_the_torch_path(
     with pytest.warns(RuntimeWarning, match="could not be built.*torch path"):
         with torch.inference_mode():
             first = sparse(x)
-    assert not kernel.available()
-    with torch.inference_mode():
-        sparse(x)  # no second warning (pytest's filter would raise it as an error otherwise)
+    assert kernel.function() is None
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        sparse(x)
     torch.testing.assert_close(first, expected, rtol=0, atol=0)
     assert {name: s["created_blocks"] * 2 for name, s in counts.items()} == {
         name: s["created_blocks"] for name, s in sparse.stats().items()
@@ -124,11 +129,11 @@ def test_a_compiler_that_fails_is_named_with_its_error(
     fake = tmp_path / "cc"
     fake.write_text("#!/bin/sh\necho 'block_sparse.c:1:1: error: planted failure' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(kernel, "_library", {})
+    monkeypatch.setattr(native, "_libraries", {})
     monkeypatch.setenv("CC", str(fake))
     monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path / "kernels"))
     with pytest.warns(RuntimeWarning, match="error: planted failure"):
-        assert kernel._load() is None
+        assert kernel.function() is None
     assert not list((tmp_path / "kernels").glob("*.tmp"))  # nothing half-written is left
 
 
@@ -150,3 +155,16 @@ def test_weights_changed_in_place_are_read_again() -> None:
         after = sparse(x)
     bias = layer.bias.view(1, -1, 1, 1)
     torch.testing.assert_close(after - bias, 2 * (before - bias), rtol=1e-5, atol=1e-6)
+
+
+def test_a_kernel_directory_another_user_owns_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A library planted in a shared temporary directory would be loaded: the directory must
+    be the user's own."""
+    monkeypatch.setattr(native, "_libraries", {})
+    monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path))
+    monkeypatch.setattr(os, "getuid", lambda: tmp_path.stat().st_uid + 1)
+    with pytest.warns(RuntimeWarning, match="belongs to another user"):
+        assert kernel.function() is None
+    assert not list(tmp_path.iterdir())

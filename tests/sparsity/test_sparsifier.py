@@ -99,7 +99,7 @@ def statistics(request, monkeypatch) -> Iterator[str]:
     or from the im2col matrix everywhere: each must count what the reference counts."""
     if request.param == "kernel":
         monkeypatch.setenv(ENVIRONMENT_SWITCH, "1")
-        assert kernel._load() is not None, "the block-sparsity kernel was not built here"
+        assert kernel.function() is not None, "the block-sparsity kernel was not built here"
         calls: list[int] = []
         real = kernel.run
         monkeypatch.setattr(kernel, "run", lambda *args: calls.append(1) or real(*args))

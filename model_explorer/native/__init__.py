@@ -1,0 +1,138 @@
+"""C kernels, built once per machine by the system's C compiler and loaded with ctypes.
+
+The sources are this package's `*.c` files. `library(name)` compiles `name.c` (`$CC`, which may
+hold arguments, else `cc` or `gcc`) into a shared library in the temporary directory
+(`MODEL_EXPLORER_KERNEL_DIR` elsewhere), named by a hash of its source, flags and compiler, so
+that a second process, or the next run, loads it without compiling; a directory another user
+owns is refused. A ctypes call releases the GIL, so `in_threads` splits work across torch's
+threads. Where no C compiler works, one warning per library says so and its callers take their
+torch path: the same values, slower. `MODEL_EXPLORER_COMPILE=0` turns the kernels off, as it
+does the compiled passes of formats/compiled.py.
+
+On x86-64 with GCC each library holds one version per instruction level (x86-64-v4, v3 and the
+baseline), chosen when it is loaded (`target_clones` in the sources).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import getpass
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ENVIRONMENT_SWITCH = "MODEL_EXPLORER_COMPILE"
+FLAGS = ("-O3", "-fno-math-errno", "-shared", "-fPIC")
+DIRECTORY_VARIABLE = "MODEL_EXPLORER_KERNEL_DIR"
+
+# Each library loaded, by name, or None once building or loading it failed (never tried again).
+_libraries: dict[str, ctypes.CDLL | None] = {}
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def enabled() -> bool:
+    """False where the environment turned the kernels (and compiled passes) off."""
+    return os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
+
+
+def library(name: str, what: str, fallback: str) -> ctypes.CDLL | None:
+    """The library built from `name`.c, compiled and loaded once per process; None where
+    that failed, said once in a warning naming `what` failed and the `fallback` taken."""
+    if name in _libraries:
+        return _libraries[name]
+    try:
+        compiler = _compiler()
+        if compiler is None or sys.platform == "win32":
+            raise RuntimeError("no C compiler found (set CC to one)")
+        loaded = ctypes.CDLL(str(_build(compiler, Path(__file__).with_name(f"{name}.c"))))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        loaded = None
+        warnings.warn(
+            f"the {what} could not be built ({error}); {fallback} instead: the same "
+            f"results, slower (set {ENVIRONMENT_SWITCH}=0 to skip the attempt)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    _libraries[name] = loaded
+    return loaded
+
+
+def _compiler() -> list[str] | None:
+    chosen = os.environ.get("CC")
+    if chosen:
+        return shlex.split(chosen)
+    found = shutil.which("cc") or shutil.which("gcc")
+    return None if found is None else [found]
+
+
+def directory() -> Path:
+    """Where the libraries are kept: `MODEL_EXPLORER_KERNEL_DIR`, else a directory of this
+    user's in the temporary directory."""
+    chosen = os.environ.get(DIRECTORY_VARIABLE)
+    if chosen:
+        return Path(chosen)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this user id (a container's)
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"model_explorer_{user}" / "kernels"
+
+
+def _build(compiler: list[str], source: Path) -> Path:
+    """The library for this source, flags and compiler, compiled once (a copy is written under
+    its own name, then renamed, so that processes building at once do not clash)."""
+    version = subprocess.run(
+        [*compiler, "--version"], capture_output=True, text=True, check=False, timeout=60
+    ).stdout
+    key = hashlib.sha256(b"\0".join([source.read_bytes(), " ".join(FLAGS).encode()]))
+    key.update(version.encode())
+    folder = directory()
+    built = folder / f"{source.stem}_{key.hexdigest()[:16]}.so"
+    folder.mkdir(parents=True, exist_ok=True)
+    if hasattr(os, "getuid") and folder.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{folder} belongs to another user (set {DIRECTORY_VARIABLE})")
+    if built.exists():
+        return built
+    partial = built.with_suffix(f".{os.getpid()}.tmp")
+    errors = []
+    for extra in ((), ("-DNO_CLONES",)):  # a compiler without x86-64-v4 clones: one version
+        command = [*compiler, *FLAGS, *extra, "-o", str(partial), str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+        if done.returncode == 0:
+            os.replace(partial, built)
+            return built
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        errors.append(next((line for line in lines if "error" in line), lines[-1]).strip())
+    partial.unlink(missing_ok=True)
+    raise RuntimeError(f"{' '.join(compiler)} failed: {errors[-1]}")
+
+
+def in_threads(function: Callable[..., int], calls: Sequence[tuple[Any, ...]], what: str) -> None:
+    """`function(*call)` for every call, on as many threads (each call a range of the work;
+    a ctypes call releases the GIL); MemoryError where one returned nonzero (its buffers)."""
+    if len(calls) == 1:
+        codes = [function(*calls[0])]
+    else:
+        threads = len(calls)
+        pool = _pools.get(threads) or _pools.setdefault(threads, ThreadPoolExecutor(threads))
+        codes = list(pool.map(lambda call: function(*call), calls))
+    if any(code != 0 for code in codes):
+        raise MemoryError(f"the {what} could not allocate its buffers")
+
+
+def ranges(n: int, smallest: int = 1) -> list[tuple[int, int]]:
+    """[0, n) in as many ranges as torch has threads, none shorter than `smallest`."""
+    threads = max(1, min(torch.get_num_threads(), n // max(smallest, 1)))
+    bounds = [n * i // threads for i in range(threads + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(threads)]
