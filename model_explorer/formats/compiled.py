@@ -46,6 +46,7 @@ measure them so).
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import warnings
@@ -55,6 +56,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from model_explorer import native
 from model_explorer.formats.element_types import ELEMENTS
 from model_explorer.native import ENVIRONMENT_SWITCH
 
@@ -102,6 +104,56 @@ def takes_fused(x: Tensor, minimum: int = FUSED_MIN_VALUES, kernel: str = "integ
         and not torch.compiler.is_compiling()
         and pays(kernel, x.numel())
     )
+
+
+def native_integer(
+    x: Tensor, multiplier: Tensor, low: int, high: int, divisor: Tensor, axis: int | None
+) -> Tensor | None:
+    """`(x * multiplier).round().clamp(low, high).div(divisor)` by the C kernel
+    (native/fake_quantize.c: one pass, the same values bit for bit; multiplier and divisor per
+    tensor, or per channel along `axis`), split across torch's threads from 2**17 values; None
+    where it does not take `x` (not a plain contiguous float32 CPU tensor, something watching
+    the operations) or could not be built."""
+    if not (
+        type(x) is Tensor
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and x.is_contiguous()
+        and native.enabled()
+        and not torch._C._is_torch_function_mode_enabled()
+        and _get_current_dispatch_mode() is None
+        and not torch.compiler.is_compiling()
+    ):
+        return None
+    channels = 1 if axis is None else x.shape[axis]
+    scales = [v.detach().float().reshape(-1).contiguous() for v in (multiplier, divisor)]
+    function = _native_function()
+    if function is None or any(v.numel() != channels or v.device != x.device for v in scales):
+        return None
+    inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
+    out = torch.empty_like(x)
+    pointers = (scales[0].data_ptr(), scales[1].data_ptr(), float(low), float(high))
+    calls = [
+        (x.data_ptr(), out.data_ptr(), start, end, channels, inner, *pointers)
+        for start, end in native.ranges(x.numel(), 1 << 16)
+    ]
+    native.in_threads(function, calls, "fake-quantization kernel")
+    return out
+
+
+def _native_function() -> Any:
+    built = native.library(
+        "fake_quantize", "fake-quantization kernel", "tensors are quantized by the eager steps"
+    )
+    if built is None:
+        return None
+    function = built.fake_quantize_integer
+    if not function.argtypes:
+        pointer, size = ctypes.c_void_p, ctypes.c_int64
+        function.argtypes = [pointer, pointer, size, size, size, size, pointer, pointer]
+        function.argtypes += [ctypes.c_float, ctypes.c_float]
+        function.restype = ctypes.c_int
+    return function
 
 
 def pays(kernel: str, values: int) -> bool:

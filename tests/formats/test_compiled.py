@@ -22,12 +22,15 @@ from model_explorer.formats.integer import (
 )
 
 SIZE = compiled.FUSED_MIN_VALUES + 4093  # past the threshold, not a multiple of a vector
+NATIVE_INTEGER = compiled.native_integer  # the C kernel, before the fixture below sets it aside
 
 
 @pytest.fixture(autouse=True)
 def compiled_from_the_first_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The passes from the first tensor past their thresholds, not once they pay, here."""
+    """The passes from the first tensor past their thresholds, not once they pay, here; the
+    C kernel, which the integer format takes first, out of the way (tested at the end)."""
     monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "1")
+    monkeypatch.setattr(compiled, "native_integer", lambda *args: None)
 
 
 @torch.inference_mode()
@@ -294,3 +297,79 @@ def test_fp8_compiled_gives_the_eager_values_bit_for_bit(
         "fused_fp8",
     )
     assert bits_equal(fused, eager)
+
+
+# -- the C kernel of the integer format (native/fake_quantize.c) ------------------------------
+
+
+@pytest.fixture
+def native_kernel(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The C kernel back in its place, its calls counted."""
+    calls: list[int] = []
+
+    def counted(*args: object) -> torch.Tensor | None:
+        out = NATIVE_INTEGER(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(compiled, "native_integer", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        quant_params(torch.tensor(2.5), 8),
+        quant_params(torch.tensor(2.5), 4, unsigned=True),
+        quant_params(torch.tensor(0.37), 2, narrow_range=True),
+        quant_params(torch.tensor(0.0), 8),
+        asymmetric_params(-0.4, 1.7, 8),
+    ],
+    ids=["int8", "uint4", "int2 narrow", "amax 0", "asymmetric uint8"],
+)
+def test_the_c_kernel_gives_the_formulas_values_bit_for_bit(params, native_kernel) -> None:  # noqa: ANN001
+    x = hard_values(float(params.multiplier.reshape(-1)[0].item()) or 1.0)
+    with torch.inference_mode():
+        out = apply_quantization(x, params)
+    assert native_kernel == [True], "the C kernel did not run on this machine"
+    assert same_bits(out, numpy_formula(x, params))
+
+
+def test_the_c_kernel_per_channel_on_any_threads_gives_the_eager_values(
+    native_kernel: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per output channel along axes 0 and 1 (amax 0 in one channel), split across two threads
+    (from 2**17 values) and on one: the eager steps' values, bit for bit."""
+    x = hard_values(40.0).reshape(-1)[: 12 * 5 * 4399].reshape(12, 5, 4399)
+    threads = torch.get_num_threads()
+    try:
+        for axis, count in [(0, 2), (1, 2), (0, 1), (2, 2)]:
+            torch.set_num_threads(count)
+            amax = torch.rand(x.shape[axis], generator=torch.Generator().manual_seed(axis)) * 3
+            amax[1] = 0.0
+            params = quant_params(amax, 5, axis=axis)
+            with torch.inference_mode():
+                out = apply_quantization(x, params)
+                with monkeypatch.context() as patch:
+                    patch.setenv(compiled.ENVIRONMENT_SWITCH, "0")  # the eager steps
+                    eager = apply_quantization(x, params)
+            assert same_bits(out, eager.numpy())
+    finally:
+        torch.set_num_threads(threads)
+    assert native_kernel == [True, False] * 4  # the kernel, then the eager steps (switched off)
+
+
+def test_the_c_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
+    native_kernel: list[int],
+) -> None:
+    """A tensor that is not contiguous, or not float32, and one a TorchFunctionMode watches."""
+    params = quant_params(torch.tensor(1.5), 6)
+    x = hard_values(float(params.multiplier.item())).reshape(-1)[: 7 * 38000].view(7, 38000)
+    with torch.inference_mode():
+        strided = apply_quantization(x.t(), params)  # a transposed view
+        assert not x.t().is_contiguous()
+        assert same_bits(strided.t().contiguous(), numpy_formula(x, params))
+        apply_quantization(x.double(), params)
+        with Watching():
+            apply_quantization(x, params)
+    assert native_kernel == [False, True, False]  # the float64 copy is float32 again inside
