@@ -54,7 +54,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from model_explorer import native
 from model_explorer.formats.element_types import ELEMENTS
@@ -99,9 +98,7 @@ def takes_fused(x: Tensor, minimum: int = FUSED_MIN_VALUES, kernel: str = "integ
         and x.is_inference()
         and x.is_contiguous()
         and compiled_enabled()
-        and not torch._C._is_torch_function_mode_enabled()
-        and _get_current_dispatch_mode() is None
-        and not torch.compiler.is_compiling()
+        and native.unwatched()
         and pays(kernel, x.numel())
     )
 
@@ -120,9 +117,7 @@ def native_integer(
         and x.device.type == "cpu"
         and x.is_contiguous()
         and native.enabled()
-        and not torch._C._is_torch_function_mode_enabled()
-        and _get_current_dispatch_mode() is None
-        and not torch.compiler.is_compiling()
+        and native.unwatched()
     ):
         return None
     channels = 1 if axis is None else x.shape[axis]

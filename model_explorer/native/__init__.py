@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 ENVIRONMENT_SWITCH = "MODEL_EXPLORER_COMPILE"
 FLAGS = ("-O3", "-fno-math-errno", "-shared", "-fPIC")
@@ -39,6 +40,18 @@ DIRECTORY_VARIABLE = "MODEL_EXPLORER_KERNEL_DIR"
 # Each library loaded, by name, or None once building or loading it failed (never tried again).
 _libraries: dict[str, ctypes.CDLL | None] = {}
 _pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def unwatched() -> bool:
+    """Whether nothing records the operations that run now: no TorchFunctionMode or dispatch
+    mode (the tracer, the interceptor, fake tensors), no torch.compile or export tracing and
+    no TorchScript trace, which would see a kernel's result as a constant."""
+    return (
+        not torch._C._is_torch_function_mode_enabled()
+        and _get_current_dispatch_mode() is None
+        and not torch.compiler.is_compiling()
+        and torch._C._get_tracing_state() is None
+    )
 
 
 def enabled() -> bool:

@@ -11,7 +11,7 @@ multiplies only the kept blocks' columns with the weights, reading the buffer in
 It is built once per machine by the C compiler (native/: where it is kept, and how to turn it
 off), and the batch is split across torch's threads. It takes float32 CPU tensors of
 convolutions (Conv1d, Conv2d) and Linear layers, where no gradient is wanted and nothing
-watches the operations (no TorchFunctionMode, dispatch mode, compile or export). Where no C
+records the operations (native.unwatched). Where no C
 compiler works, one warning says so and the torch path runs: the same blocks, slower.
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from model_explorer import native
 
@@ -54,9 +53,7 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
         and weight.device.type == "cpu"
         and not wants_gradient
         and native.enabled()
-        and not torch._C._is_torch_function_mode_enabled()
-        and _get_current_dispatch_mode() is None
-        and not torch.compiler.is_compiling()
+        and native.unwatched()
         and type(x) is Tensor
         and function() is not None
     )
