@@ -39,9 +39,9 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
     """Whether the kernel takes `layer` on `x`: float32 on the CPU, no gradient wanted,
     nothing watching the operations, and the kernel built."""
     if isinstance(layer, nn.Linear):
-        shaped = x.dim() >= 2
+        shaped = x.dim() >= 2 and x.shape[-1] == weight.shape[1] == layer.in_features
     elif isinstance(layer, (nn.Conv1d, nn.Conv2d)):
-        shaped = x.dim() == (3 if isinstance(layer, nn.Conv1d) else 4)
+        shaped = _fits(layer, x, weight)
     else:
         return False
     wants_gradient = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
@@ -56,6 +56,26 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
         and native.unwatched()
         and type(x) is Tensor
         and function() is not None
+    )
+
+
+def _fits(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
+    """Whether `x` and `weight` have the shapes the convolution computes with, and every
+    receptive field fits the input: anything else is left to the runtime's convolution, whose
+    error says what is wrong (the kernel would read past its buffers)."""
+    kernel, spatial = tuple(layer.kernel_size), x.shape[2:]
+    if x.dim() != 2 + len(kernel) or x.shape[1] != layer.in_channels:
+        return False
+    if tuple(weight.shape) != (layer.out_channels, layer.in_channels // layer.groups, *kernel):
+        return False
+    if isinstance(layer.padding, str) or layer.padding_mode != "zeros":
+        pads = layer._reversed_padding_repeated_twice  # (last dimension's before, after, ...)
+        totals = [pads[2 * i] + pads[2 * i + 1] for i in range(len(kernel))][::-1]
+    else:
+        totals = [2 * p for p in layer.padding]
+    return all(
+        size + total >= d * (k - 1) + 1
+        for size, total, d, k in zip(spatial, totals, layer.dilation, kernel, strict=True)
     )
 
 
@@ -148,6 +168,8 @@ def run(
     n = x.shape[0]
     source, fields, out, strides = _shaped(layer, x, padding, groups, cout)
     channels = source.shape[1] // groups
+    if columns != channels * fields["kh"] * fields["kw"]:  # the kernel would read past them
+        raise ValueError(f"weights of {columns} columns for an input of {channels} channels")
     width, height = block_size
     geometry = _Geometry(
         channels,

@@ -168,3 +168,27 @@ def test_a_kernel_directory_another_user_owns_is_refused(
     with pytest.warns(RuntimeWarning, match="belongs to another user"):
         assert kernel.function() is None
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (nn.Conv2d(1, 4, 3, padding=1), (2, 3, 8, 8)),  # three channels where one is expected
+        (nn.Conv2d(2, 4, 5), (2, 2, 3, 3)),  # smaller than the kernel
+        (nn.Conv2d(2, 4, 5, padding="valid"), (2, 2, 4, 9)),
+        (nn.Linear(6, 3), (2, 5)),
+    ],
+    ids=["channels", "smaller than the kernel", "valid", "features"],
+)
+def test_an_input_of_the_wrong_shape_is_left_to_the_torch_path(layer: nn.Module, shape) -> None:
+    """The kernel would read past its buffers (a heap corrupted, a process aborted): the torch
+    path runs and raises, as the runtime's layer does without sparsity."""
+    x = torch.randn(*shape)
+    assert not kernel.applies(layer, x, layer.weight.detach())
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError):
+            layer(x)
+        sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4))
+        sparse.thresholds = [0.3]
+        with pytest.raises(RuntimeError):
+            sparse(x)
