@@ -109,13 +109,13 @@ def native_integer(
     """`(x * multiplier).round().clamp(low, high).div(divisor)` by the C kernel
     (native/fake_quantize.c: one pass, the same values bit for bit; multiplier and divisor per
     tensor, or per channel along `axis`), split across torch's threads from 2**17 values; None
-    where it does not take `x` (not a plain contiguous float32 CPU tensor, something watching
-    the operations) or could not be built."""
+    where it does not take `x` (not a plain float32 CPU tensor, contiguous or, per tensor,
+    dense in another order; something watching the operations) or could not be built."""
     if not (
         type(x) is Tensor
         and x.dtype == torch.float32
         and x.device.type == "cpu"
-        and x.is_contiguous()
+        and (x.is_contiguous() or (axis is None and _dense(x)))
         and native.enabled()
         and native.unwatched()
     ):
@@ -126,7 +126,9 @@ def native_integer(
     if function is None or any(v.numel() != channels or v.device != x.device for v in scales):
         return None
     inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
-    out = torch.empty_like(x)
+    out = torch.empty_like(x)  # the strides of x, as the eager steps' result has them
+    if out.stride() != x.stride():
+        return None
     pointers = (scales[0].data_ptr(), scales[1].data_ptr(), float(low), float(high))
     calls = [
         (x.data_ptr(), out.data_ptr(), start, end, channels, inner, *pointers)
@@ -134,6 +136,17 @@ def native_integer(
     ]
     native.in_threads(function, calls, "fake-quantization kernel")
     return out
+
+
+def _dense(x: Tensor) -> bool:
+    """Whether `x` covers its memory without gaps or overlaps in some order of its dimensions
+    (a transposed or permuted tensor): per tensor, the kernel then runs over that memory."""
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(x.stride(), x.shape, strict=True) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _native_function() -> Any:
