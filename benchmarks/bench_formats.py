@@ -23,6 +23,7 @@ import os
 import torch
 from bench_quantized_forward import build, interleaved_medians
 
+from model_explorer.formats import compiled as compiled_module
 from model_explorer.formats import parse_format
 from model_explorer.formats.blocks import (
     fp8_fake_quantize,
@@ -129,6 +130,42 @@ def tensor_table(repeats: int) -> None:
             print(line)
 
 
+def integer_sizes_table(repeats: int) -> None:
+    """The integer format per tensor by its three ways, at sizes from a digits model's
+    activation to a large network's: the C kernel (native/fake_quantize.c, the default), the
+    compiled pass (where the kernel cannot be built; from 2**18 values) and the eager steps."""
+    native = compiled_module.native_integer
+    print(f"int8 per tensor, {torch.get_num_threads()} threads: median us, ratios to the kernel")
+    print("values       kernel   compiled  /kernel   eager  /kernel")
+    for values in (7_680, 122_880, 3_211_264):
+        with torch.inference_mode():
+            x = torch.randn(values)
+        amax = x.abs().max()
+
+        def kernel_off() -> None:
+            os.environ[ENVIRONMENT_SWITCH] = "1"
+            compiled_module.native_integer = lambda *args: None
+
+        def kernel_on(on: bool = True) -> None:
+            os.environ[ENVIRONMENT_SWITCH] = "1" if on else "0"
+            compiled_module.native_integer = native
+
+        run = ours("int8", x, amax)
+        with torch.inference_mode():
+            times = interleaved_medians(
+                {
+                    "kernel": (run, kernel_on),
+                    "compiled": (run, kernel_off),
+                    "eager": (run, lambda: kernel_on(False)),
+                },
+                repeats,
+            )
+        kernel_on()
+        line = f"{values:>9,}  {times['kernel'] * 1e6:7.1f}  {times['compiled'] * 1e6:9.1f}"
+        line += f"  {times['compiled'] / times['kernel']:6.2f}x  {times['eager'] * 1e6:6.1f}"
+        print(line + f"  {times['eager'] / times['kernel']:6.2f}x")
+
+
 def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
     float_model = build(model_name)
     x = torch.randn(batch, 3, size, size)
@@ -167,6 +204,7 @@ def main() -> None:
     args = parser.parse_args()
     keep_freed_memory()
     tensor_table(args.repeats)
+    integer_sizes_table(max(args.repeats, 51))
     model_table(args.model, args.batch, args.size, args.repeats)
 
 

@@ -68,6 +68,8 @@ BREAK_EVEN_VALUES = 2**34
 
 # The compiled kernels by name, and "failed" once compiling one failed (then none is tried).
 _kernel: dict[str, Any] = {}
+# The C kernels' functions, set up once, by name.
+_native: dict[str, Any] = {}
 # The values each kernel would have taken so far that the eager steps quantized, by its name.
 _eager_values: dict[str, int] = {}
 # Each element type's numbers as the kernels read them, by the element's name.
@@ -120,22 +122,35 @@ def native_integer(
         and native.unwatched()
     ):
         return None
+    function = _native.get("integer") or _native_function()
     channels = 1 if axis is None else x.shape[axis]
-    scales = [v.detach().float().reshape(-1).contiguous() for v in (multiplier, divisor)]
-    function = _native_function()
-    if function is None or any(v.numel() != channels or v.device != x.device for v in scales):
+    scales = (_as_float32(multiplier, channels), _as_float32(divisor, channels))
+    if function is None or scales[0] is None or scales[1] is None:
         return None
-    inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
     out = torch.empty_like(x)  # the strides of x, as the eager steps' result has them
     if out.stride() != x.stride():
         return None
+    n, inner = x.numel(), 1 if axis is None else math.prod(x.shape[axis + 1 :])
     pointers = (scales[0].data_ptr(), scales[1].data_ptr(), float(low), float(high))
+    if n < 1 << 17:  # one thread: the call itself
+        function(x.data_ptr(), out.data_ptr(), 0, n, channels, inner, *pointers)
+        return out
     calls = [
         (x.data_ptr(), out.data_ptr(), start, end, channels, inner, *pointers)
-        for start, end in native.ranges(x.numel(), 1 << 16)
+        for start, end in native.ranges(n, 1 << 16)
     ]
     native.in_threads(function, calls, "fake-quantization kernel")
     return out
+
+
+def _as_float32(values: Tensor, count: int) -> Tensor | None:
+    """`values` as `count` contiguous float32 numbers on the CPU (a copy only where they are
+    not), or None where they are not `count` numbers."""
+    if values.numel() != count or values.device.type != "cpu":
+        return None
+    if values.dtype == torch.float32 and values.is_contiguous():
+        return values
+    return values.detach().float().contiguous()
 
 
 def _dense(x: Tensor) -> bool:
@@ -150,6 +165,7 @@ def _dense(x: Tensor) -> bool:
 
 
 def _native_function() -> Any:
+    """The C kernel's function, its argument types set (kept in _native), or None."""
     built = native.library(
         "fake_quantize", "fake-quantization kernel", "tensors are quantized by the eager steps"
     )
@@ -161,6 +177,7 @@ def _native_function() -> Any:
         function.argtypes = [pointer, pointer, size, size, size, size, pointer, pointer]
         function.argtypes += [ctypes.c_float, ctypes.c_float]
         function.restype = ctypes.c_int
+    _native["integer"] = function
     return function
 
 
