@@ -37,8 +37,11 @@ watches the operations: not under a TorchFunctionMode or a dispatch mode (the tr
 interceptor), not while torch.compile or export traces, not on CUDA (ATen's fused kernels
 there).
 
-Where compiling fails (no C++ compiler, a platform Inductor does not support), one warning says
-so and the eager steps run from then on: the same values, slower.
+The integer format takes a C kernel first (native/fake_quantize.c, `native_integer`: one pass,
+the same values, no compile in the process, every size); the compiled integer pass serves where
+that kernel cannot be built. Where compiling fails (no C++ compiler, a platform Inductor does
+not support), one warning says so and the eager steps run from then on: the same values,
+slower.
 `MODEL_EXPLORER_COMPILE=0` in the environment turns the compiled passes off, and
 `MODEL_EXPLORER_COMPILE=1` takes them from the first tensor past a threshold (the benchmarks
 measure them so).
