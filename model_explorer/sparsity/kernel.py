@@ -59,6 +59,15 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
     )
 
 
+def wrong_width(layer: nn.Module, x: Tensor) -> bool:
+    """Whether a batched `x` has other channels (features) than `layer` takes: the torch
+    path's statistics would then fail with their own weights' shapes in the message."""
+    if isinstance(layer, nn.Linear):
+        return x.shape[-1] != layer.in_features
+    batched = x.dim() == 2 + len(layer.kernel_size)
+    return batched and x.shape[1] != layer.in_channels
+
+
 def _fits(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
     """Whether `x` and `weight` have the shapes the convolution computes with, and every
     receptive field fits the input: anything else is left to the runtime's convolution, whose

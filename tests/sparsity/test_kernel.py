@@ -180,15 +180,17 @@ def test_a_kernel_directory_another_user_owns_is_refused(
     ],
     ids=["channels", "smaller than the kernel", "valid", "features"],
 )
-def test_an_input_of_the_wrong_shape_is_left_to_the_torch_path(layer: nn.Module, shape) -> None:
-    """The kernel would read past its buffers (a heap corrupted, a process aborted): the torch
-    path runs and raises, as the runtime's layer does without sparsity."""
+def test_an_input_of_the_wrong_shape_gets_the_runtimes_error(layer: nn.Module, shape) -> None:
+    """The kernel would read past its buffers (a heap corrupted, a process aborted), and the
+    torch path's statistics would name their own weights: the runtime's layer says what is
+    wrong, as it does without sparsity."""
     x = torch.randn(*shape)
     assert not kernel.applies(layer, x, layer.weight.detach())
     with torch.inference_mode():
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError) as plain:
             layer(x)
         sparse = SparseModel(nn.Sequential(layer), block_size=(4, 4))
         sparse.thresholds = [0.3]
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError) as sparsified:
             sparse(x)
+    assert str(sparsified.value) == str(plain.value)
