@@ -168,18 +168,26 @@ def _dense(x: Tensor) -> bool:
 
 
 def _native_function() -> Any:
-    """The C kernel's function, its argument types set (kept in _native), or None."""
-    built = native.library(
-        "fake_quantize", "fake-quantization kernel", "tensors are quantized by the eager steps"
+    """The C kernel's function (kept in _native), or None."""
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    function = native.function(
+        "fake_quantize",
+        "fake_quantize_integer",
+        [
+            pointer,
+            pointer,
+            size,
+            size,
+            size,
+            size,
+            pointer,
+            pointer,
+            ctypes.c_float,
+            ctypes.c_float,
+        ],
+        "fake-quantization kernel",
+        "tensors are quantized by the eager steps",
     )
-    if built is None:
-        return None
-    function = built.fake_quantize_integer
-    if not function.argtypes:
-        pointer, size = ctypes.c_void_p, ctypes.c_int64
-        function.argtypes = [pointer, pointer, size, size, size, size, pointer, pointer]
-        function.argtypes += [ctypes.c_float, ctypes.c_float]
-        function.restype = ctypes.c_int
     _native["integer"] = function
     return function
 

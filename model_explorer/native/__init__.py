@@ -81,6 +81,20 @@ def library(name: str, what: str, fallback: str) -> ctypes.CDLL | None:
     return loaded
 
 
+def function(
+    name: str, symbol: str, argtypes: list[Any], what: str, fallback: str
+) -> Callable[..., int] | None:
+    """The C function `symbol` of library `name`, its argument types set once and an int
+    returned; None where the library could not be built (`library`)."""
+    built = library(name, what, fallback)
+    if built is None:
+        return None
+    found = getattr(built, symbol)
+    if not found.argtypes:
+        found.argtypes, found.restype = argtypes, ctypes.c_int
+    return found
+
+
 def _compiler() -> list[str] | None:
     chosen = os.environ.get("CC")
     if chosen:

@@ -89,19 +89,16 @@ def _fits(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
 
 
 def function() -> Any:
-    """The kernel's C function, its argument types set; None where it could not be built."""
-    built = native.library(
-        "block_sparse", "fused block-sparsity kernel", "the layers run the torch path"
+    """The kernel's C function; None where it could not be built."""
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    return native.function(
+        "block_sparse",
+        "block_sparse",
+        [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float, ctypes.c_int]
+        + [size, size, pointer, pointer, pointer],
+        "fused block-sparsity kernel",
+        "the layers run the torch path",
     )
-    if built is None:
-        return None
-    kernel = built.block_sparse
-    if not kernel.argtypes:
-        pointer, size = ctypes.c_void_p, ctypes.c_int64
-        kernel.argtypes = [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float]
-        kernel.argtypes += [ctypes.c_int, size, size, pointer, pointer, pointer]
-        kernel.restype = ctypes.c_int
-    return kernel
 
 
 def transposed(layer: nn.Module, weight: Tensor, kept: dict[str, Any]) -> Tensor:
@@ -118,18 +115,21 @@ def transposed(layer: nn.Module, weight: Tensor, kept: dict[str, Any]) -> Tensor
     return copy
 
 
+def as_two_dimensional(
+    layer: nn.Module, x: Tensor, padding: tuple[int, ...]
+) -> tuple[Tensor, tuple, tuple, tuple, tuple]:
+    """A convolution's input as (N, C, H, W), with its kernel, stride, dilation and padding:
+    a Conv1d's as a convolution of height 1."""
+    kernel, stride, dilation = layer.kernel_size, layer.stride, layer.dilation
+    if isinstance(layer, nn.Conv1d):
+        return x.unsqueeze(2), (1, *kernel), (1, *stride), (1, *dilation), (0, *padding)
+    return x, kernel, stride, dilation, padding
+
+
 def _convolution(layer: nn.Module, x: Tensor, padding: tuple[int, ...]) -> tuple[Tensor, dict]:
     """A convolution's input as (N, C, H, W) and its geometry's fields (Conv1d as a
     convolution of height 1); `x` is padded already where its padding is not zeros."""
-    kernel, stride, dilation = layer.kernel_size, layer.stride, layer.dilation
-    if isinstance(layer, nn.Conv1d):
-        x = x.unsqueeze(2)
-        kernel, stride, dilation, padding = (
-            (1, *kernel),
-            (1, *stride),
-            (1, *dilation),
-            (0, *padding),
-        )
+    x, kernel, stride, dilation, padding = as_two_dimensional(layer, x, padding)
     out = [
         (size + 2 * p - d * (k - 1) - 1) // s + 1
         for size, p, d, k, s in zip(x.shape[2:], padding, dilation, kernel, stride, strict=True)

@@ -73,24 +73,16 @@ def _windows(layer: nn.Module, x: Tensor) -> tuple[Tensor, tuple[int, ...]]:
     """(N, C, kh, kw, out_h, out_w) strided view of a convolution's (padded) input: every
     receptive field's values without copying, and the output's spatial shape."""
     x, padding = _conv_padding(layer, x)
-    kernel, stride, dilation = layer.kernel_size, layer.stride, layer.dilation
     conv1d = isinstance(layer, nn.Conv1d)
-    if conv1d:
-        x = x.unsqueeze(2)
-        kernel, stride, dilation, padding = (
-            (1, *kernel),
-            (1, *stride),
-            (1, *dilation),
-            (0, *padding),
-        )
+    x, taps, stride, dilation, padding = kernel.as_two_dimensional(layer, x, padding)
     if any(padding):
         x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
     n, channels, height, width = x.shape
-    out_h = (height - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
-    out_w = (width - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    out_h = (height - dilation[0] * (taps[0] - 1) - 1) // stride[0] + 1
+    out_w = (width - dilation[1] * (taps[1] - 1) - 1) // stride[1] + 1
     s_n, s_c, s_h, s_w = x.stride()
     view = x.as_strided(
-        (n, channels, kernel[0], kernel[1], out_h, out_w),
+        (n, channels, taps[0], taps[1], out_h, out_w),
         (s_n, s_c, s_h * dilation[0], s_w * dilation[1], s_h * stride[0], s_w * stride[1]),
     )
     return view, ((out_w,) if conv1d else (out_h, out_w))
