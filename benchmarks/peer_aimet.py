@@ -233,6 +233,30 @@ def _feeding_quantizers(sim: Any, layers: Iterable[str]) -> dict[str, set[Quanti
     return feeding
 
 
+def _aimet_names(model: torch.nn.Module, layers: Iterable[str]) -> dict[str, str]:
+    """Each of our layers' name in AIMET's model: its own, or, where AIMET's model preparer
+    made the layer's functional convolution a child module of its own (a Conv2d subclass
+    whose forward pads and calls F.conv2d, as EfficientNet-Lite's Conv2dStaticSamePadding
+    does: `_blocks.0._depthwise_conv.module_conv2d_1`), that child's, the one module inside
+    it with a weight quantizer."""
+    named = dict(model.named_modules())
+
+    def weighted(module: torch.nn.Module) -> bool:
+        quantizers = getattr(module, "param_quantizers", None)
+        return quantizers is not None and quantizers.get("weight") is not None
+
+    names = {}
+    for layer in layers:
+        inside = [
+            name
+            for name, module in named.items()
+            if name.startswith(f"{layer}.") and weighted(module)
+        ]
+        own = layer in named and weighted(named[layer])
+        names[layer] = inside[0] if not own and len(inside) == 1 else layer
+    return names
+
+
 def _group_keys(group: Any) -> set[QuantizerKey]:
     """The quantizers of one AIMET quantizer group, as (kind, name)."""
     return (
@@ -474,8 +498,13 @@ def propose(
         tuple(candidates[0]),
     )
     groups = list(dict.fromkeys(group for _, _, group, _ in pareto))
-    layers = list(dict.fromkeys(layer for layer, *_ in genes))
-    genome_of, mapping_notes = _genome_builder(genes, _feeding_quantizers(sim, layers), groups)
+    aimet_name = _aimet_names(sim.model, dict.fromkeys(layer for layer, *_ in genes))
+    renamed = [(aimet_name[layer], *rest) for layer, *rest in genes]
+    layers = list(dict.fromkeys(layer for layer, *_ in renamed))
+    genome_of, mapping_notes = _genome_builder(renamed, _feeding_quantizers(sim, layers), groups)
+    moved = sum(name != layer for layer, name in aimet_name.items())
+    if moved:
+        mapping_notes.insert(0, f"{moved} layers' convolutions are child modules in AIMET's model")
 
     genomes: list[list[int]] = []
     own: list[tuple[float, float | None]] = []

@@ -340,3 +340,29 @@ def test_runs_in_autoquantize_s_effective_bits(benchmarks) -> None:
     expected = (96 * (8 + 4) / 2 + 48 * (2 + 2) / 2) / (96 + 48)
     assert converted.points == [(100, 0.0, 0.0, False), (110, 0.9, expected, True)]
     assert converted.genomes == run.genomes and run.points[1][2] == 20.0
+
+
+def test_aimet_s_child_convolutions_take_the_layer_they_were_made_from(benchmarks) -> None:
+    """AIMET's model preparer makes the F.conv2d call of a Conv2d subclass's forward (EfficientNet-
+    Lite's Conv2dStaticSamePadding) a child module, whose weight quantizer AIMET's groups
+    name: our layer maps to that child, a layer with its own weight quantizer to itself, and
+    one with none anywhere stays as it is (its genes then at the baseline)."""
+    names = importlib.import_module("peer_aimet")._aimet_names
+
+    class Quantized(nn.Module):
+        def __init__(self, weighted: bool) -> None:
+            super().__init__()
+            self.param_quantizers = {"weight": object() if weighted else None}
+
+    model = nn.Module()
+    model.add_module("same_padding", nn.Module())
+    model.same_padding.add_module("static_padding", nn.Identity())
+    model.same_padding.add_module("module_conv2d_1", Quantized(True))
+    model.add_module("plain", Quantized(True))
+    model.add_module("unquantized", Quantized(False))
+    found = names(model, ["same_padding", "plain", "unquantized"])
+    assert found == {
+        "same_padding": "same_padding.module_conv2d_1",
+        "plain": "plain",
+        "unquantized": "unquantized",
+    }
