@@ -242,8 +242,10 @@ def _aimet_names(model: torch.nn.Module, layers: Iterable[str]) -> dict[str, str
     named = dict(model.named_modules())
 
     def weighted(module: torch.nn.Module) -> bool:
-        quantizers = getattr(module, "param_quantizers", None)
-        return quantizers is not None and quantizers.get("weight") is not None
+        quantizers = getattr(module, "param_quantizers", None)  # a ModuleDict in AIMET
+        return (
+            quantizers is not None and "weight" in quantizers and quantizers["weight"] is not None
+        )
 
     names = {}
     for layer in layers:

@@ -352,7 +352,7 @@ def test_aimet_s_child_convolutions_take_the_layer_they_were_made_from(benchmark
     class Quantized(nn.Module):
         def __init__(self, weighted: bool) -> None:
             super().__init__()
-            self.param_quantizers = {"weight": object() if weighted else None}
+            self.param_quantizers = nn.ModuleDict({"weight": nn.Identity()} if weighted else {})
 
     model = nn.Module()
     model.add_module("same_padding", nn.Module())
