@@ -77,15 +77,21 @@ def _fits(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
         return False
     if tuple(weight.shape) != (layer.out_channels, layer.in_channels // layer.groups, *kernel):
         return False
-    if isinstance(layer.padding, str) or layer.padding_mode != "zeros":
-        pads = layer._reversed_padding_repeated_twice  # (last dimension's before, after, ...)
-        totals = [pads[2 * i] + pads[2 * i + 1] for i in range(len(kernel))][::-1]
-    else:
-        totals = [2 * p for p in layer.padding]
     return all(
         size + total >= d * (k - 1) + 1
-        for size, total, d, k in zip(spatial, totals, layer.dilation, kernel, strict=True)
+        for size, total, d, k in zip(
+            spatial, padding_totals(layer), layer.dilation, kernel, strict=True
+        )
     )
+
+
+def padding_totals(layer: nn.Module) -> list[int]:
+    """A convolution's padding along each spatial dimension, both sides together, whether
+    given as numbers or as a string ('same', 'valid') or padded in another mode."""
+    if isinstance(layer.padding, str) or layer.padding_mode != "zeros":
+        pads = layer._reversed_padding_repeated_twice  # (last dimension's before, after, ...)
+        return [pads[2 * i] + pads[2 * i + 1] for i in range(len(layer.kernel_size))][::-1]
+    return [2 * p for p in layer.padding]
 
 
 def function() -> Any:

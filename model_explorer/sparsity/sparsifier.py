@@ -45,11 +45,7 @@ def layer_geometry(layer: nn.Module, input_shape: tuple[int, ...]) -> Geometry:
     if isinstance(layer, nn.Linear):
         return Geometry(1, layer.in_features, math.prod(input_shape[1:-1]))
     spatial = input_shape[2:]
-    if isinstance(layer.padding, str) or layer.padding_mode != "zeros":
-        pads = layer._reversed_padding_repeated_twice  # (last dim before, after, ...)
-        totals = [pads[2 * i] + pads[2 * i + 1] for i in range(len(spatial))][::-1]
-    else:
-        totals = [2 * p for p in layer.padding]
+    totals = kernel.padding_totals(layer)
     rows = math.prod(
         (size + total - d * (k - 1) - 1) // s + 1
         for size, total, d, k, s in zip(
