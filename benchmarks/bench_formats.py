@@ -7,9 +7,13 @@
 - per model: a forward pass of the model with every quantizer in one format, against the float
   model (the integer format with cached weights, as a search evaluates a candidate).
 
-Ours is timed twice, interleaved: with the compiled passes of formats/compiled.py (the default)
-and with the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memory as
-a search does (memory.keep_freed_memory).
+- per size: each format by its C kernel (formats/kernels.py, the default), by its compiled pass
+  (formats/compiled.py, where the kernels cannot be built) and by its eager steps, from a
+  digits model's activation (7,680 values) to a large network's (3.2 M).
+
+Ours is timed twice, interleaved: with the C kernels (and the compiled passes where those do not
+run) and with the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memory
+as a search does (memory.keep_freed_memory).
 
     python benchmarks/bench_formats.py [--model resnet18] [--batch 8] [--repeats 7]
 """
@@ -23,8 +27,7 @@ import os
 import torch
 from bench_quantized_forward import build, interleaved_medians
 
-from model_explorer.formats import compiled as compiled_module
-from model_explorer.formats import parse_format
+from model_explorer.formats import kernels, parse_format
 from model_explorer.formats.blocks import (
     fp8_fake_quantize,
     group_int_fake_quantize,
@@ -37,6 +40,7 @@ from model_explorer.formats.integer import fake_quantize
 from model_explorer.memory import keep_freed_memory
 from model_explorer.quantization import QuantizedModel
 
+KERNELS = ("native_integer", "native_scaled", "native_blocks")
 FORMATS = ["int8", "int4_g128", "fp8_e4m3", "mxfp8", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4"]
 
 
@@ -130,40 +134,46 @@ def tensor_table(repeats: int) -> None:
             print(line)
 
 
-def integer_sizes_table(repeats: int) -> None:
-    """The integer format per tensor by its three ways, at sizes from a digits model's
-    activation to a large network's: the C kernel (native/fake_quantize.c, the default), the
-    compiled pass (where the kernel cannot be built; from 2**18 values) and the eager steps."""
-    native = compiled_module.native_integer
-    print(f"int8 per tensor, {torch.get_num_threads()} threads: median us, ratios to the kernel")
-    print("values       kernel   compiled  /kernel   eager  /kernel")
-    for values in (7_680, 122_880, 3_211_264):
+def sizes_table(repeats: int) -> None:
+    """Every format by its three ways, at sizes from a digits model's activation to a large
+    network's (blocks along the channels): the C kernels (formats/kernels.py, the default), the
+    compiled passes (where the kernels cannot be built; from 2**17 values, the integer format
+    from 2**18; group-wise INT has none) and the eager steps."""
+    originals = {name: getattr(kernels, name) for name in KERNELS}
+
+    def kernels_off() -> None:
+        os.environ[ENVIRONMENT_SWITCH] = "1"
+        for name in KERNELS:
+            setattr(kernels, name, lambda *args: None)
+
+    def kernels_on(on: bool = True) -> None:
+        os.environ[ENVIRONMENT_SWITCH] = "1" if on else "0"
+        for name, original in originals.items():
+            setattr(kernels, name, original)
+
+    print(f"\n{torch.get_num_threads()} threads: median us, ratios to the kernel")
+    print("format       values      kernel   compiled  /kernel     eager  /kernel")
+    for shape in ((120, 64), (120, 16, 8, 8), (16, 64, 56, 56)):
         with torch.inference_mode():
-            x = torch.randn(values)
+            x = torch.randn(shape)
         amax = x.abs().max()
-
-        def kernel_off() -> None:
-            os.environ[ENVIRONMENT_SWITCH] = "1"
-            compiled_module.native_integer = lambda *args: None
-
-        def kernel_on(on: bool = True) -> None:
-            os.environ[ENVIRONMENT_SWITCH] = "1" if on else "0"
-            compiled_module.native_integer = native
-
-        run = ours("int8", x, amax)
-        with torch.inference_mode():
-            times = interleaved_medians(
-                {
-                    "kernel": (run, kernel_on),
-                    "compiled": (run, kernel_off),
-                    "eager": (run, lambda: kernel_on(False)),
-                },
-                repeats,
+        for name in FORMATS:
+            run = ours(name, x, amax)
+            with torch.inference_mode():
+                times = interleaved_medians(
+                    {
+                        "kernel": (run, kernels_on),
+                        "compiled": (run, kernels_off),
+                        "eager": (run, lambda: kernels_on(False)),
+                    },
+                    repeats,
+                )
+            kernels_on()
+            kernel, fused, eager = (times[way] * 1e6 for way in ("kernel", "compiled", "eager"))
+            line = (
+                f"{name:<12} {x.numel():>9,}  {kernel:8.1f}  {fused:9.1f}  {fused / kernel:6.2f}x"
             )
-        kernel_on()
-        line = f"{values:>9,}  {times['kernel'] * 1e6:7.1f}  {times['compiled'] * 1e6:9.1f}"
-        line += f"  {times['compiled'] / times['kernel']:6.2f}x  {times['eager'] * 1e6:6.1f}"
-        print(line + f"  {times['eager'] / times['kernel']:6.2f}x")
+            print(line + f"  {eager:8.1f}  {eager / kernel:6.2f}x")
 
 
 def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
@@ -186,7 +196,7 @@ def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
     with torch.inference_mode():
         times = interleaved_medians(variants, repeats)
     reference = times["float"]
-    print(f"float {reference * 1e3:.0f} ms; compiled passes, then eager steps")
+    print(f"float {reference * 1e3:.0f} ms; C kernels, then eager steps")
     for name in FORMATS:
         fused, eager = times[(name, True)], times[(name, False)]
         print(
@@ -204,7 +214,7 @@ def main() -> None:
     args = parser.parse_args()
     keep_freed_memory()
     tensor_table(args.repeats)
-    integer_sizes_table(max(args.repeats, 51))
+    sizes_table(max(args.repeats, 51))
     model_table(args.model, args.batch, args.size, args.repeats)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from model_explorer.formats import compiled
+from model_explorer.formats import compiled, kernels
 from model_explorer.formats.elements import (
     ELEMENTS,
     Element,
@@ -63,6 +63,11 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     zero = amax <= ZERO_AMAX
     scale = element.max_normal / torch.where(zero, 1.0, amax)
     inverse = torch.where(zero, 0.0, 1.0 / scale)
+    native = kernels.native_scaled(
+        values, scale, inverse, element, None if axis is None else axis % max(values.dim(), 1)
+    )
+    if native is not None:
+        return straight_through(x, native)
     if axis is None and compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "fp8"):
         quantized = compiled.fused_fp8(values, scale, inverse, element)
         if quantized is not None:
@@ -85,6 +90,9 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     halves such blocks.
     """
     values = x.detach().float()
+    native = kernels.native_blocks("mx", values, block_size, axis, (element.emax,), element)
+    if native is not None:
+        return straight_through(x, native)
     blocks, dim = split_blocks(values, block_size, axis)
     if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "mx"):
         quantized = compiled.fused_mx(blocks, dim, element)
@@ -120,9 +128,14 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
     changes every block with (block_amax / 6) / t below 2**-6.
     """
     values = x.detach().float()
-    blocks, dim = split_blocks(values, block_size, axis)
     amax = amax.detach().float().to(values.device).reshape(())
     tensor_scale = amax / NVFP4_TENSOR_RANGE
+    if values.device.type == "cpu":
+        numbers = (tensor_scale.item(), (1.0 / tensor_scale).item(), float(amax > ZERO_AMAX))
+        native = kernels.native_blocks("nvfp4", values, block_size, axis, numbers, E2M1, E4M3)
+        if native is not None:
+            return straight_through(x, native)
+    blocks, dim = split_blocks(values, block_size, axis)
     if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "nvfp4"):
         quantized = compiled.fused_nvfp4(blocks, dim, tensor_scale, amax > ZERO_AMAX)
         if quantized is not None:
@@ -164,6 +177,15 @@ def group_int_fake_quantize(
     high = 2 ** (num_bits - 1 + int(unsigned)) - 1
     low = 0 if unsigned else (-high if narrow_range else -high - 1)
     values = x.detach().float()
+    if scale_dtype in (None, torch.float16):
+        kind = "group_float32" if scale_dtype is None else "group_fp16"
+        scale_element = None if scale_dtype is None else kernels.FP16
+        bounds = (float(low), float(high))
+        native = kernels.native_blocks(
+            kind, values, group_size, axis, (float(high),), None, scale_element, bounds
+        )
+        if native is not None:
+            return straight_through(x, native)
     groups, dim = split_blocks(values, group_size, axis)
     amax = block_amax(groups, dim)
     if scale_dtype is None:

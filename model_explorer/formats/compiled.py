@@ -37,9 +37,10 @@ watches the operations: not under a TorchFunctionMode or a dispatch mode (the tr
 interceptor), not while torch.compile or export traces, not on CUDA (ATen's fused kernels
 there).
 
-The integer format takes a C kernel first (native/fake_quantize.c, `native_integer`: one pass,
-the same values, no compile in the process, every size); the compiled integer pass serves where
-that kernel cannot be built. Where compiling fails (no C++ compiler, a platform Inductor does
+Every format takes a C kernel first (formats/kernels.py: one pass, the same values, no compile
+in the process, every size); the compiled passes here serve where those kernels cannot be built
+(a C compiler Inductor can drive but the kernels' build cannot use).
+Where compiling fails (no C++ compiler, a platform Inductor does
 not support), one warning says so and the eager steps run from then on: the same values,
 slower.
 `MODEL_EXPLORER_COMPILE=0` in the environment turns the compiled passes off, and
@@ -49,7 +50,6 @@ measure them so).
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import warnings
@@ -71,8 +71,6 @@ BREAK_EVEN_VALUES = 2**34
 
 # The compiled kernels by name, and "failed" once compiling one failed (then none is tried).
 _kernel: dict[str, Any] = {}
-# The C kernels' functions, set up once, by name.
-_native: dict[str, Any] = {}
 # The values each kernel would have taken so far that the eager steps quantized, by its name.
 _eager_values: dict[str, int] = {}
 # Each element type's numbers as the kernels read them, by the element's name.
@@ -106,90 +104,6 @@ def takes_fused(x: Tensor, minimum: int = FUSED_MIN_VALUES, kernel: str = "integ
         and native.unwatched()
         and pays(kernel, x.numel())
     )
-
-
-def native_integer(
-    x: Tensor, multiplier: Tensor, low: int, high: int, divisor: Tensor, axis: int | None
-) -> Tensor | None:
-    """`(x * multiplier).round().clamp(low, high).div(divisor)` by the C kernel
-    (native/fake_quantize.c: one pass, the same values bit for bit; multiplier and divisor per
-    tensor, or per channel along `axis`), split across torch's threads from 2**17 values; None
-    where it does not take `x` (not a plain float32 CPU tensor, contiguous or, per tensor,
-    dense in another order; something watching the operations) or could not be built."""
-    if not (
-        type(x) is Tensor
-        and x.dtype == torch.float32
-        and x.device.type == "cpu"
-        and (x.is_contiguous() or (axis is None and _dense(x)))
-        and native.enabled()
-        and native.unwatched()
-    ):
-        return None
-    function = _native.get("integer") or _native_function()
-    channels = 1 if axis is None else x.shape[axis]
-    scales = (_as_float32(multiplier, channels), _as_float32(divisor, channels))
-    if function is None or scales[0] is None or scales[1] is None:
-        return None
-    out = torch.empty_like(x)  # the strides of x, as the eager steps' result has them
-    if out.stride() != x.stride():
-        return None
-    n, inner = x.numel(), 1 if axis is None else math.prod(x.shape[axis + 1 :])
-    pointers = (scales[0].data_ptr(), scales[1].data_ptr(), float(low), float(high))
-    if n < 1 << 17:  # one thread: the call itself
-        function(x.data_ptr(), out.data_ptr(), 0, n, channels, inner, *pointers)
-        return out
-    calls = [
-        (x.data_ptr(), out.data_ptr(), start, end, channels, inner, *pointers)
-        for start, end in native.ranges(n, 1 << 16)
-    ]
-    native.in_threads(function, calls, "fake-quantization kernel")
-    return out
-
-
-def _as_float32(values: Tensor, count: int) -> Tensor | None:
-    """`values` as `count` contiguous float32 numbers on the CPU (a copy only where they are
-    not), or None where they are not `count` numbers."""
-    if values.numel() != count or values.device.type != "cpu":
-        return None
-    if values.dtype == torch.float32 and values.is_contiguous():
-        return values
-    return values.detach().float().contiguous()
-
-
-def _dense(x: Tensor) -> bool:
-    """Whether `x` covers its memory without gaps or overlaps in some order of its dimensions
-    (a transposed or permuted tensor): per tensor, the kernel then runs over that memory."""
-    expected = 1
-    for stride, size in sorted((s, n) for s, n in zip(x.stride(), x.shape, strict=True) if n != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def _native_function() -> Any:
-    """The C kernel's function (kept in _native), or None."""
-    pointer, size = ctypes.c_void_p, ctypes.c_int64
-    function = native.function(
-        "fake_quantize",
-        "fake_quantize_integer",
-        [
-            pointer,
-            pointer,
-            size,
-            size,
-            size,
-            size,
-            pointer,
-            pointer,
-            ctypes.c_float,
-            ctypes.c_float,
-        ],
-        "fake-quantization kernel",
-        "tensors are quantized by the eager steps",
-    )
-    _native["integer"] = function
-    return function
 
 
 def pays(kernel: str, values: int) -> bool:

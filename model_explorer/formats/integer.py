@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_explorer.formats import compiled
+from model_explorer.formats import compiled, kernels
 
 # Below this an amax counts as zero: everything quantizes to 0 (as in NVIDIA's implementation).
 ZERO_AMAX = 1.0 / (1 << 24)
@@ -133,7 +133,7 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
     ATen's CPU fake-quantize kernel also computes a gradient mask and runs about four times
     slower (measured: 9.3 ms vs 2.2 ms for 3.2 M values on 2 cores). Both give the formula's
     values up to float rounding. A contiguous float32 CPU tensor takes the same four steps as
-    one pass of a C kernel (compiled.native_integer), with the same values; where that
+    one pass of a C kernel (kernels.native_integer), with the same values; where that
     cannot be built, a large per-tensor one takes them as one compiled pass (compiled.py).
     """
     dtype = x.dtype
@@ -142,7 +142,7 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
     axis = None if params.axis is None else params.axis % x.dim()
     if x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad):
         multiplier, divisor = params.multiplier, params.divisor
-        native = compiled.native_integer(x, multiplier, params.low, params.high, divisor, axis)
+        native = kernels.native_integer(x, multiplier, params.low, params.high, divisor, axis)
         if native is not None:
             return native if dtype == torch.float32 else native.to(dtype)
         if axis is None and compiled.takes_fused(x):

@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
+from format_values import (
+    SIZE,
+    Watching,
+    bits_equal,
+    hard_blocks,
+    hard_values,
+    numpy_formula,
+    same_bits,
+)
 
-from model_explorer.formats import compiled
+from model_explorer.formats import compiled, kernels
 from model_explorer.formats.blocks import fp8_fake_quantize, mx_fake_quantize, nvfp4_fake_quantize
 from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import (
@@ -21,61 +28,14 @@ from model_explorer.formats.integer import (
     quant_params,
 )
 
-SIZE = compiled.FUSED_MIN_VALUES + 4093  # past the threshold, not a multiple of a vector
-NATIVE_INTEGER = compiled.native_integer  # the C kernel, before the fixture below sets it aside
-
 
 @pytest.fixture(autouse=True)
 def compiled_from_the_first_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
     """The passes from the first tensor past their thresholds, not once they pay, here; the
-    C kernel, which the integer format takes first, out of the way (tested at the end)."""
+    C kernels, which every format takes first, out of the way (test_kernels.py tests them)."""
     monkeypatch.setenv(compiled.ENVIRONMENT_SWITCH, "1")
-    monkeypatch.setattr(compiled, "native_integer", lambda *args: None)
-
-
-@torch.inference_mode()
-def hard_values(multiplier: float) -> torch.Tensor:
-    """Random values, the rounding midpoints (k + 1/2) / multiplier and their neighbours, signed
-    zeros, ±Inf, NaN, float32 subnormals and values far beyond the range, in one tensor (an
-    inference tensor, as a search's activations are)."""
-    generator = torch.Generator().manual_seed(0)
-    values = torch.randn(SIZE, generator=generator) * 3
-    levels = torch.arange(-300, 300, dtype=torch.float32) + 0.5
-    midpoints = levels / multiplier
-    special = torch.tensor(
-        [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, -1e-45, 1e-39, 3e38, -3e38]
-    )
-    planted = torch.cat(
-        [
-            midpoints,
-            torch.nextafter(midpoints, torch.tensor(float("inf"))),
-            torch.nextafter(midpoints, torch.tensor(float("-inf"))),
-            special,
-        ]
-    )
-    values[: planted.numel()] = planted
-    return values.reshape(-1, 7) if SIZE % 7 == 0 else values
-
-
-def numpy_formula(x: torch.Tensor, params) -> np.ndarray:  # noqa: ANN001
-    """The formula in NumPy's float32 (round half to even: np.rint), independent of torch's
-    kernels."""
-    values = x.numpy().astype(np.float32)
-    multiplier = np.float32(params.multiplier.item())
-    divisor = np.float32(params.divisor.item())
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = np.rint(values * multiplier)
-        return np.clip(scaled, np.float32(params.low), np.float32(params.high)) / divisor
-
-
-def same_bits(ours: torch.Tensor, expected: np.ndarray) -> bool:
-    """Equal bit for bit (so -0.0 differs from 0.0), any NaN equal to any NaN."""
-    got = ours.numpy().reshape(-1)
-    expected = expected.reshape(-1)
-    nan = np.isnan(got)
-    if not np.array_equal(nan, np.isnan(expected)):
-        return False
-    return np.array_equal(got[~nan].view(np.int32), expected[~nan].view(np.int32))
+    for name in ("native_integer", "native_scaled", "native_blocks"):
+        monkeypatch.setattr(kernels, name, lambda *args, **kwargs: None)
 
 
 @pytest.mark.parametrize(
@@ -168,11 +128,6 @@ def test_a_compile_that_fails_once_is_tried_again_and_its_reason_is_said(
     assert len(compiles) == 2 and not compiled.compiled_enabled()
 
 
-class Watching(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_compiled_pass_stays_out_of_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
     with torch.inference_mode():
         x = torch.zeros(SIZE)
@@ -217,28 +172,6 @@ def test_a_kernel_is_compiled_once_the_eager_steps_have_quantized_its_break_even
     assert "integer" in compiled._kernel
     assert same_bits(eager, numpy_formula(values, params))
     assert same_bits(fused, numpy_formula(values, params))
-
-
-@torch.inference_mode()
-def hard_blocks(shape: tuple[int, ...], axis: int) -> torch.Tensor:
-    """Random values of several magnitudes with, along `axis`, whole blocks of zeros (one
-    holding -0.0), of float32 subnormals, of huge values, and blocks holding ±Inf or NaN."""
-    generator = torch.Generator().manual_seed(1)
-    x = torch.randn(shape, generator=generator) * 3
-    rows = x.movedim(axis, -1).reshape(-1, shape[axis])  # a copy: blocks run along its rows
-    rows[0] = 0.0
-    rows[0, 5] = -0.0
-    rows[1] *= 1e-40
-    rows[2] *= 1e30
-    rows[3, 7], rows[4, 9], rows[5, 11] = float("inf"), float("-inf"), float("nan")
-    rows[6, :4] = torch.tensor([1e-45, -1e-39, 2.0**-127, 448.0])
-    rows[7] *= torch.logspace(-30, 30, shape[axis])
-    moved = list(x.movedim(axis, -1).shape)
-    return rows.reshape(moved).movedim(-1, axis).contiguous()
-
-
-def bits_equal(ours: torch.Tensor, eager: torch.Tensor) -> bool:
-    return same_bits(ours, eager.numpy())
 
 
 def compiled_and_eager(run, monkeypatch: pytest.MonkeyPatch, spied: str):  # noqa: ANN001, ANN201
@@ -297,89 +230,3 @@ def test_fp8_compiled_gives_the_eager_values_bit_for_bit(
         "fused_fp8",
     )
     assert bits_equal(fused, eager)
-
-
-# -- the C kernel of the integer format (native/fake_quantize.c) ------------------------------
-
-
-@pytest.fixture
-def native_kernel(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The C kernel back in its place, its calls counted."""
-    calls: list[int] = []
-
-    def counted(*args: object) -> torch.Tensor | None:
-        out = NATIVE_INTEGER(*args)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(compiled, "native_integer", counted)
-    return calls
-
-
-@pytest.mark.parametrize(
-    "params",
-    [
-        quant_params(torch.tensor(2.5), 8),
-        quant_params(torch.tensor(2.5), 4, unsigned=True),
-        quant_params(torch.tensor(0.37), 2, narrow_range=True),
-        quant_params(torch.tensor(0.0), 8),
-        asymmetric_params(-0.4, 1.7, 8),
-    ],
-    ids=["int8", "uint4", "int2 narrow", "amax 0", "asymmetric uint8"],
-)
-def test_the_c_kernel_gives_the_formulas_values_bit_for_bit(params, native_kernel) -> None:  # noqa: ANN001
-    x = hard_values(float(params.multiplier.reshape(-1)[0].item()) or 1.0)
-    with torch.inference_mode():
-        out = apply_quantization(x, params)
-    assert native_kernel == [True], "the C kernel did not run on this machine"
-    assert same_bits(out, numpy_formula(x, params))
-
-
-def test_the_c_kernel_per_channel_on_any_threads_gives_the_eager_values(
-    native_kernel: list[int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Per output channel along axes 0 and 1 (amax 0 in one channel), split across two threads
-    (from 2**17 values) and on one: the eager steps' values, bit for bit."""
-    x = hard_values(40.0).reshape(-1)[: 12 * 5 * 4399].reshape(12, 5, 4399)
-    threads = torch.get_num_threads()
-    try:
-        for axis, count in [(0, 2), (1, 2), (0, 1), (2, 2)]:
-            torch.set_num_threads(count)
-            amax = torch.rand(x.shape[axis], generator=torch.Generator().manual_seed(axis)) * 3
-            amax[1] = 0.0
-            params = quant_params(amax, 5, axis=axis)
-            with torch.inference_mode():
-                out = apply_quantization(x, params)
-                with monkeypatch.context() as patch:
-                    patch.setenv(compiled.ENVIRONMENT_SWITCH, "0")  # the eager steps
-                    eager = apply_quantization(x, params)
-            assert same_bits(out, eager.numpy())
-    finally:
-        torch.set_num_threads(threads)
-    assert native_kernel == [True, False] * 4  # the kernel, then the eager steps (switched off)
-
-
-def test_the_c_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
-    native_kernel: list[int],
-) -> None:
-    """Per tensor a transposed tensor is taken (its memory has no gaps: the kernel runs over
-    it, the result in the same layout); a slice with gaps, a float64 tensor (quantized as
-    float32), one a TorchFunctionMode or a TorchScript trace watches are not."""
-    params = quant_params(torch.tensor(1.5), 6)
-    x = hard_values(float(params.multiplier.item())).reshape(-1)[: 7 * 38000].view(7, 38000)
-    with torch.inference_mode():
-        transposed = apply_quantization(x.t(), params)
-        assert transposed.stride() == x.t().stride()
-        assert same_bits(transposed.t().contiguous(), numpy_formula(x, params))
-        gaps = apply_quantization(x[:, ::3], params)
-        assert same_bits(gaps.contiguous(), numpy_formula(x[:, ::3].contiguous(), params))
-        apply_quantization(x.double(), params)
-        with Watching():
-            apply_quantization(x, params)
-    with warnings.catch_warnings():  # a TorchScript trace: the kernel's result a constant there
-        warnings.simplefilter("ignore", FutureWarning)
-        traced = torch.jit.trace(lambda t: apply_quantization(t, params), x)
-    # float64 is float32 again inside; the trace's run, not the kernel (its checking run may)
-    assert native_kernel[:5] == [True, False, True, False, False]
-    doubled = x * 2
-    assert same_bits(traced(doubled), numpy_formula(doubled, params))

@@ -1,0 +1,199 @@
+"""Fake quantization of CPU tensors by the C kernels of native/fake_quantize.c, one pass each,
+with the eager steps' values bit for bit.
+
+Eager, the integer format walks a tensor four times (multiply, round, clamp, divide) and a block
+format some fifteen times (its blocks' amax, their scales, the element cast's seven steps, the
+scale back), each step a call of some microseconds however small the tensor. A kernel here makes
+one pass: the integer format and scaled FP8 per tensor or per channel, and the MX formats, NVFP4
+and group-wise INT with a block's amax, its scale and its elements computed while the block is in
+cache, blocks along any axis. No compile in the process, and every size gains (the first time a
+machine runs one, the C compiler builds the library in under a second; native/).
+
+Each function returns None where its kernel does not take the tensor: not a float32 CPU tensor
+(the formats pass float32 copies), not contiguous (or, per tensor, dense in another order),
+something watching the operations (`native.unwatched`), the kernels switched off
+(`MODEL_EXPLORER_COMPILE=0`) or not built (no C compiler: one warning). The caller then takes its
+other path: formats/compiled.py's compiled passes, else the eager steps, the same values.
+tests/formats/test_kernels.py checks the values, bit for bit, on rounding midpoints, signed zeros,
+±Inf, NaN, subnormals and all-zero, overflowing and partial blocks, on one thread and on two.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from model_explorer import native
+from model_explorer.formats.element_types import Element
+
+# From this many values on a tensor is split across torch's threads.
+THREADED_VALUES = 1 << 17
+
+# The block formats' kernels by their kind (fake_quantize_<kind> in the C source).
+BLOCK_KINDS = ("mx", "nvfp4", "group_fp16", "group_float32")
+
+# FP16, in which group-wise INT stores its scales: rounded as an element type.
+FP16 = Element("fp16", 16, 5, 10, 65504.0, 15)
+
+_POINTER, _SIZE, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+_SIGNATURES = {
+    "integer": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _FLOAT, _FLOAT],
+    "scaled": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _POINTER],
+    **{
+        kind: [_POINTER, _POINTER, *[_SIZE] * 5, _POINTER, _POINTER, _POINTER, _FLOAT, _FLOAT]
+        for kind in BLOCK_KINDS
+    },
+}
+
+# The C functions, set up once, by kind; None where the library could not be built.
+_functions: dict[str, Any] = {}
+# Each element type's numbers as the kernels read them, by name.
+_element_numbers: dict[str, Any] = {}
+
+
+def _function(kind: str) -> Any:
+    if kind not in _functions:
+        _functions[kind] = native.function(
+            "fake_quantize",
+            f"fake_quantize_{kind}",
+            _SIGNATURES[kind],
+            "fake-quantization kernel",
+            "tensors are quantized by the compiled passes or the eager steps",
+        )
+    return _functions[kind]
+
+
+def _takes(x: Tensor) -> bool:
+    return (
+        type(x) is Tensor
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and native.enabled()
+        and native.unwatched()
+    )
+
+
+def element_numbers(element: Element) -> Any:
+    """The numbers the kernels read for an element type (see the C source): its largest value,
+    2**min_exponent, 2**-mantissa_bits, and an integer element's step and inverse."""
+    numbers = _element_numbers.get(element.name)
+    if numbers is None:
+        step = element.smallest_subnormal if element.exponent_bits == 0 else 0.0
+        values = (
+            element.max_normal,
+            2.0**element.min_exponent,
+            2.0**-element.mantissa_bits,
+            step,
+            1.0 / step if step else 0.0,
+        )
+        numbers = _element_numbers[element.name] = (ctypes.c_float * 5)(*values)
+    return numbers
+
+
+def _run(function: Any, n: int, rows: int, head: tuple, tail: tuple) -> None:
+    """`function(*head, start, end, *tail)` over [0, rows) of a tensor of `n` values: one call
+    below THREADED_VALUES, else split across torch's threads."""
+    if n < THREADED_VALUES or rows < 2:
+        function(*head, 0, rows, *tail)
+        return
+    smallest = max(1, (THREADED_VALUES // 2) // max(n // rows, 1))
+    calls = [(*head, start, end, *tail) for start, end in native.ranges(rows, smallest)]
+    native.in_threads(function, calls, "fake-quantization kernel")
+
+
+def native_integer(
+    x: Tensor, multiplier: Tensor, low: int, high: int, divisor: Tensor, axis: int | None
+) -> Tensor | None:
+    """`(x * multiplier).round().clamp(low, high).div(divisor)`, multiplier and divisor per
+    tensor, or per channel along `axis`; the result in the strides of `x`, as the eager steps'."""
+    return _elementwise("integer", x, multiplier, divisor, axis, (float(low), float(high)))
+
+
+def native_scaled(
+    x: Tensor, scale: Tensor, inverse: Tensor, element: Element, axis: int | None
+) -> Tensor | None:
+    """Scaled FP8's `cast_element(x * scale, element) * inverse`, per tensor or per channel."""
+    numbers = ctypes.addressof(element_numbers(element))
+    return _elementwise("scaled", x, scale, inverse, axis, (numbers,))
+
+
+def _elementwise(
+    kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
+) -> Tensor | None:
+    if not (_takes(x) and (x.is_contiguous() or (axis is None and _dense(x)))):
+        return None
+    channels = 1 if axis is None else x.shape[axis]
+    numbers = (_as_float32(first, channels), _as_float32(second, channels))
+    function = _function(kind)
+    if function is None or numbers[0] is None or numbers[1] is None:
+        return None
+    out = torch.empty_like(x)  # the strides of x, as the eager steps' result has them
+    if out.stride() != x.stride():
+        return None
+    n, inner = x.numel(), 1 if axis is None else math.prod(x.shape[axis + 1 :])
+    head = (x.data_ptr(), out.data_ptr())
+    pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
+    _run(function, n, n, head, (channels, inner, *pointers))
+    return out
+
+
+def native_blocks(
+    kind: str,
+    x: Tensor,
+    block_size: int,
+    axis: int,
+    numbers: tuple[float, ...],
+    element: Element | None = None,
+    scale_element: Element | None = None,
+    bounds: tuple[float, float] = (0.0, 0.0),
+) -> Tensor | None:
+    """A block format (`kind`, one of BLOCK_KINDS) on `x` with blocks of `block_size` values
+    along `axis` (an axis no longer than a block is one block; a last partial block holds what
+    is left, as blocks.py pads it with zeros); `numbers` are its kernel's (MX: emax; NVFP4: the
+    tensor scale, its reciprocal and 1 where the tensor's amax is usable; group-wise INT: the
+    largest integer), `bounds` the integers' (group-wise INT). The result is contiguous, as the
+    eager steps' is; `x` is made so first."""
+    if not _takes(x) or x.dim() == 0 or x.numel() == 0:
+        return None
+    function = _function(kind)
+    if function is None:
+        return None
+    x = x.contiguous()
+    axis %= x.dim()
+    length, inner = x.shape[axis], math.prod(x.shape[axis + 1 :])
+    block = max(min(block_size, length), 1)
+    rows = x.numel() // (length * inner) * -(-length // block)
+    out = torch.empty_like(x)
+    parameters = (ctypes.c_float * 4)(*numbers)
+    elements = [
+        ctypes.addressof(element_numbers(chosen)) if chosen is not None else None
+        for chosen in (scale_element, element)
+    ]
+    tail = (length, block, inner, ctypes.addressof(parameters), *elements, *bounds)
+    _run(function, x.numel(), rows, (x.data_ptr(), out.data_ptr()), tail)
+    return out
+
+
+def _as_float32(values: Tensor, count: int) -> Tensor | None:
+    """`values` as `count` contiguous float32 numbers on the CPU (a copy only where they are
+    not), or None where they are not `count` numbers."""
+    if values.numel() != count or values.device.type != "cpu":
+        return None
+    if values.dtype == torch.float32 and values.is_contiguous():
+        return values
+    return values.detach().float().contiguous()
+
+
+def _dense(x: Tensor) -> bool:
+    """Whether `x` covers its memory without gaps or overlaps in some order of its dimensions
+    (a transposed or permuted tensor): per tensor, the kernel then runs over that memory."""
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(x.stride(), x.shape, strict=True) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True

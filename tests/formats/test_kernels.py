@@ -1,0 +1,238 @@
+"""The C kernels of the fake quantization (formats/kernels.py, native/fake_quantize.c), bit for
+bit: the integer format against NumPy's float32 arithmetic of its formula; scaled FP8, MX,
+NVFP4 and group-wise INT against their eager steps (which tests/formats/test_numerics.py checks
+against the peers: modelopt, torchao, Microsoft's MX formulas), on hard values, along every
+layout a quantizer hands them, on one thread and on two; and what they leave to the other
+paths."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from format_values import Watching, bits_equal, hard_blocks, hard_values, numpy_formula, same_bits
+
+from model_explorer.formats import compiled, kernels
+from model_explorer.formats.blocks import (
+    fp8_fake_quantize,
+    group_int_fake_quantize,
+    mx_fake_quantize,
+    nvfp4_fake_quantize,
+)
+from model_explorer.formats.elements import ELEMENTS
+from model_explorer.formats.integer import apply_quantization, asymmetric_params, quant_params
+
+KERNELS = ("native_integer", "native_scaled", "native_blocks")
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each kernel call, in turn: whether the kernel took the tensor."""
+    calls: list[bool] = []
+    for name in KERNELS:
+        original = getattr(kernels, name)
+
+        def counted(*args: object, _original=original) -> torch.Tensor | None:  # noqa: ANN001
+            out = _original(*args)
+            calls.append(out is not None)
+            return out
+
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
+def kernel_and_eager(run, monkeypatch: pytest.MonkeyPatch, taken: list[bool], threads: int = 1):  # noqa: ANN001, ANN201
+    """`run()` through its kernel (which must have taken it) on `threads` threads, and through
+    the eager steps (the kernels and compiled passes switched off)."""
+    before, count = len(taken), torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            ours = run()
+    finally:
+        torch.set_num_threads(count)
+    assert taken[before:] == [True], "the C kernel did not run on this machine"
+    with monkeypatch.context() as patch:
+        patch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
+        with torch.inference_mode():
+            eager = run()
+    assert taken[before + 1 :] == [False]
+    return ours, eager
+
+
+# Blocks along the channels of an NCHW activation (163,840 values: two threads take halves),
+# along the rows of a weight, partial blocks (70 and 33 values in blocks of 32 or 16), an axis
+# shorter than a block, and blocks along a middle axis with an odd inner length.
+LAYOUTS = [((40, 64, 8, 8), 1), ((700, 200), -1), ((3, 70, 5), 1), ((9, 33), -1), ((10, 20), 1)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("element", ["e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"])
+@pytest.mark.parametrize("shape, axis", LAYOUTS)
+def test_mx_kernel_gives_the_eager_values(
+    element: str, shape: tuple[int, ...], axis: int, threads: int, monkeypatch, taken
+) -> None:
+    x = hard_blocks(shape, axis)
+    run = lambda: mx_fake_quantize(x, ELEMENTS[element], 32, axis)  # noqa: E731
+    ours, eager = kernel_and_eager(run, monkeypatch, taken, threads)
+    assert bits_equal(ours, eager)
+
+
+@pytest.mark.parametrize("amax", [4.0, 0.0, 1e-3, 3e30, float("nan")])
+@pytest.mark.parametrize("shape, axis", LAYOUTS[:4])
+def test_nvfp4_kernel_gives_the_eager_values(
+    amax: float, shape: tuple[int, ...], axis: int, monkeypatch, taken
+) -> None:
+    x = hard_blocks(shape, axis)
+    run = lambda: nvfp4_fake_quantize(x, torch.tensor(amax), 16, axis)  # noqa: E731
+    ours, eager = kernel_and_eager(run, monkeypatch, taken, threads=2)
+    assert bits_equal(ours, eager)
+
+
+def test_nvfp4_block_scales_on_e4m3_midpoints_round_as_the_eager_steps(monkeypatch, taken) -> None:
+    """Blocks whose scale (block amax / 6, per-tensor scale exactly 1) lies on each E4M3 value
+    and on each midpoint between neighbours: a division by 6 that is not the eager steps'
+    (multiplying by 1/6 rounds differently) moves a scale off its tie."""
+    e4m3 = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    scales = torch.cat([e4m3, (e4m3[:-1] + e4m3[1:]) / 2])
+    x = torch.zeros(scales.numel(), 16)
+    x[:, 0] = scales * 6
+    x[:, 1] = scales * -2.5
+    x[:, 2] = scales
+    run = lambda: nvfp4_fake_quantize(x, torch.tensor(2688.0), 16, -1)  # noqa: E731
+    ours, eager = kernel_and_eager(run, monkeypatch, taken)
+    assert bits_equal(ours, eager)
+
+
+@pytest.mark.parametrize("element", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_fp8_kernel_per_tensor_and_per_channel_gives_the_eager_values(
+    element: str, axis: int | None, monkeypatch, taken
+) -> None:
+    x = hard_blocks((40, 64, 8, 8), 1)
+    for amax in (torch.tensor(4.0), torch.tensor(0.0), torch.tensor(3e30)):
+        if axis is not None:  # one channel's amax zero, the others spread
+            amax = torch.rand(x.shape[axis], generator=torch.Generator().manual_seed(3)) * 5
+            amax[1] = 0.0
+        run = lambda: fp8_fake_quantize(x, amax, ELEMENTS[element], axis)  # noqa: B023, E731
+        ours, eager = kernel_and_eager(run, monkeypatch, taken, threads=2)
+        assert bits_equal(ours, eager)
+
+
+@pytest.mark.parametrize("scale_dtype", [torch.float16, None], ids=["fp16-scales", "float32"])
+@pytest.mark.parametrize(
+    "bits, group, unsigned, narrow",
+    [(4, 128, False, False), (4, 16, False, True), (8, 32, True, False)],
+)
+@pytest.mark.parametrize("shape, axis", LAYOUTS[:4])
+def test_group_int_kernel_gives_the_eager_values(
+    bits, group, unsigned, narrow, scale_dtype, shape, axis, monkeypatch, taken
+) -> None:  # noqa: ANN001
+    x = hard_blocks(shape, axis)
+    run = lambda: group_int_fake_quantize(  # noqa: E731
+        x, bits, group, axis, unsigned, narrow, scale_dtype
+    )
+    ours, eager = kernel_and_eager(run, monkeypatch, taken, threads=2)
+    assert bits_equal(ours, eager)
+
+
+def test_fp16_scales_round_as_torch_casts_them(monkeypatch, taken) -> None:
+    """Group scales across FP16's range (2-bit groups: the scale is the group's amax): normal,
+    subnormal (below 2**-14), the midpoints between neighbours and below its smallest
+    subnormal, and beyond 65504 (saturated): the values torch's float16 cast gives (the eager
+    steps use it)."""
+    halves = torch.arange(0, 31744, dtype=torch.int16).view(torch.float16).float()
+    midpoints = (halves[:-1] + halves[1:]) / 2  # exact in float32: ties to even
+    scales = torch.cat([halves, midpoints, torch.tensor([2.0**-25, 3 * 2.0**-26, 7e4])])
+    x = torch.zeros(scales.numel(), 4)
+    x[:, 0] = scales
+    x[:, 1] = scales * -0.6
+    ours, eager = kernel_and_eager(
+        lambda: group_int_fake_quantize(x, 2, 4, -1), monkeypatch, taken, threads=2
+    )
+    assert bits_equal(ours, eager)
+
+
+def test_block_kernels_take_any_layout_dtype_and_pass_gradients(monkeypatch, taken) -> None:
+    """A transposed input (made contiguous first; the result contiguous, as the eager steps'),
+    float16 (quantized as float32, returned in float16), one that needs a gradient (it passes
+    straight through)."""
+    x = hard_blocks((64, 96), -1)
+    for given in (x.t(), x.half()):
+        run = lambda: mx_fake_quantize(given, ELEMENTS["e2m1"], 32, 0)  # noqa: B023, E731
+        ours, eager = kernel_and_eager(run, monkeypatch, taken)
+        assert ours.dtype == given.dtype and ours.is_contiguous()
+        assert bits_equal(ours.float(), eager.float())
+    weight = torch.randn(64, 96, requires_grad=True)
+    out = nvfp4_fake_quantize(weight, torch.tensor(3.0), 16, -1)
+    assert taken[-1]
+    out.sum().backward()
+    assert torch.equal(weight.grad, torch.ones_like(weight))
+
+
+# -- the integer format ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        quant_params(torch.tensor(2.5), 8),
+        quant_params(torch.tensor(2.5), 4, unsigned=True),
+        quant_params(torch.tensor(0.37), 2, narrow_range=True),
+        quant_params(torch.tensor(0.0), 8),
+        asymmetric_params(-0.4, 1.7, 8),
+    ],
+    ids=["int8", "uint4", "int2 narrow", "amax 0", "asymmetric uint8"],
+)
+def test_the_integer_kernel_gives_the_formulas_values_bit_for_bit(params, taken) -> None:  # noqa: ANN001
+    x = hard_values(float(params.multiplier.reshape(-1)[0].item()) or 1.0)
+    with torch.inference_mode():
+        out = apply_quantization(x, params)
+    assert taken == [True], "the C kernel did not run on this machine"
+    assert same_bits(out, numpy_formula(x, params))
+
+
+def test_the_integer_kernel_per_channel_on_any_threads_gives_the_eager_values(
+    taken: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per output channel along axes 0 and 1 (amax 0 in one channel), split across two threads
+    (from 2**17 values) and on one: the eager steps' values, bit for bit."""
+    x = hard_values(40.0).reshape(-1)[: 12 * 5 * 4399].reshape(12, 5, 4399)
+    for axis, count in [(0, 2), (1, 2), (0, 1), (2, 2)]:
+        amax = torch.rand(x.shape[axis], generator=torch.Generator().manual_seed(axis)) * 3
+        amax[1] = 0.0
+        params = quant_params(amax, 5, axis=axis)
+        out, eager = kernel_and_eager(
+            lambda: apply_quantization(x, params),  # noqa: B023
+            monkeypatch,
+            taken,
+            count,
+        )
+        assert same_bits(out, eager.numpy())
+
+
+def test_the_integer_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
+    taken: list[bool],
+) -> None:
+    """Per tensor a transposed tensor is taken (its memory has no gaps: the kernel runs over
+    it, the result in the same layout); a slice with gaps, a float64 tensor (quantized as
+    float32), one a TorchFunctionMode or a TorchScript trace watches are not."""
+    params = quant_params(torch.tensor(1.5), 6)
+    x = hard_values(float(params.multiplier.item())).reshape(-1)[: 7 * 38000].view(7, 38000)
+    with torch.inference_mode():
+        transposed = apply_quantization(x.t(), params)
+        assert transposed.stride() == x.t().stride()
+        assert same_bits(transposed.t().contiguous(), numpy_formula(x, params))
+        gaps = apply_quantization(x[:, ::3], params)
+        assert same_bits(gaps.contiguous(), numpy_formula(x[:, ::3].contiguous(), params))
+        apply_quantization(x.double(), params)
+        with Watching():
+            apply_quantization(x, params)
+    with warnings.catch_warnings():  # a TorchScript trace: the kernel's result a constant there
+        warnings.simplefilter("ignore", FutureWarning)
+        traced = torch.jit.trace(lambda t: apply_quantization(t, params), x)
+    # float64 is float32 again inside; the trace's run, not the kernel (its checking run may)
+    assert taken[:5] == [True, False, True, False, False]
+    doubled = x * 2
+    assert same_bits(traced(doubled), numpy_formula(doubled, params))
