@@ -9,10 +9,9 @@ installed: MiniLM with `transformers`, EfficientNet-Lite0 with `photos`). Candid
 genomes of the workload's problem (bit widths, formats or thresholds),
 scored in full (no early rejection) on a model that has already met their settings; each is
 timed alternately with a float forward pass, once more with the eager steps in place of the
-compiled passes (formats/compiled.py, as with MODEL_EXPLORER_COMPILE=0) and once more with every
-activation run (quantization/elision.py off), and the medians are compared. The compiled
-passes are taken from the first tensor (MODEL_EXPLORER_COMPILE=1), where a search takes them
-once they pay. The baseline
+C kernels (native/: the formats' fake quantization and block sparsity, as with
+MODEL_EXPLORER_COMPILE=0) and once more with every activation run (quantization/elision.py
+off), and the medians are compared. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
 for a few minutes), and the process's allocator is set as a search sets it: the page faults a
 pass takes (getrusage's minor faults, fresh pages from the kernel) are printed beside the
@@ -32,8 +31,8 @@ import numpy as np
 import torch
 from prepared import prepared_context
 
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.metrics import evaluate
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.operations.rebuild import build_problem
 
 

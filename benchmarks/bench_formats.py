@@ -7,12 +7,11 @@
 - per model: a forward pass of the model with every quantizer in one format, against the float
   model (the integer format with cached weights, as a search evaluates a candidate).
 
-- per size: each format by its C kernel (formats/kernels.py, the default), by its compiled pass
-  (formats/compiled.py, where the kernels cannot be built) and by its eager steps, from a
-  digits model's activation (7,680 values) to a large network's (3.2 M).
+- per size: each format from a digits model's activation (7,680 values) to a large network's
+  (3.2 M).
 
-Ours is timed twice, interleaved: with the C kernels (and the compiled passes where those do not
-run) and with the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memory
+Ours is timed twice, interleaved: with the C kernels of formats/kernels.py (the default) and with
+the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memory
 as a search does (memory.keep_freed_memory).
 
     python benchmarks/bench_formats.py [--model resnet18] [--batch 8] [--repeats 7]
@@ -27,20 +26,19 @@ import os
 import torch
 from bench_quantized_forward import build, interleaved_medians
 
-from model_explorer.formats import kernels, parse_format
+from model_explorer.formats import parse_format
 from model_explorer.formats.blocks import (
     fp8_fake_quantize,
     group_int_fake_quantize,
     mx_fake_quantize,
     nvfp4_fake_quantize,
 )
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import fake_quantize
 from model_explorer.memory import keep_freed_memory
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.quantization import QuantizedModel
 
-KERNELS = ("native_integer", "native_scaled", "native_blocks")
 FORMATS = ["int8", "int4_g128", "fp8_e4m3", "mxfp8", "mxfp6_e2m3", "mxfp4", "mxint8", "nvfp4"]
 
 
@@ -101,8 +99,9 @@ def peer(name: str, x: torch.Tensor, amax: torch.Tensor):  # noqa: ANN201
     return None
 
 
-def compiled(on: bool):  # noqa: ANN201
-    """A variant's `before`: the compiled passes on or off for the calls that follow."""
+def kernels(on: bool):  # noqa: ANN201
+    """A variant's `before`: the C kernels on or off (the eager steps) for the calls that
+    follow."""
     return lambda: os.environ.__setitem__(ENVIRONMENT_SWITCH, "1" if on else "0")
 
 
@@ -118,8 +117,8 @@ def tensor_table(repeats: int) -> None:
         for name in FORMATS:
             variants = {
                 "conv": (lambda: conv(x), None),
-                "ours": (ours(name, x, amax), compiled(True)),
-                "eager": (ours(name, x, amax), compiled(False)),
+                "ours": (ours(name, x, amax), kernels(True)),
+                "eager": (ours(name, x, amax), kernels(False)),
             }
             found = peer(name, x, amax)
             if found is not None:
@@ -135,24 +134,10 @@ def tensor_table(repeats: int) -> None:
 
 
 def sizes_table(repeats: int) -> None:
-    """Every format by its three ways, at sizes from a digits model's activation to a large
-    network's (blocks along the channels): the C kernels (formats/kernels.py, the default), the
-    compiled passes (where the kernels cannot be built; from 2**17 values, the integer format
-    from 2**18; group-wise INT has none) and the eager steps."""
-    originals = {name: getattr(kernels, name) for name in KERNELS}
-
-    def kernels_off() -> None:
-        os.environ[ENVIRONMENT_SWITCH] = "1"
-        for name in KERNELS:
-            setattr(kernels, name, lambda *args: None)
-
-    def kernels_on(on: bool = True) -> None:
-        os.environ[ENVIRONMENT_SWITCH] = "1" if on else "0"
-        for name, original in originals.items():
-            setattr(kernels, name, original)
-
-    print(f"\n{torch.get_num_threads()} threads: median us, ratios to the kernel")
-    print("format       values      kernel   compiled  /kernel     eager  /kernel")
+    """Every format by its C kernel (formats/kernels.py, the default) and by its eager steps, at
+    sizes from a digits model's activation to a large network's (blocks along the channels)."""
+    print(f"\n{torch.get_num_threads()} threads: median us")
+    print("format          values    kernel     eager  /kernel")
     for shape in ((120, 64), (120, 16, 8, 8), (16, 64, 56, 56)):
         with torch.inference_mode():
             x = torch.randn(shape)
@@ -160,19 +145,11 @@ def sizes_table(repeats: int) -> None:
         for name in FORMATS:
             run = ours(name, x, amax)
             with torch.inference_mode():
-                times = interleaved_medians(
-                    {
-                        "kernel": (run, kernels_on),
-                        "compiled": (run, kernels_off),
-                        "eager": (run, lambda: kernels_on(False)),
-                    },
-                    repeats,
-                )
-            kernels_on()
-            kernel, fused, eager = (times[way] * 1e6 for way in ("kernel", "compiled", "eager"))
-            line = (
-                f"{name:<12} {x.numel():>9,}  {kernel:8.1f}  {fused:9.1f}  {fused / kernel:6.2f}x"
-            )
+                ways = {"kernel": (run, kernels(True)), "eager": (run, kernels(False))}
+                times = interleaved_medians(ways, repeats)
+            kernels(True)()
+            kernel, eager = times["kernel"] * 1e6, times["eager"] * 1e6
+            line = f"{name:<12} {x.numel():>9,}  {kernel:8.1f}"
             print(line + f"  {eager:8.1f}  {eager / kernel:6.2f}x")
 
 
@@ -188,7 +165,7 @@ def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
         for on in (True, False):
 
             def before(chosen=chosen, on=on) -> None:
-                compiled(on)()
+                kernels(on)()
                 for quantizer in quantized.quantizers.values():
                     quantizer.format = chosen
 

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.models import create_model
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.sparsity import SparseModel
 
 

@@ -8,6 +8,11 @@ input is rounded in place (`cast_element_`). Where the input needs a
 gradient it passes straight through, unchanged (`layout.straight_through`), so that retraining
 works; inside the rounding no graph is recorded.
 
+On the CPU each function takes one pass of a C kernel first (formats/kernels.py: the block's
+amax, its scale and its elements while the block is in cache), which gives these steps' values
+bit for bit; the steps below run where it does not take the tensor (CUDA, a tensor something
+watches, no C compiler, MODEL_EXPLORER_COMPILE=0).
+
 Where a block or group holds NaN its values all come back NaN: no scale exists for it. ±Inf
 differs by format and is said in each docstring: what a scale that cannot hold it does.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from model_explorer.formats import compiled, kernels
+from model_explorer.formats import kernels
 from model_explorer.formats.elements import (
     ELEMENTS,
     Element,
@@ -27,6 +32,7 @@ from model_explorer.formats.elements import (
 from model_explorer.formats.integer import channel_view
 from model_explorer.formats.layout import (
     ZERO_AMAX,
+    biased_exponent,
     block_amax,
     exact_power_of_two,
     merge_blocks,
@@ -41,9 +47,6 @@ E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127
 # NVFP4's per-tensor scale maps the tensor's amax to the largest E2M1 value times the largest
 # E4M3 block scale.
 NVFP4_TENSOR_RANGE = E2M1.max_normal * E4M3.max_normal
-# From this many values on a format's compiled pass (formats/compiled.py) runs: faster than
-# its eager steps there (2 cores), and on tensors of a search's usual shapes.
-FUSED_FORMATS_MIN_VALUES = 2**17
 
 
 def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
@@ -68,10 +71,6 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     )
     if native is not None:
         return straight_through(x, native)
-    if axis is None and compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "fp8"):
-        quantized = compiled.fused_fp8(values, scale, inverse, element)
-        if quantized is not None:
-            return straight_through(x, quantized)
     return straight_through(x, cast_element_(values * scale, element).mul_(inverse))
 
 
@@ -94,14 +93,10 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     if native is not None:
         return straight_through(x, native)
     blocks, dim = split_blocks(values, block_size, axis)
-    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "mx"):
-        quantized = compiled.fused_mx(blocks, dim, element)
-        if quantized is not None:
-            return straight_through(x, merge_blocks(quantized, values.shape, axis))
     amax = block_amax(blocks, dim)
     # A zero or subnormal amax reads an exponent of -127 and clamps to E8M0's smallest scale,
     # as its exact exponent would.
-    shared = compiled.biased_exponent(amax).sub_(127 + element.emax)
+    shared = biased_exponent(amax).sub_(127 + element.emax)
     shared.clamp_(E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT)
     no_scale = ~torch.isfinite(amax)
     scale = exact_power_of_two(shared).masked_fill_(no_scale, float("nan"))
@@ -136,10 +131,6 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
         if native is not None:
             return straight_through(x, native)
     blocks, dim = split_blocks(values, block_size, axis)
-    if compiled.takes_fused(x, FUSED_FORMATS_MIN_VALUES, "nvfp4"):
-        quantized = compiled.fused_nvfp4(blocks, dim, tensor_scale, amax > ZERO_AMAX)
-        if quantized is not None:
-            return straight_through(x, merge_blocks(quantized, values.shape, axis))
     block_scale = cast_element(block_amax(blocks, dim) / E2M1.max_normal / tensor_scale, E4M3)
     # NaN compares unequal to zero: a block holding NaN keeps its NaN scale. Elsewhere a block
     # without a usable scale is divided by 1 (so that Inf saturates instead of making 0 * Inf)

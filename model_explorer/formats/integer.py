@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model_explorer.formats import compiled, kernels
+from model_explorer.formats import kernels
 
 # Below this an amax counts as zero: everything quantizes to 0 (as in NVIDIA's implementation).
 ZERO_AMAX = 1.0 / (1 << 24)
@@ -133,8 +133,7 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
     ATen's CPU fake-quantize kernel also computes a gradient mask and runs about four times
     slower (measured: 9.3 ms vs 2.2 ms for 3.2 M values on 2 cores). Both give the formula's
     values up to float rounding. A contiguous float32 CPU tensor takes the same four steps as
-    one pass of a C kernel (kernels.native_integer), with the same values; where that
-    cannot be built, a large per-tensor one takes them as one compiled pass (compiled.py).
+    one pass of a C kernel (kernels.native_integer), with the same values bit for bit.
     """
     dtype = x.dtype
     if dtype != torch.float32:
@@ -145,10 +144,6 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
         native = kernels.native_integer(x, multiplier, params.low, params.high, divisor, axis)
         if native is not None:
             return native if dtype == torch.float32 else native.to(dtype)
-        if axis is None and compiled.takes_fused(x):
-            fused = compiled.fused_integer(x, multiplier, params.low, params.high, divisor)
-            if fused is not None:
-                return fused if dtype == torch.float32 else fused.to(dtype)
         if axis is not None:
             multiplier = channel_view(multiplier, x.dim(), axis)
             divisor = channel_view(divisor, x.dim(), axis)

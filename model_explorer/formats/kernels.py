@@ -13,7 +13,7 @@ Each function returns None where its kernel does not take the tensor: not a floa
 (the formats pass float32 copies), not contiguous (or, per tensor, dense in another order),
 something watching the operations (`native.unwatched`), the kernels switched off
 (`MODEL_EXPLORER_COMPILE=0`) or not built (no C compiler: one warning). The caller then takes its
-other path: formats/compiled.py's compiled passes, else the eager steps, the same values.
+eager steps: the same values, slower.
 tests/formats/test_kernels.py checks the values, bit for bit, on rounding midpoints, signed zeros,
 ±Inf, NaN, subnormals and all-zero, overflowing and partial blocks, on one thread and on two.
 """
@@ -62,7 +62,7 @@ def _function(kind: str) -> Any:
             f"fake_quantize_{kind}",
             _SIGNATURES[kind],
             "fake-quantization kernel",
-            "tensors are quantized by the compiled passes or the eager steps",
+            "tensors are quantized by the eager steps",
         )
     return _functions[kind]
 

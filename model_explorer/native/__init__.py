@@ -6,8 +6,7 @@ hold arguments, else `cc` or `gcc`) into a shared library in the temporary direc
 that a second process, or the next run, loads it without compiling; a directory another user
 owns is refused. A ctypes call releases the GIL, so `in_threads` splits work across torch's
 threads. Where no C compiler works, one warning per library says so and its callers take their
-torch path: the same values, slower. `MODEL_EXPLORER_COMPILE=0` turns the kernels off, as it
-does the compiled passes of formats/compiled.py.
+torch path: the same values, slower. `MODEL_EXPLORER_COMPILE=0` turns the kernels off.
 
 On x86-64 with GCC each library holds one version per instruction level (x86-64-v4, v3 and the
 baseline), chosen when it is loaded (`target_clones` in the sources).

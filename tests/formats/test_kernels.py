@@ -13,7 +13,7 @@ import pytest
 import torch
 from format_values import Watching, bits_equal, hard_blocks, hard_values, numpy_formula, same_bits
 
-from model_explorer.formats import compiled, kernels
+from model_explorer.formats import kernels
 from model_explorer.formats.blocks import (
     fp8_fake_quantize,
     group_int_fake_quantize,
@@ -22,6 +22,7 @@ from model_explorer.formats.blocks import (
 )
 from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import apply_quantization, asymmetric_params, quant_params
+from model_explorer.native import ENVIRONMENT_SWITCH
 
 KERNELS = ("native_integer", "native_scaled", "native_blocks")
 
@@ -44,7 +45,7 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 def kernel_and_eager(run, monkeypatch: pytest.MonkeyPatch, taken: list[bool], threads: int = 1):  # noqa: ANN001, ANN201
     """`run()` through its kernel (which must have taken it) on `threads` threads, and through
-    the eager steps (the kernels and compiled passes switched off)."""
+    the eager steps (the kernels switched off)."""
     before, count = len(taken), torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -54,7 +55,7 @@ def kernel_and_eager(run, monkeypatch: pytest.MonkeyPatch, taken: list[bool], th
         torch.set_num_threads(count)
     assert taken[before:] == [True], "the C kernel did not run on this machine"
     with monkeypatch.context() as patch:
-        patch.setenv(compiled.ENVIRONMENT_SWITCH, "0")
+        patch.setenv(ENVIRONMENT_SWITCH, "0")
         with torch.inference_mode():
             eager = run()
     assert taken[before + 1 :] == [False]

@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from model_explorer.cost import analyze_cost
 from model_explorer.errors import UserError
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
 from model_explorer.formats.integer import fake_quantize
 from model_explorer.models import create_model
 from model_explorer.modules import module_hooks
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.quantization import QuantizedModel, TensorQuantizer
 from model_explorer.quantization.layers import TRANSFORMED_LAYERS, Dense, PassThrough
 from model_explorer.sparsity import BlockSparsifier, SparseModel

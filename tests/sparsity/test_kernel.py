@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from model_explorer import native
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.sparsity import SparseModel, kernel
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_explorer.formats.compiled import ENVIRONMENT_SWITCH
+from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.sparsity import SparseModel, discretize_threshold, kernel, threshold_steps
 from model_explorer.sparsity import sparsifier as sparsifier_module
 
