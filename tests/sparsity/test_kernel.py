@@ -194,3 +194,25 @@ def test_an_input_of_the_wrong_shape_gets_the_runtimes_error(layer: nn.Module, s
         with pytest.raises(RuntimeError) as sparsified:
             sparse(x)
     assert str(sparsified.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_a_block_is_counted_as_zeros_only_where_every_value_is_zero(threshold: float) -> None:
+    """A 1x1 convolution of one 4x4 channel: with blocks of 4 x 4 its matrix is one column
+    (padded to four) by 16 rows, four blocks, one per row of the input. A row of zeros and
+    -0.0 holds only zeros; a row of zeros and one subnormal does not (its mean, 1e-45 / 16,
+    is 0 in float32, its sum is not), and below a threshold it is dropped; a row with NaN is
+    kept. By hand: 4 blocks, 1 holding only zeros, 1 dropped besides at 0.5."""
+    model = nn.Sequential(nn.Conv2d(1, 1, 1))
+    x = torch.zeros(1, 1, 4, 4)
+    x[0, 0, 0, 1] = -0.0
+    x[0, 0, 1, 0] = 1e-45
+    x[0, 0, 2] = torch.tensor([3.0, -2.0, 5.0, 1.0])
+    x[0, 0, 3, 0] = float("nan")
+    _, stats = sparse_run(model, x, [threshold], fused=True)
+    assert stats["0"] == {
+        "total_blocks": 4,
+        "present_blocks": 1,
+        "created_blocks": 1 if threshold else 0,
+        "samples": 1,
+    }
