@@ -95,6 +95,13 @@ run_product(int first, int64_t width, int64_t rows, float *tile, const float *ba
 typedef struct {
     int64_t columns, rows, wide, high, hp, wp, plane;
     const int64_t *off; /* column k's offset in a padded sample */
+    /* the window sums: none where no run is bh outputs long (nx 0); where their nx distinct
+       positions xs along a row of the buffer are a quarter of it or more (`dense`), at every
+       position of the buffer (one vector pass per row of a window), column k of a run at
+       base reading window base + off[k]; else only at xs, column k of run q reading window
+       run_row[q] * nx + row_of[k] + slot[q * kw + kx_of[k]] */
+    int64_t nx, dense;
+    const int64_t *xs, *row_of, *kx_of, *slot;
     /* each block of rows' runs of outputs along one row: run_first[lb] .. run_first[lb + 1],
        each with its first row in the block, its receptive fields' origin, and its length */
     const int64_t *run_first, *run_r0, *run_row, *run_col, *run_len;
@@ -116,17 +123,33 @@ pad_copy(const float *xs, const geometry *g, const layout *s, float *buf)
 }
 
 /* Sums of |value| (double) over `bh` values `stride_x` apart along the rows of a padded
-   sample, from each start: a run of `bh` outputs' values in one column of the matrix. Taken
-   over the sample as one array; the windows that cross a row's end are never read. */
+   sample, in the order r = 0 .. bh - 1: a run of `bh` outputs' values in one column of the
+   matrix. Where `dense`, from every start, the sample taken as one array (the windows that
+   cross a row's end are never read); else from the nx positions xs of every row. */
 static inline __attribute__((always_inline)) void
 window_sums(const float *restrict buf, const geometry *g, const layout *s,
             double *restrict wins)
 {
-    const int64_t starts = g->channels * s->plane - (g->bh - 1) * g->stride_x;
-    for (int64_t j = 0; j < starts; j++) wins[j] = fabs((double)buf[j]);
-    for (int64_t r = 1; r < g->bh; r++) {
-        const float *restrict v = buf + r * g->stride_x;
-        for (int64_t j = 0; j < starts; j++) wins[j] += fabs((double)v[j]);
+    if (s->dense) {
+        const int64_t starts = g->channels * s->plane - (g->bh - 1) * g->stride_x;
+        for (int64_t j = 0; j < starts; j++) wins[j] = fabs((double)buf[j]);
+        for (int64_t r = 1; r < g->bh; r++) {
+            const float *restrict v = buf + r * g->stride_x;
+            for (int64_t j = 0; j < starts; j++) wins[j] += fabs((double)v[j]);
+        }
+        return;
+    }
+    const int64_t rows = g->channels * s->hp, nx = s->nx, wp = s->wp, bh = g->bh;
+    const int64_t step = g->stride_x, *restrict xs = s->xs;
+    for (int64_t y = 0; y < rows && nx; y++) {
+        const float *restrict line = buf + y * wp;
+        double *restrict w = wins + y * nx;
+        for (int64_t i = 0; i < nx; i++) {
+            const float *restrict v = line + xs[i];
+            double sum = fabs((double)v[0]);
+            for (int64_t r = 1; r < bh; r++) sum += fabs((double)v[r * step]);
+            w[i] = sum;
+        }
     }
 }
 
@@ -147,9 +170,14 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
     for (int64_t k = 0; k < wide * bw; k++) sums[k] = 0.0;
     for (int64_t q = first; q < last; q++) { /* each column's sum over the run */
         const int64_t base = s->run_row[q] * s->wp + s->run_col[q], len = s->run_len[q];
-        if (len == g->bh) {
+        if (len == g->bh && s->dense) {
             const double *restrict w = wins + base;
             for (int64_t k = 0; k < columns; k++) sums[k] += w[off[k]];
+        } else if (len == g->bh) {
+            const double *restrict w = wins + s->run_row[q] * s->nx;
+            const int64_t *restrict slot = s->slot + q * g->kw, *restrict row_of = s->row_of;
+            const int64_t *restrict kx_of = s->kx_of;
+            for (int64_t k = 0; k < columns; k++) sums[k] += w[row_of[k] + slot[kx_of[k]]];
         } else {
             for (int64_t k = 0; k < columns; k++)
                 for (int64_t r = 0; r < len; r++)
@@ -177,19 +205,25 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
 #define BATCH_FLOATS (1 << 16)
 #define PANEL_FLOATS (1 << 15)
 
-/* Offsets of columns and runs of rows (`layout`), in one allocation; NULL where memory ran out. */
+/* Offsets of columns, runs of rows and the window sums' positions (`layout`), in one
+   allocation; NULL where memory ran out. */
 static int64_t *tables(const geometry *g, layout *s)
 {
     const int64_t taps = g->kh * g->kw, most_runs = s->rows + s->high;
-    int64_t *t = malloc(sizeof(int64_t) * (s->columns + s->high + 1 + 4 * most_runs));
+    const int64_t size = s->columns + s->high + 1 + 4 * most_runs + 2 * s->columns + 2 * s->wp +
+                         most_runs * g->kw;
+    int64_t *t = malloc(sizeof(int64_t) * size);
     if (!t) return NULL;
     int64_t *off = t, *first = off + s->columns, *r0 = first + s->high + 1;
     int64_t *row = r0 + most_runs, *col = row + most_runs, *len = col + most_runs;
+    int64_t *row_of = len + most_runs, *xs = row_of + s->columns, *index_of = xs + s->wp;
+    int64_t *slot = index_of + s->wp, *kx_of = slot + most_runs * g->kw;
     for (int64_t k = 0; k < s->columns; k++) {
         const int64_t c = k / taps, ky = k % taps / g->kw, kx = k % g->kw;
         off[k] = (c * s->hp + ky * g->dil_y) * s->wp + kx * g->dil_x;
     }
     int64_t q = 0;
+    for (int64_t x = 0; x < s->wp; x++) index_of[x] = -1;
     for (int64_t lb = 0; lb < s->high; lb++) {
         first[lb] = q;
         const int64_t end = (lb + 1) * g->bh < s->rows ? (lb + 1) * g->bh : s->rows;
@@ -198,11 +232,24 @@ static int64_t *tables(const geometry *g, layout *s)
             const int64_t n = end - l < g->out_w - ox ? end - l : g->out_w - ox;
             r0[q] = l - lb * g->bh, row[q] = oy * g->stride_y, col[q] = ox * g->stride_x;
             len[q] = n;
+            if (n == g->bh) /* a full run: its receptive fields' windows are needed */
+                for (int64_t kx = 0; kx < g->kw; kx++) index_of[col[q] + kx * g->dil_x] = 0;
             l += n;
         }
     }
     first[s->high] = q;
-    s->off = off;
+    s->nx = 0;
+    for (int64_t x = 0; x < s->wp; x++)
+        if (index_of[x] == 0) xs[s->nx] = x, index_of[x] = s->nx++;
+    s->dense = s->nx > 0 && 4 * s->nx >= s->wp;
+    for (int64_t p = 0; p < q; p++)
+        for (int64_t kx = 0; kx < g->kw; kx++)
+            slot[p * g->kw + kx] = len[p] == g->bh ? index_of[col[p] + kx * g->dil_x] : 0;
+    for (int64_t k = 0; k < s->columns; k++) {
+        const int64_t c = k / taps, ky = k % taps / g->kw;
+        row_of[k] = (c * s->hp + ky * g->dil_y) * s->nx, kx_of[k] = k % g->kw;
+    }
+    s->off = off, s->xs = xs, s->row_of = row_of, s->kx_of = kx_of, s->slot = slot;
     s->run_first = first, s->run_r0 = r0, s->run_row = row, s->run_col = col, s->run_len = len;
     return t;
 }
