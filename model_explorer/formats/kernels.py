@@ -43,6 +43,8 @@ _POINTER, _SIZE, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SIGNATURES = {
     "integer": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _FLOAT, _FLOAT],
     "scaled": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _POINTER],
+    "integer_rows": [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _FLOAT, _FLOAT],
+    "scaled_rows": [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _POINTER],
     **{
         kind: [_POINTER, _POINTER, *[_SIZE] * 5, _POINTER, _POINTER, _POINTER, _FLOAT, _FLOAT]
         for kind in BLOCK_KINDS
@@ -71,7 +73,7 @@ def _takes(x: Tensor) -> bool:
     return (
         type(x) is Tensor
         and x.dtype == torch.float32
-        and x.device.type == "cpu"
+        and x.is_cpu
         and native.enabled()
         and native.unwatched()
     )
@@ -124,8 +126,11 @@ def native_scaled(
 def _elementwise(
     kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
 ) -> Tensor | None:
-    if not (_takes(x) and (x.is_contiguous() or (axis is None and _dense(x)))):
+    if not _takes(x):
         return None
+    if not (x.is_contiguous() or (axis is None and _dense(x))):
+        rows = _rows_with_gaps(x) if axis is None else None
+        return None if rows is None else _on_rows(kind, x, rows, first, second, tail)
     channels = 1 if axis is None else x.shape[axis]
     numbers = (_as_float32(first, channels), _as_float32(second, channels))
     function = _function(kind)
@@ -138,6 +143,33 @@ def _elementwise(
     head = (x.data_ptr(), out.data_ptr())
     pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
     _run(function, n, n, head, (channels, inner, *pointers))
+    return out
+
+
+def _rows_with_gaps(x: Tensor) -> tuple[int, int, int] | None:
+    """(rows, length, stride) where `x` is rows of its last axis's length, contiguous each, one
+    `stride` apart in the order of its dimensions (a slice of a contiguous tensor's last axis):
+    the eager steps' result is then contiguous. None otherwise."""
+    sizes = [(n, s) for n, s in zip(x.shape, x.stride(), strict=True) if n != 1]
+    if x.numel() == 0 or len(sizes) < 2 or sizes[-1][1] != 1 or sizes[-2][1] < sizes[-1][0]:
+        return None
+    for (_, stride), (size, inner) in zip(sizes[:-2], sizes[1:-1], strict=True):
+        if stride != inner * size:  # the leading dimensions do not merge into rows
+            return None
+    return x.numel() // sizes[-1][0], sizes[-1][0], sizes[-2][1]
+
+
+def _on_rows(
+    kind: str, x: Tensor, rows: tuple[int, int, int], first: Tensor, second: Tensor, tail: tuple
+) -> Tensor | None:
+    numbers = (_as_float32(first, 1), _as_float32(second, 1))
+    function = _function(f"{kind}_rows")
+    if function is None or numbers[0] is None or numbers[1] is None:
+        return None
+    count, length, stride = rows
+    out = torch.empty(x.shape)
+    pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
+    _run(function, x.numel(), count, (x.data_ptr(), out.data_ptr()), (length, stride, *pointers))
     return out
 
 
@@ -181,7 +213,7 @@ def native_blocks(
 def _as_float32(values: Tensor, count: int) -> Tensor | None:
     """`values` as `count` contiguous float32 numbers on the CPU (a copy only where they are
     not), or None where they are not `count` numbers."""
-    if values.numel() != count or values.device.type != "cpu":
+    if values.numel() != count or not values.is_cpu:
         return None
     if values.dtype == torch.float32 and values.is_contiguous():
         return values

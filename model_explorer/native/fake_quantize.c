@@ -318,3 +318,31 @@ BLOCK_FORMAT(fake_quantize_mx, MX)
 BLOCK_FORMAT(fake_quantize_nvfp4, NVFP4)
 BLOCK_FORMAT(fake_quantize_group_fp16, GROUP_FP16)
 BLOCK_FORMAT(fake_quantize_group_float32, GROUP_FLOAT32)
+
+/* ---- rows with gaps (a slice of the last axis, such as an attention's query of a packed
+   projection): rows [start, end) of `length` values, row r at x + r * stride, into out's
+   contiguous rows, per tensor. Returns 0. */
+CLONES
+int fake_quantize_integer_rows(const float *x, float *out, int64_t start, int64_t end,
+                               int64_t length, int64_t stride, const float *multiplier,
+                               const float *divisor, float low, float high)
+{
+    for (int64_t r = start; r < end; r++)
+        run(x + r * stride, out + r * length, length, multiplier[0], divisor[0], low, high);
+    return 0;
+}
+
+CLONES
+int fake_quantize_scaled_rows(const float *x, float *out, int64_t start, int64_t end,
+                              int64_t length, int64_t stride, const float *scale,
+                              const float *inverse, const float *e)
+{
+    const element el = read_element(e);
+    for (int64_t r = start; r < end; r++) {
+        if (el.integer_step != 0.0f)
+            scaled_run(x + r * stride, out + r * length, length, scale[0], inverse[0], el, 1);
+        else
+            scaled_run(x + r * stride, out + r * length, length, scale[0], inverse[0], el, 0);
+    }
+    return 0;
+}

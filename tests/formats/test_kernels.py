@@ -213,6 +213,27 @@ def test_the_integer_kernel_per_channel_on_any_threads_gives_the_eager_values(
         assert same_bits(out, eager.numpy())
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_slice_of_the_last_axis_is_taken_as_rows_with_gaps(threads, monkeypatch, taken) -> None:
+    """The query of a packed projection (the first third of its last axis: rows with gaps),
+    per tensor, integer and FP8: the eager steps' values bit for bit and their layout
+    (contiguous). A permuted slice, whose eager result keeps the permutation, is not taken."""
+    values = hard_values(40.0).reshape(-1)
+    packed = torch.cat([values, -values])[: 128 * 17 * 192].reshape(128, 17, 192)
+    query = packed[..., :64]
+    params = quant_params(torch.tensor(2.5), 8)
+    for run in (
+        lambda: apply_quantization(query, params),
+        lambda: fp8_fake_quantize(query, torch.tensor(2.5), ELEMENTS["e4m3"]),
+    ):
+        ours, eager = kernel_and_eager(run, monkeypatch, taken, threads)
+        assert ours.stride() == eager.stride() == (17 * 64, 64, 1)
+        assert bits_equal(ours, eager)
+    with torch.inference_mode():
+        permuted = apply_quantization(packed.transpose(0, 1)[..., :64], params)
+    assert taken[-1] is False and permuted.stride() == (64, 17 * 64, 1)
+
+
 def test_the_integer_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
     taken: list[bool],
 ) -> None:
