@@ -95,12 +95,14 @@ run_product(int first, int64_t width, int64_t rows, float *tile, const float *ba
 typedef struct {
     int64_t columns, rows, wide, high, hp, wp, plane;
     const int64_t *off; /* column k's offset in a padded sample */
-    /* the window sums: none where no run is bh outputs long (nx 0); where their nx distinct
+    /* the window sums, over `win` values: the length most runs have (bh where blocks of rows
+       lie along rows of outputs, a row's length where rows are shorter than a block); none
+       where no run has it (nx 0); where their nx distinct
        positions xs along a row of the buffer are a quarter of it or more (`dense`), at every
        position of the buffer (one vector pass per row of a window), column k of a run at
        base reading window base + off[k]; else only at xs, column k of run q reading window
        run_row[q] * nx + row_of[k] + slot[q * kw + kx_of[k]] */
-    int64_t nx, dense;
+    int64_t win, nx, dense;
     const int64_t *xs, *row_of, *kx_of, *slot;
     /* each block of rows' runs of outputs along one row: run_first[lb] .. run_first[lb + 1],
        each with its first row in the block, its receptive fields' origin, and its length */
@@ -122,8 +124,8 @@ pad_copy(const float *xs, const geometry *g, const layout *s, float *buf)
         }
 }
 
-/* Sums of |value| (double) over `bh` values `stride_x` apart along the rows of a padded
-   sample, in the order r = 0 .. bh - 1: a run of `bh` outputs' values in one column of the
+/* Sums of |value| (double) over `win` values `stride_x` apart along the rows of a padded
+   sample, in the order r = 0 .. win - 1: a run of `win` outputs' values in one column of the
    matrix. Where `dense`, from every start, the sample taken as one array (the windows that
    cross a row's end are never read); else from the nx positions xs of every row. */
 static inline __attribute__((always_inline)) void
@@ -131,15 +133,15 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
             double *restrict wins)
 {
     if (s->dense) {
-        const int64_t starts = g->channels * s->plane - (g->bh - 1) * g->stride_x;
+        const int64_t starts = g->channels * s->plane - (s->win - 1) * g->stride_x;
         for (int64_t j = 0; j < starts; j++) wins[j] = fabs((double)buf[j]);
-        for (int64_t r = 1; r < g->bh; r++) {
+        for (int64_t r = 1; r < s->win; r++) {
             const float *restrict v = buf + r * g->stride_x;
             for (int64_t j = 0; j < starts; j++) wins[j] += fabs((double)v[j]);
         }
         return;
     }
-    const int64_t rows = g->channels * s->hp, nx = s->nx, wp = s->wp, bh = g->bh;
+    const int64_t rows = g->channels * s->hp, nx = s->nx, wp = s->wp, bh = s->win;
     const int64_t step = g->stride_x, *restrict xs = s->xs;
     for (int64_t y = 0; y < rows && nx; y++) {
         const float *restrict line = buf + y * wp;
@@ -155,8 +157,8 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
 
 /* Every block's mean |value| of one block of rows lb of a padded sample into m[kb * high],
    and the kept blocks (not below the threshold; a NaN mean is kept) in kept;
-   returns how many. A run of `bh` outputs along a row takes its column's sum from the window
-   sums, a shorter one (a block of rows across two rows of outputs) adds its values. Adds the
+   returns how many. A run of `win` outputs along a row takes its column's sum from the window
+   sums, another (a block of rows across rows of outputs of other lengths) adds its values. Adds the
    blocks holding only zeros (whose sum of magnitudes is zero exactly) to tally[0], and the
    others that are dropped to tally[1]. */
 static inline __attribute__((always_inline)) int64_t
@@ -170,10 +172,10 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
     for (int64_t k = 0; k < wide * bw; k++) sums[k] = 0.0;
     for (int64_t q = first; q < last; q++) { /* each column's sum over the run */
         const int64_t base = s->run_row[q] * s->wp + s->run_col[q], len = s->run_len[q];
-        if (len == g->bh && s->dense) {
+        if (len == s->win && s->dense) {
             const double *restrict w = wins + base;
             for (int64_t k = 0; k < columns; k++) sums[k] += w[off[k]];
-        } else if (len == g->bh) {
+        } else if (len == s->win) {
             const double *restrict w = wins + s->run_row[q] * s->nx;
             const int64_t *restrict slot = s->slot + q * g->kw, *restrict row_of = s->row_of;
             const int64_t *restrict kx_of = s->kx_of;
@@ -232,19 +234,28 @@ static int64_t *tables(const geometry *g, layout *s)
             const int64_t n = end - l < g->out_w - ox ? end - l : g->out_w - ox;
             r0[q] = l - lb * g->bh, row[q] = oy * g->stride_y, col[q] = ox * g->stride_x;
             len[q] = n;
-            if (n == g->bh) /* a full run: its receptive fields' windows are needed */
-                for (int64_t kx = 0; kx < g->kw; kx++) index_of[col[q] + kx * g->dil_x] = 0;
             l += n;
         }
     }
     first[s->high] = q;
+    /* the window: the most common run length (runs are at most a block high) */
+    int64_t best = 0;
+    s->win = g->bh;
+    for (int64_t n = g->bh; n >= 1; n--) {
+        int64_t runs = 0;
+        for (int64_t p = 0; p < q; p++) runs += len[p] == n;
+        if (runs > best) best = runs, s->win = n;
+    }
+    for (int64_t p = 0; p < q; p++)
+        if (len[p] == s->win) /* its receptive fields' windows are needed */
+            for (int64_t kx = 0; kx < g->kw; kx++) index_of[col[p] + kx * g->dil_x] = 0;
     s->nx = 0;
     for (int64_t x = 0; x < s->wp; x++)
         if (index_of[x] == 0) xs[s->nx] = x, index_of[x] = s->nx++;
     s->dense = s->nx > 0 && 4 * s->nx >= s->wp;
     for (int64_t p = 0; p < q; p++)
         for (int64_t kx = 0; kx < g->kw; kx++)
-            slot[p * g->kw + kx] = len[p] == g->bh ? index_of[col[p] + kx * g->dil_x] : 0;
+            slot[p * g->kw + kx] = len[p] == s->win ? index_of[col[p] + kx * g->dil_x] : 0;
     for (int64_t k = 0; k < s->columns; k++) {
         const int64_t c = k / taps, ky = k % taps / g->kw;
         row_of[k] = (c * s->hp + ky * g->dil_y) * s->nx, kx_of[k] = k % g->kw;
