@@ -69,7 +69,9 @@ def _function(kind: str) -> Any:
     return _functions[kind]
 
 
-def _takes(x: Tensor) -> bool:
+def takes(x: Tensor) -> bool:
+    """Whether the kernels may take `x`: a plain float32 CPU tensor, the kernels on, nothing
+    watching the operations."""
     return (
         type(x) is Tensor
         and x.dtype == torch.float32
@@ -126,7 +128,7 @@ def native_scaled(
 def _elementwise(
     kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
 ) -> Tensor | None:
-    if not _takes(x):
+    if not takes(x):
         return None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
         rows = _rows_with_gaps(x) if axis is None else None
@@ -189,7 +191,7 @@ def native_blocks(
     tensor scale, its reciprocal and 1 where the tensor's amax is usable; group-wise INT: the
     largest integer), `bounds` the integers' (group-wise INT). The result is contiguous, as the
     eager steps' is; `x` is made so first."""
-    if not _takes(x) or x.dim() == 0 or x.numel() == 0:
+    if not takes(x) or x.dim() == 0 or x.numel() == 0:
         return None
     function = _function(kind)
     if function is None:

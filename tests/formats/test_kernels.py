@@ -58,7 +58,7 @@ def kernel_and_eager(run, monkeypatch: pytest.MonkeyPatch, taken: list[bool], th
         patch.setenv(ENVIRONMENT_SWITCH, "0")
         with torch.inference_mode():
             eager = run()
-    assert taken[before + 1 :] == [False]
+    assert True not in taken[before + 1 :]  # declined, or not asked
     return ours, eager
 
 
