@@ -128,23 +128,33 @@ def native_scaled(
 def _elementwise(
     kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
 ) -> Tensor | None:
+    """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel:
+    in the memory of a contiguous or, per tensor, dense `x`, the result in its strides; per
+    tensor, a slice of the last axis as rows with gaps (`_rows_with_gaps`), the result
+    contiguous, as the eager steps' results are."""
     if not takes(x):
         return None
+    rows = None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
         rows = _rows_with_gaps(x) if axis is None else None
-        return None if rows is None else _on_rows(kind, x, rows, first, second, tail)
+        if rows is None:
+            return None
     channels = 1 if axis is None else x.shape[axis]
     numbers = (_as_float32(first, channels), _as_float32(second, channels))
-    function = _function(kind)
+    function = _function(kind if rows is None else f"{kind}_rows")
     if function is None or numbers[0] is None or numbers[1] is None:
         return None
-    out = torch.empty_like(x)  # the strides of x, as the eager steps' result has them
-    if out.stride() != x.stride():
+    out = torch.empty_like(x) if rows is None else torch.empty(x.shape)
+    if rows is None and out.stride() != x.stride():  # the eager steps' result has x's strides
         return None
-    n, inner = x.numel(), 1 if axis is None else math.prod(x.shape[axis + 1 :])
-    head = (x.data_ptr(), out.data_ptr())
+    n, head = x.numel(), (x.data_ptr(), out.data_ptr())
     pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
-    _run(function, n, n, head, (channels, inner, *pointers))
+    if rows is None:
+        inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
+        _run(function, n, n, head, (channels, inner, *pointers))
+    else:
+        count, length, stride = rows
+        _run(function, n, count, head, (length, stride, *pointers))
     return out
 
 
@@ -159,20 +169,6 @@ def _rows_with_gaps(x: Tensor) -> tuple[int, int, int] | None:
         if stride != inner * size:  # the leading dimensions do not merge into rows
             return None
     return x.numel() // sizes[-1][0], sizes[-1][0], sizes[-2][1]
-
-
-def _on_rows(
-    kind: str, x: Tensor, rows: tuple[int, int, int], first: Tensor, second: Tensor, tail: tuple
-) -> Tensor | None:
-    numbers = (_as_float32(first, 1), _as_float32(second, 1))
-    function = _function(f"{kind}_rows")
-    if function is None or numbers[0] is None or numbers[1] is None:
-        return None
-    count, length, stride = rows
-    out = torch.empty(x.shape)
-    pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
-    _run(function, x.numel(), count, (x.data_ptr(), out.data_ptr()), (length, stride, *pointers))
-    return out
 
 
 def native_blocks(
@@ -202,7 +198,7 @@ def native_blocks(
     block = max(min(block_size, length), 1)
     rows = x.numel() // (length * inner) * -(-length // block)
     out = torch.empty_like(x)
-    parameters = (ctypes.c_float * 4)(*numbers)
+    parameters = (ctypes.c_float * 3)(*numbers)  # p0 .. p2 of the C source's format
     elements = [
         ctypes.addressof(element_numbers(chosen)) if chosen is not None else None
         for chosen in (scale_element, element)

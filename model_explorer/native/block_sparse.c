@@ -220,9 +220,10 @@ static int64_t *tables(const geometry *g, layout *s)
     int64_t *row = r0 + most_runs, *col = row + most_runs, *len = col + most_runs;
     int64_t *row_of = len + most_runs, *xs = row_of + s->columns, *index_of = xs + s->wp;
     int64_t *slot = index_of + s->wp, *kx_of = slot + most_runs * g->kw;
-    for (int64_t k = 0; k < s->columns; k++) {
+    for (int64_t k = 0; k < s->columns; k++) { /* row_of in rows of the buffer for now */
         const int64_t c = k / taps, ky = k % taps / g->kw, kx = k % g->kw;
-        off[k] = (c * s->hp + ky * g->dil_y) * s->wp + kx * g->dil_x;
+        row_of[k] = c * s->hp + ky * g->dil_y, kx_of[k] = kx;
+        off[k] = row_of[k] * s->wp + kx * g->dil_x;
     }
     int64_t q = 0;
     for (int64_t x = 0; x < s->wp; x++) index_of[x] = -1;
@@ -256,10 +257,7 @@ static int64_t *tables(const geometry *g, layout *s)
     for (int64_t p = 0; p < q; p++)
         for (int64_t kx = 0; kx < g->kw; kx++)
             slot[p * g->kw + kx] = len[p] == s->win ? index_of[col[p] + kx * g->dil_x] : 0;
-    for (int64_t k = 0; k < s->columns; k++) {
-        const int64_t c = k / taps, ky = k % taps / g->kw;
-        row_of[k] = (c * s->hp + ky * g->dil_y) * s->nx, kx_of[k] = k % g->kw;
-    }
+    for (int64_t k = 0; k < s->columns; k++) row_of[k] *= s->nx; /* in windows */
     s->off = off, s->xs = xs, s->row_of = row_of, s->kx_of = kx_of, s->slot = slot;
     s->run_first = first, s->run_r0 = r0, s->run_row = row, s->run_col = col, s->run_len = len;
     return t;

@@ -26,21 +26,25 @@ run(const float *restrict x, float *restrict out, int64_t n, float multiplier, f
     }
 }
 
+/* The channel of value i of a contiguous tensor (channels of `inner` values each, repeated;
+   one channel: per tensor) into *c, and where its span of that channel ends, at most `end`. */
+static inline __attribute__((always_inline)) int64_t
+channel_span(int64_t i, int64_t end, int64_t channels, int64_t inner, int64_t *c)
+{
+    *c = channels == 1 ? 0 : i / inner % channels;
+    const int64_t stop = channels == 1 ? end : (i / inner + 1) * inner;
+    return stop < end ? stop : end;
+}
+
 /* Values [start, end) of x into out. Returns 0. */
 CLONES
 int fake_quantize_integer(const float *x, float *out, int64_t start, int64_t end,
                           int64_t channels, int64_t inner, const float *multiplier,
                           const float *divisor, float low, float high)
 {
-    if (channels == 1) {
-        run(x + start, out + start, end - start, multiplier[0], divisor[0], low, high);
-        return 0;
-    }
-    for (int64_t i = start; i < end;) {
-        const int64_t c = i / inner % channels, stop = (i / inner + 1) * inner;
-        const int64_t last = stop < end ? stop : end;
+    for (int64_t i = start, c, last; i < end; i = last) {
+        last = channel_span(i, end, channels, inner, &c);
         run(x + i, out + i, last - i, multiplier[c], divisor[c], low, high);
-        i = last;
     }
     return 0;
 }
@@ -125,15 +129,12 @@ int fake_quantize_scaled(const float *x, float *out, int64_t start, int64_t end,
                          int64_t inner, const float *scale, const float *inverse, const float *e)
 {
     const element el = read_element(e);
-    for (int64_t i = start; i < end;) {
-        const int64_t c = channels == 1 ? 0 : i / inner % channels;
-        const int64_t stop = channels == 1 ? end : (i / inner + 1) * inner;
-        const int64_t last = stop < end ? stop : end;
+    for (int64_t i = start, c, last; i < end; i = last) {
+        last = channel_span(i, end, channels, inner, &c);
         if (el.integer_step != 0.0f)
             scaled_run(x + i, out + i, last - i, scale[c], inverse[c], el, 1);
         else
             scaled_run(x + i, out + i, last - i, scale[c], inverse[c], el, 0);
-        i = last;
     }
     return 0;
 }
