@@ -263,6 +263,133 @@ static int64_t *tables(const geometry *g, layout *s)
     return t;
 }
 
+/* With a threshold of 0 or below nothing is dropped and only the blocks holding nothing but
+   zeros are counted: a sample becomes a map of its padded values, 1 byte where a value is not
+   zero (NaN included, -0.0 not), each row's positions ordered by their remainder modulo the
+   stride across (all the even ones, then the odd ones at stride 2), so that a run of outputs
+   reads consecutive bytes. A block holds only zeros where every run of its columns reads only
+   0 bytes: 8 bytes at a time, the last read masked. */
+static const uint8_t LOW_BYTES[16] = {255, 255, 255, 255, 255, 255, 255, 255};
+
+typedef struct {
+    int64_t phase, row, plane; /* a remainder's positions, a row's bytes, a channel's */
+    const int64_t *first;      /* each remainder's first input column and its place */
+    uint8_t *scratch;          /* a sample's bytes, unpadded */
+} byte_map;
+
+static inline __attribute__((always_inline)) void
+nonzero_map(const float *restrict xs, const geometry *g, const byte_map *b, uint8_t *restrict map)
+{
+    if (b->plane == 1) { /* a Linear layer's features */
+        for (int64_t c = 0; c < g->channels; c++) map[c] = xs[c * g->sc] != 0.0f;
+        return;
+    }
+    const int64_t step = g->stride_x, sw = g->sw, width = g->width, values = g->height * width;
+    if (step == 1 && sw == 1 && g->sh == width && g->sc == values && width <= 8) {
+        /* short rows: the whole sample at once into the scratch, then 8 bytes a row, those past
+           the row's end (its right margin, the next row's left one) zero */
+        uint64_t v, mask;
+        for (int64_t j = 0; j < g->channels * values; j++) b->scratch[j] = xs[j] != 0.0f;
+        memcpy(&mask, LOW_BYTES + 8 - width, 8);
+        for (int64_t c = 0; c < g->channels; c++)
+            for (int64_t y = 0; y < g->height; y++) {
+                memcpy(&v, b->scratch + c * values + y * width, 8), v &= mask;
+                memcpy(map + c * b->plane + (y + g->pad_y) * b->row + g->pad_x, &v, 8);
+            }
+        return;
+    }
+    for (int64_t c = 0; c < g->channels; c++)
+        for (int64_t y = 0; y < g->height; y++) {
+            const float *restrict source = xs + c * g->sc + y * g->sh;
+            uint8_t *restrict row = map + c * b->plane + (y + g->pad_y) * b->row;
+            if (step == 1 && sw == 1) {
+                for (int64_t i = 0; i < g->width; i++) row[g->pad_x + i] = source[i] != 0.0f;
+                continue;
+            }
+            for (int64_t p = 0; p < step; p++) { /* input i at padded position i + pad_x */
+                uint8_t *restrict part = row + b->first[2 * p + 1];
+                for (int64_t i = b->first[2 * p], j = 0; i < g->width; i += step, j++)
+                    part[j] = source[i * sw] != 0.0f;
+            }
+        }
+}
+
+/* w[j]: whether any of the `win` bytes from nz[j] on is nonzero (the windows that cross a
+   row's end are never read). */
+static inline __attribute__((always_inline)) void
+window_any(const uint8_t *restrict nz, int64_t size, int64_t win, uint8_t *restrict w)
+{
+    const int64_t starts = size - (win - 1);
+    for (int64_t j = 0; j < starts; j++) w[j] = nz[j];
+    for (int64_t r = 1; r < win; r++)
+        for (int64_t j = 0; j < starts; j++) w[j] |= nz[j + r];
+}
+
+/* The blocks of one block of rows lb of a sample's map nz (w: its windows) that hold only
+   zeros: column k of a run reads from the run's first byte plus off[k]. */
+static inline __attribute__((always_inline)) int64_t
+zero_blocks(const uint8_t *restrict nz, const uint8_t *restrict w, const geometry *g,
+            const layout *s, const byte_map *b, const int64_t *restrict off, int64_t lb)
+{
+    const int64_t columns = s->columns, first = s->run_first[lb], last = s->run_first[lb + 1];
+    int64_t zeros = 0;
+    for (int64_t k0 = 0; k0 < columns; k0 += g->bw) {
+        const int64_t k1 = k0 + g->bw < columns ? k0 + g->bw : columns;
+        unsigned any = 0;
+        for (int64_t q = first; q < last; q++) {
+            const int64_t at = s->run_row[q] * b->row + s->run_col[q] / g->stride_x;
+            const int64_t n = s->run_len[q];
+            if (n == s->win)
+                for (int64_t k = k0; k < k1; k++) {
+                    any |= w[at + off[k]];
+                    __asm__("" : "+r"(any)); /* scalar loads: gathers were slower */
+                }
+            else
+                for (int64_t k = k0; k < k1; k++)
+                    for (int64_t r = 0; r < n; r++) any |= nz[at + off[k] + r];
+        }
+        zeros += any == 0;
+    }
+    return zeros;
+}
+
+/* Samples [n0, n1) with nothing dropped: the blocks that hold only zeros into tally[0]. */
+CLONES
+static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0, int64_t n1,
+                       int64_t *tally)
+{
+    byte_map b;
+    b.phase = (s->wp + g->stride_x - 1) / g->stride_x;
+    b.row = b.phase * g->stride_x, b.plane = s->hp * b.row;
+    const int64_t taps = g->kh * g->kw, size = g->channels * b.plane;
+    int64_t *t = tables(g, s), *off = malloc(sizeof(int64_t) * (s->columns + 2 * g->stride_x));
+    uint8_t *nz = calloc(3 * size + 16, 1); /* the map, its windows, the scratch */
+    if (!t || !off || !nz) {
+        free(t), free(off), free(nz);
+        return -1;
+    }
+    int64_t *first = off + s->columns;
+    for (int64_t p = 0; p < g->stride_x; p++) { /* padded position p + step * j: input i0 */
+        const int64_t i0 = ((p - g->pad_x) % g->stride_x + g->stride_x) % g->stride_x;
+        first[2 * p] = i0, first[2 * p + 1] = p * b.phase + (i0 + g->pad_x) / g->stride_x;
+    }
+    b.first = first, b.scratch = nz + 2 * size + 8;
+    for (int64_t k = 0; k < s->columns; k++) { /* kx's position ordered by its remainder */
+        const int64_t c = k / taps, ky = k % taps / g->kw, x = k % g->kw * g->dil_x;
+        off[k] = c * b.plane + ky * g->dil_y * b.row + x % g->stride_x * b.phase + x / g->stride_x;
+    }
+    uint8_t *w = s->win > 1 ? nz + size : nz;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t group = 0; group < g->groups; group++) {
+            nonzero_map(x + n * g->sn + group * g->channels * g->sc, g, &b, nz);
+            if (s->win > 1) window_any(nz, size, s->win, w);
+            for (int64_t lb = 0; lb < s->high; lb++)
+                tally[0] += zero_blocks(nz, w, g, s, &b, off, lb);
+        }
+    free(t), free(off), free(nz);
+    return 0;
+}
+
 /* The products of every kept block of a batch's samples, output channels co .. co + width,
    panel by panel of columns, into tiles (one per block of rows: bh x 32). */
 static inline __attribute__((always_inline)) void
@@ -300,6 +427,7 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
     s.columns = g->channels * g->kh * g->kw, s.rows = g->out_h * g->out_w;
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
+    if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
     const int64_t sample = g->channels * s.plane, span = s.wide * g->bw + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;

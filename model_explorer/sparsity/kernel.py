@@ -18,6 +18,7 @@ compiler works, one warning says so and the torch path runs: the same blocks, sl
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import torch
@@ -147,41 +148,46 @@ def _convolution(layer: nn.Module, x: Tensor, padding: tuple[int, ...]) -> tuple
 
 
 def _shaped(
-    layer: nn.Module, x: Tensor, padding: tuple[int, ...], groups: int, cout: int
-) -> tuple[Tensor, dict, Tensor, dict]:
+    layer: nn.Module, x: Tensor, padding: tuple[int, ...], groups: int, cout: int, multiply: bool
+) -> tuple[Tensor, dict, Tensor | None, dict]:
     """The input as the kernel reads it, (N, C, H, W) (a Linear layer's as a 1x1
-    convolution's, (N, features, 1, positions)), its geometry's fields, the output tensor and
-    its strides."""
+    convolution's, (N, features, 1, positions)), its geometry's fields, the output tensor
+    (where `multiply`: the kernel writes it) and its strides."""
     n = x.shape[0]
     if isinstance(layer, nn.Linear):
         rows = x.reshape(n, -1, x.shape[-1])
         source = rows.transpose(1, 2).unsqueeze(2)
         fields = dict(kh=1, kw=1, stride_y=1, stride_x=1, dil_y=1, dil_x=1, pad_y=0, pad_x=0)
         fields.update(out_h=1, out_w=rows.shape[1])
-        out = x.new_empty(n, *x.shape[1:-1], cout)
+        out = x.new_empty(n, *x.shape[1:-1], cout) if multiply else None
         return source, fields, out, dict(on=rows.shape[1] * cout, oc=1, ol=cout)
     source, fields = _convolution(layer, x, padding)
     spatial = (fields["out_h"], fields["out_w"])[1 if isinstance(layer, nn.Conv1d) else 0 :]
-    out = x.new_empty(n, groups * cout, *spatial)
-    return source, fields, out, dict(on=out[0].numel(), oc=out[0, 0].numel(), ol=1)
+    positions = fields["out_h"] * fields["out_w"]
+    out = x.new_empty(n, groups * cout, *spatial) if multiply else None
+    return source, fields, out, dict(on=groups * cout * positions, oc=positions, ol=1)
 
 
 def run(
     layer: nn.Module,
     x: Tensor,
     padding: tuple[int, ...],
-    transposed: Tensor,
+    weight: Tensor,
+    kept: dict[str, Any],
     block_size: tuple[int, int],
     threshold: float,
 ) -> tuple[Tensor | None, int, int, int]:
     """The layer's output from its kept blocks (None with a threshold of 0 or below, where
-    nothing is dropped), and how many blocks there are, hold only zeros, and were dropped
-    besides those. `x` is the layer's input (a convolution's padded where its padding is not
-    zeros, `padding` the rest), `transposed` its weights as (groups, columns, a group's output
-    channels)."""
-    groups, columns, cout = transposed.shape
+    nothing is dropped: then only the blocks holding nothing but zeros are counted), and how
+    many blocks there are, hold only zeros, and were dropped besides those. `x` is the layer's
+    input (a convolution's padded where its padding is not zeros, `padding` the rest),
+    `weight` its weights, read as (groups, columns, a group's output channels) from the copy
+    in `kept` (`transposed`) where blocks may be dropped."""
+    multiply = threshold > 0
+    groups = getattr(layer, "groups", 1)
+    columns, cout = math.prod(weight.shape[1:]), weight.shape[0] // groups
     n = x.shape[0]
-    source, fields, out, strides = _shaped(layer, x, padding, groups, cout)
+    source, fields, out, strides = _shaped(layer, x, padding, groups, cout, multiply)
     channels = source.shape[1] // groups
     if columns != channels * fields["kh"] * fields["kw"]:  # the kernel would read past them
         raise ValueError(f"weights of {columns} columns for an input of {channels} channels")
@@ -197,18 +203,18 @@ def run(
         bh=height,
         **strides,
     )
-    rows_total = fields["out_h"] * fields["out_w"]
-    means = x.new_empty(n, groups, -(-columns // width), -(-rows_total // height))
-    bias = None if layer.bias is None else layer.bias.detach().contiguous()
-    multiply = threshold > 0
-    arguments = (source.data_ptr(), ctypes.byref(geometry), transposed.data_ptr())
+    blocks = n * groups * -(-columns // width) * -(-fields["out_h"] * fields["out_w"] // height)
+    means = x.new_empty(blocks) if multiply else None
+    bias = None if layer.bias is None or not multiply else layer.bias.detach().contiguous()
+    wt = transposed(layer, weight, kept).data_ptr() if multiply else None
+    arguments = (source.data_ptr(), ctypes.byref(geometry), wt)
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
     spans = native.ranges(n)
-    tallies = torch.zeros(len(spans), 2, dtype=torch.int64)
+    tallies = (ctypes.c_int64 * (2 * len(spans)))()
+    pointers = (None, None) if out is None else (means.data_ptr(), out.data_ptr())
     calls = [
-        (*arguments, start, end, means.data_ptr(), out.data_ptr(), tallies[i].data_ptr())
+        (*arguments, start, end, *pointers, ctypes.byref(tallies, 16 * i))
         for i, (start, end) in enumerate(spans)
     ]
     native.in_threads(function(), calls, "block-sparsity kernel")
-    present, created = tallies.sum(0).tolist()
-    return (out if multiply else None), means.numel(), present, created
+    return out, blocks, sum(tallies[0::2]), sum(tallies[1::2])

@@ -273,10 +273,9 @@ class BlockSparsifier(nn.Module):
     def _fused(self, layer: nn.Module, x: Tensor, weight: Tensor) -> Tensor:
         """The layer on `x` by the fused kernel (kernel.py): its statistics and, where blocks
         are dropped, its product in one pass; the runtime's layer where none is created."""
-        transposed = kernel.transposed(layer, weight, self._transposed)
         padded, padding = (x, ()) if isinstance(layer, nn.Linear) else _conv_padding(layer, x)
         out, total, present, created = kernel.run(
-            layer, padded, padding, transposed, self.block_size, self.threshold
+            layer, padded, padding, weight, self._transposed, self.block_size, self.threshold
         )
         self.total_blocks += total
         self.present_blocks = self.present_blocks + present

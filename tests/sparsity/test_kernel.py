@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from model_explorer import native
@@ -216,3 +218,88 @@ def test_a_block_is_counted_as_zeros_only_where_every_value_is_zero(threshold: f
         "created_blocks": 1 if threshold else 0,
         "samples": 1,
     }
+
+
+def zero_blocks_of_the_matrix(layer: nn.Module, x: torch.Tensor, block: tuple[int, int]) -> int:
+    """The blocks of the im2col matrix (F.unfold's, padded with zeros to whole blocks) that
+    hold only zeros: an independent count in a few vectorised torch steps."""
+    width, height = block
+    if isinstance(layer, nn.Linear):
+        matrix = x.reshape(x.shape[0], -1, x.shape[-1]).transpose(1, 2).unsqueeze(1)
+    else:
+        two_d = isinstance(layer, nn.Conv2d)
+        planar = x if two_d else x.unsqueeze(2)
+        lift = (lambda v: tuple(v)) if two_d else (lambda v: (1, *v))
+        padding = lift(layer.padding) if two_d else (0, *layer.padding)
+        columns = F.unfold(
+            planar, lift(layer.kernel_size), lift(layer.dilation), padding, lift(layer.stride)
+        )
+        matrix = columns.unflatten(1, (layer.groups, -1))
+    n, groups, k, rows = matrix.shape
+    nonzero = F.pad(matrix != 0, (0, -rows % height, 0, -k % width))
+    blocks = nonzero.unflatten(3, (-1, height)).unflatten(2, (-1, width))
+    return int((~blocks.any(dim=(3, 5))).sum())
+
+
+def random_layers(cases: int) -> Iterator[tuple[nn.Module, torch.Tensor, tuple[int, int]]]:
+    """Convolutions of random geometry (kernels up to 9 x 9, strides up to 3, dilations,
+    padding, groups, 1 to 13 values a side), Conv1d and Linear layers of one and of many rows,
+    on inputs mostly of zeros, contiguous, channels-last or a strided view, with block sizes
+    narrower, wider and taller than 8."""
+    generator = torch.Generator().manual_seed(7)
+
+    def pick(*options):
+        return options[int(torch.randint(len(options), (1,), generator=generator))]
+
+    for case in range(cases):
+        groups, kind = pick(1, 1, 2), case % 5
+        channels = groups * pick(1, 2, 3, 5)
+        if kind == 3:
+            layer = nn.Conv1d(channels, 2, pick(1, 3, 5), pick(1, 2, 3), pick(0, 1, 2))
+            reach = layer.kernel_size[0] - 2 * layer.padding[0]
+            shape = (3, channels, max(pick(1, 4, 9, 17), reach))
+        elif kind == 4:
+            layer = nn.Linear(pick(1, 7, 16, 40), 3)
+            shape = (pick(3, 5), *pick((), (6,), (2, 3)), layer.in_features)
+        else:
+            kernel = (pick(1, 2, 3, 5, 9), pick(1, 3, 5, 7))
+            layer = nn.Conv2d(
+                channels,
+                2 * groups,
+                kernel,
+                (pick(1, 2, 3), pick(1, 1, 2, 3)),
+                (pick(0, 1, 3), pick(0, 1, 2)),
+                (pick(1, 1, 2), pick(1, 2)),
+                groups,
+            )
+            size = [pick(1, 4, 8, 13) for _ in range(2)]
+            reach = [
+                d * (k - 1) + 1 - 2 * p
+                for d, k, p in zip(layer.dilation, layer.kernel_size, layer.padding, strict=True)
+            ]
+            shape = (3, channels, *(max(s, r) for s, r in zip(size, reach, strict=True)))
+        x = torch.randn(*shape, generator=generator)
+        x[torch.rand(*shape, generator=generator) < pick(0.5, 0.9, 0.99)] = 0
+        if kind < 3 and case % 3 == 1:
+            x = x.contiguous(memory_format=torch.channels_last)
+        elif case % 3 == 2:
+            x = torch.cat([x, x], dim=-1)[..., : shape[-1]]  # rows with gaps
+        yield layer, x, pick((8, 8), (4, 4), (3, 5), (1, 1), (5, 12), (16, 16), (2, 9))
+
+
+def test_with_threshold_zero_the_kernel_counts_the_matrixs_zero_blocks() -> None:
+    """Threshold 0 drops nothing and only counts the blocks holding nothing but zeros, from a
+    map of which values are not zero (block_sparse.c's zero_counts): on 60 random layers,
+    inputs and block sizes, its counts are those of F.unfold's matrix."""
+    for layer, x, block in random_layers(60):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(ENVIRONMENT_SWITCH, "1")
+            sparse = SparseModel(nn.Sequential(layer), block_size=block)
+            sparse.thresholds = [0.0]
+            with torch.inference_mode():
+                out = sparse(x)
+                expected = layer(x)
+        where = f"{layer} on {tuple(x.shape)} (strides {x.stride()}), blocks {block}"
+        stats = sparse.stats()["0"]
+        assert stats["present_blocks"] == zero_blocks_of_the_matrix(layer, x, block), where
+        assert stats["created_blocks"] == 0 and torch.equal(out, expected), where
