@@ -161,7 +161,7 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
    sums, another (a block of rows across rows of outputs of other lengths) adds its values. Adds the
    blocks holding only zeros (whose sum of magnitudes is zero exactly) to tally[0], and the
    others that are dropped to tally[1]. */
-static inline __attribute__((always_inline)) int64_t
+CLONES static int64_t
 block_means(const float *restrict buf, const double *restrict wins, const geometry *g,
             const layout *s, int64_t lb, float threshold, float *restrict m,
             int32_t *restrict kept, double *restrict sums, int64_t *restrict tally)
@@ -275,6 +275,7 @@ typedef struct {
     int64_t phase, row, plane; /* a remainder's positions, a row's bytes, a channel's */
     const int64_t *first;      /* each remainder's first input column and its place */
     uint8_t *scratch;          /* a sample's bytes, unpadded */
+    const int64_t *run_at;     /* each run's first byte */
 } byte_map;
 
 static inline __attribute__((always_inline)) void
@@ -337,8 +338,7 @@ zero_blocks(const uint8_t *restrict nz, const uint8_t *restrict w, const geometr
         const int64_t k1 = k0 + g->bw < columns ? k0 + g->bw : columns;
         unsigned any = 0;
         for (int64_t q = first; q < last; q++) {
-            const int64_t at = s->run_row[q] * b->row + s->run_col[q] / g->stride_x;
-            const int64_t n = s->run_len[q];
+            const int64_t at = b->run_at[q], n = s->run_len[q];
             if (n == s->win)
                 for (int64_t k = k0; k < k1; k++) {
                     any |= w[at + off[k]];
@@ -362,7 +362,8 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
     b.phase = (s->wp + g->stride_x - 1) / g->stride_x;
     b.row = b.phase * g->stride_x, b.plane = s->hp * b.row;
     const int64_t taps = g->kh * g->kw, size = g->channels * b.plane;
-    int64_t *t = tables(g, s), *off = malloc(sizeof(int64_t) * (s->columns + 2 * g->stride_x));
+    const int64_t runs = s->rows + s->high; /* at most */
+    int64_t *t = tables(g, s), *off = malloc(sizeof(int64_t) * (s->columns + 2 * g->stride_x + runs));
     uint8_t *nz = calloc(3 * size + 16, 1); /* the map, its windows, the scratch */
     if (!t || !off || !nz) {
         free(t), free(off), free(nz);
@@ -373,7 +374,10 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
         const int64_t i0 = ((p - g->pad_x) % g->stride_x + g->stride_x) % g->stride_x;
         first[2 * p] = i0, first[2 * p + 1] = p * b.phase + (i0 + g->pad_x) / g->stride_x;
     }
-    b.first = first, b.scratch = nz + 2 * size + 8;
+    int64_t *run_at = first + 2 * g->stride_x;
+    for (int64_t q = 0; q < s->run_first[s->high]; q++)
+        run_at[q] = s->run_row[q] * b.row + s->run_col[q] / g->stride_x;
+    b.first = first, b.scratch = nz + 2 * size + 8, b.run_at = run_at;
     for (int64_t k = 0; k < s->columns; k++) { /* kx's position ordered by its remainder */
         const int64_t c = k / taps, ky = k % taps / g->kw, x = k % g->kw * g->dil_x;
         off[k] = c * b.plane + ky * g->dil_y * b.row + x % g->stride_x * b.phase + x / g->stride_x;
@@ -390,6 +394,38 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
     return 0;
 }
 
+/* Samples [n0, n1) of one position each (a Linear layer's rows): a block is bw consecutive
+   channels, its sum taken as block_means takes it. Means and tally as block_sparse's; where
+   `masked` is given, the samples' values into it as (N, groups x channels), the dropped
+   blocks' zero. */
+CLONES
+static void one_position(const float *x, const geometry *g, const layout *s, float threshold,
+                         int64_t n0, int64_t n1, float *means, float *masked, int64_t *tally)
+{
+    const double size = (double)(g->bw * g->bh), inverse = 1.0 / size;
+    const int exact = (g->bw * g->bh & (g->bw * g->bh - 1)) == 0;
+    int64_t present = 0, created = 0;
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t group = 0; group < g->groups; group++) {
+            const float *xs = x + n * g->sn + group * g->channels * g->sc;
+            float *m = means + (n * g->groups + group) * s->wide;
+            for (int64_t kb = 0; kb < s->wide; kb++) {
+                const int64_t k1 = (kb + 1) * g->bw < s->columns ? (kb + 1) * g->bw : s->columns;
+                double sum = 0.0;
+                for (int64_t k = kb * g->bw; k < k1; k++) sum += fabs((double)xs[k * g->sc]);
+                const float mean = (float)(exact ? sum * inverse : sum / size);
+                m[kb] = mean;
+                present += sum == 0.0;
+                created += sum != 0.0 && mean < threshold;
+                if (!masked) continue;
+                float *row = masked + (n * g->groups + group) * g->channels;
+                const int keep = !(mean < threshold);
+                for (int64_t k = kb * g->bw; k < k1; k++) row[k] = keep ? xs[k * g->sc] : 0.0f;
+            }
+        }
+    tally[0] = present, tally[1] = created;
+}
+
 /* The products of every kept block of a batch's samples, output channels co .. co + width,
    panel by panel of columns, into tiles (one per block of rows: bh x 32). */
 static inline __attribute__((always_inline)) void
@@ -403,7 +439,7 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
             const int64_t lb = b % s->high;
             const int32_t *k = kept + b * (s->wide + 1);
             const float *buf = bufs + b / s->high * g->channels * s->plane;
-            int64_t i = cursors[b], j = i;
+            int64_t i = cursors[b], j = k0 + panel >= s->columns ? counts[b] : i;
             while (j < counts[b] && k[j] * g->bw < k0 + panel) j++;
             for (int64_t q = s->run_first[lb]; q < s->run_first[lb + 1]; q++)
                 run_product(k0 == 0, width, s->run_len[q], tiles + (b * g->bh + s->run_r0[q]) * 32,
@@ -428,6 +464,10 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
     if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
+    if (!multiply && s.plane == 1 && s.columns == g->channels) {
+        one_position(x, g, &s, threshold, n0, n1, means, out, tally);
+        return 0;
+    }
     const int64_t sample = g->channels * s.plane, span = s.wide * g->bw + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;

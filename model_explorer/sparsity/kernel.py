@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model_explorer import native
@@ -183,11 +184,15 @@ def run(
     input (a convolution's padded where its padding is not zeros, `padding` the rest),
     `weight` its weights, read as (groups, columns, a group's output channels) from the copy
     in `kept` (`transposed`) where blocks may be dropped."""
-    multiply = threshold > 0
+    dropping = threshold > 0
+    linear = isinstance(layer, nn.Linear)
+    multiply = dropping and not linear  # a Linear layer's product is torch's (masked_linear)
     groups = getattr(layer, "groups", 1)
     columns, cout = math.prod(weight.shape[1:]), weight.shape[0] // groups
     n = x.shape[0]
     source, fields, out, strides = _shaped(layer, x, padding, groups, cout, multiply)
+    one_row = linear and dropping and source.shape[3] == 1  # the kernel zeroes the blocks
+    masked = x.new_empty(n, x.shape[-1]) if one_row else None
     channels = source.shape[1] // groups
     if columns != channels * fields["kh"] * fields["kw"]:  # the kernel would read past them
         raise ValueError(f"weights of {columns} columns for an input of {channels} channels")
@@ -204,17 +209,47 @@ def run(
         **strides,
     )
     blocks = n * groups * -(-columns // width) * -(-fields["out_h"] * fields["out_w"] // height)
-    means = x.new_empty(blocks) if multiply else None
+    means = x.new_empty(blocks) if dropping else None
     bias = None if layer.bias is None or not multiply else layer.bias.detach().contiguous()
     wt = transposed(layer, weight, kept).data_ptr() if multiply else None
     arguments = (source.data_ptr(), ctypes.byref(geometry), wt)
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
     spans = native.ranges(n)
     tallies = (ctypes.c_int64 * (2 * len(spans)))()
-    pointers = (None, None) if out is None else (means.data_ptr(), out.data_ptr())
+    written = out if masked is None else masked
+    pointers = (
+        None if means is None else means.data_ptr(),
+        None if written is None else written.data_ptr(),
+    )
     calls = [
         (*arguments, start, end, *pointers, ctypes.byref(tallies, 16 * i))
         for i, (start, end) in enumerate(spans)
     ]
     native.in_threads(function(), calls, "block-sparsity kernel")
-    return out, blocks, sum(tallies[0::2]), sum(tallies[1::2])
+    present, created = sum(tallies[0::2]), sum(tallies[1::2])
+    if masked is not None and created:
+        out = F.linear(masked.view(x.shape), weight, layer.bias)
+    elif linear and dropping and created:
+        out = masked_linear(layer, x, weight, means, threshold, block_size)
+    return out, blocks, present, created
+
+
+def masked_linear(
+    layer: nn.Module,
+    x: Tensor,
+    weight: Tensor,
+    means: Tensor,
+    threshold: float,
+    block_size: tuple[int, int],
+) -> Tensor:
+    """A Linear layer on `x` with the blocks whose mean is below the threshold zeroed: its
+    im2col matrix is its input (rows of features), so the blocks are zeroed in a copy of the
+    input and torch's own product multiplies it."""
+    width, height = block_size
+    rows = x.reshape(x.shape[0], -1, x.shape[-1])  # (N, L, F)
+    n, positions, features = rows.shape
+    keep = ~(means.view(n, -1, -(-positions // height)) < threshold)  # (N, F blocks, L blocks)
+    keep = keep.repeat_interleave(width, 1)[:, :features]
+    keep = keep.repeat_interleave(height, 2)[:, :, :positions].transpose(1, 2)
+    sparse = (rows * keep).view(x.shape)
+    return F.linear(sparse, weight, layer.bias)
