@@ -169,8 +169,13 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
     const int64_t first = s->run_first[lb], last = s->run_first[lb + 1], bw = g->bw;
     const int64_t columns = s->columns, wide = s->wide, high = s->high;
     const int64_t *restrict off = s->off;
-    for (int64_t k = 0; k < wide * bw; k++) sums[k] = 0.0;
-    for (int64_t q = first; q < last; q++) { /* each column's sum over the run */
+    /* one run of the window's length, read from the sums at every position: each block's sum
+       is taken straight from them, in the same order */
+    const double *single = last - first == 1 && s->run_len[first] == s->win && s->dense
+                               ? wins + s->run_row[first] * s->wp + s->run_col[first]
+                               : NULL;
+    for (int64_t k = 0; k < wide * bw && !single; k++) sums[k] = 0.0;
+    for (int64_t q = first; q < last && !single; q++) { /* each column's sum over the run */
         const int64_t base = s->run_row[q] * s->wp + s->run_col[q], len = s->run_len[q];
         if (len == s->win && s->dense) {
             const double *restrict w = wins + base;
@@ -191,7 +196,10 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
     int64_t count = 0, present = 0, created = 0;
     for (int64_t kb = 0; kb < wide; kb++) {
         double sum = 0.0;
-        for (int64_t k = kb * bw; k < (kb + 1) * bw; k++) sum += sums[k];
+        if (single) /* the columns past the last add nothing */
+            for (int64_t k = kb * bw; k < (kb + 1) * bw && k < columns; k++) sum += single[off[k]];
+        else
+            for (int64_t k = kb * bw; k < (kb + 1) * bw; k++) sum += sums[k];
         const float mean = (float)(exact ? sum * inverse : sum / size);
         m[kb * high] = mean;
         kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
