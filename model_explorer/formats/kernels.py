@@ -33,6 +33,11 @@ from model_explorer.formats.element_types import Element
 # From this many values on a tensor is split across torch's threads.
 THREADED_VALUES = 1 << 17
 
+# Below this many values a slice with gaps is left to the eager steps: the checks of its layout
+# cost more than they save (7,680 values: 9.9 us against 8.5 us eager; 130,560: 23.8 against
+# 44.3; measured at one thread, benchmarks/bench_formats.py's machine).
+ROWS_SMALLEST = 1 << 15
+
 # The block formats' kernels by their kind (fake_quantize_<kind> in the C source).
 BLOCK_KINDS = ("mx", "nvfp4", "group_fp16", "group_float32")
 
@@ -136,7 +141,8 @@ def _elementwise(
         return None
     rows = None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
-        rows = _rows_with_gaps(x) if axis is None else None
+        small = x.numel() < ROWS_SMALLEST
+        rows = _rows_with_gaps(x) if axis is None and not small else None
         if rows is None:
             return None
     channels = 1 if axis is None else x.shape[axis]
