@@ -48,6 +48,29 @@ E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127
 # E4M3 block scale.
 NVFP4_TENSOR_RANGE = E2M1.max_normal * E4M3.max_normal
 
+# The numbers a kernel reads for a per-tensor amax, by its value and the format: they are the
+# steps' own (computed by them once), where the steps would take some ten operations on a
+# one-number tensor per call (10-25 us of a quantizer call of 20-50 us on a digits CNN's
+# activations). Cleared when full.
+_PER_TENSOR: dict[tuple, tuple] = {}
+_PER_TENSOR_LIMIT = 4096
+
+
+def _per_tensor(key: tuple, compute) -> tuple:  # noqa: ANN001 - a callable of no arguments
+    numbers = _PER_TENSOR.get(key)
+    if numbers is None:
+        if len(_PER_TENSOR) >= _PER_TENSOR_LIMIT:
+            _PER_TENSOR.clear()
+        numbers = _PER_TENSOR[key] = compute()
+    return numbers
+
+
+def _fp8_scales(amax: Tensor, element: Element) -> tuple[Tensor, Tensor]:
+    """Scaled FP8's scale and inverse for `amax` (the steps of fp8_fake_quantize)."""
+    zero = amax <= ZERO_AMAX
+    scale = element.max_normal / torch.where(zero, 1.0, amax)
+    return scale, torch.where(zero, 0.0, 1.0 / scale)
+
 
 def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
     """Scaled FP8 as NVIDIA modelopt does it: x * (element.max_normal / amax) cast to the element,
@@ -62,10 +85,15 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     ±amax (in the element's rounding); NaN stays NaN.
     """
     values = x.detach().float()
+    if axis is None and amax.numel() == 1 and kernels.takes(values):
+        value = amax.detach().float().reshape(())
+        key = ("fp8", float(value), element.name)
+        scale, inverse = _per_tensor(key, lambda: _fp8_scales(value.cpu(), element))
+        native = kernels.native_scaled(values, scale, inverse, element, None)
+        if native is not None:
+            return straight_through(x, native)
     amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
-    zero = amax <= ZERO_AMAX
-    scale = element.max_normal / torch.where(zero, 1.0, amax)
-    inverse = torch.where(zero, 0.0, 1.0 / scale)
+    scale, inverse = _fp8_scales(amax, element)
     native = kernels.native_scaled(
         values, scale, inverse, element, None if axis is None else axis % max(values.dim(), 1)
     )
@@ -123,13 +151,19 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
     changes every block with (block_amax / 6) / t below 2**-6.
     """
     values = x.detach().float()
-    amax = amax.detach().float().to(values.device).reshape(())
-    tensor_scale = amax / NVFP4_TENSOR_RANGE
     if kernels.takes(values):  # checked first: nothing watching sees the numbers read out
-        numbers = (tensor_scale.item(), (1.0 / tensor_scale).item(), float(amax > ZERO_AMAX))
-        native = kernels.native_blocks("nvfp4", values, block_size, axis, numbers, E2M1, E4M3)
+
+        def numbers() -> tuple[float, float, float]:
+            tensor_amax = amax.detach().float().cpu().reshape(())
+            scale = tensor_amax / NVFP4_TENSOR_RANGE
+            return scale.item(), (1.0 / scale).item(), float(tensor_amax > ZERO_AMAX)
+
+        read = _per_tensor(("nvfp4", float(amax)), numbers)
+        native = kernels.native_blocks("nvfp4", values, block_size, axis, read, E2M1, E4M3)
         if native is not None:
             return straight_through(x, native)
+    amax = amax.detach().float().to(values.device).reshape(())
+    tensor_scale = amax / NVFP4_TENSOR_RANGE
     blocks, dim = split_blocks(values, block_size, axis)
     block_scale = cast_element(block_amax(blocks, dim) / E2M1.max_normal / tensor_scale, E4M3)
     # NaN compares unequal to zero: a block holding NaN keeps its NaN scale. Elsewhere a block
