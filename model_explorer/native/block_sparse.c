@@ -275,13 +275,14 @@ static int64_t *tables(const geometry *g, layout *s)
    zeros are counted: a sample becomes a map of its padded values, 1 byte where a value is not
    zero (NaN included, -0.0 not), each row's positions ordered by their remainder modulo the
    stride across (all the even ones, then the odd ones at stride 2), so that a run of outputs
-   reads consecutive bytes. A block holds only zeros where every run of its columns reads only
-   0 bytes: 8 bytes at a time, the last read masked. */
+   reads consecutive bytes. Byte ORs over the most common run length give each window's "any"
+   (window_any), and a block holds only zeros where none of its columns' windows is set (one
+   byte a column and run; a run of another length ORs its own bytes). */
 static const uint8_t LOW_BYTES[16] = {255, 255, 255, 255, 255, 255, 255, 255};
 
 typedef struct {
     int64_t phase, row, plane; /* a remainder's positions, a row's bytes, a channel's */
-    const int64_t *first;      /* each remainder's first input column and its place */
+    const int64_t *phases;     /* each remainder's first input column and its place */
     uint8_t *scratch;          /* a sample's bytes, unpadded */
     const int64_t *run_at;     /* each run's first byte */
 } byte_map;
@@ -316,8 +317,8 @@ nonzero_map(const float *restrict xs, const geometry *g, const byte_map *b, uint
                 continue;
             }
             for (int64_t p = 0; p < step; p++) { /* input i at padded position i + pad_x */
-                uint8_t *restrict part = row + b->first[2 * p + 1];
-                for (int64_t i = b->first[2 * p], j = 0; i < g->width; i += step, j++)
+                uint8_t *restrict part = row + b->phases[2 * p + 1];
+                for (int64_t i = b->phases[2 * p], j = 0; i < g->width; i += step, j++)
                     part[j] = source[i * sw] != 0.0f;
             }
         }
@@ -371,21 +372,22 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
     b.row = b.phase * g->stride_x, b.plane = s->hp * b.row;
     const int64_t taps = g->kh * g->kw, size = g->channels * b.plane;
     const int64_t runs = s->rows + s->high; /* at most */
-    int64_t *t = tables(g, s), *off = malloc(sizeof(int64_t) * (s->columns + 2 * g->stride_x + runs));
+    int64_t *t = tables(g, s);
+    int64_t *off = malloc(sizeof(int64_t) * (s->columns + 2 * g->stride_x + runs));
     uint8_t *nz = calloc(3 * size + 16, 1); /* the map, its windows, the scratch */
     if (!t || !off || !nz) {
         free(t), free(off), free(nz);
         return -1;
     }
-    int64_t *first = off + s->columns;
+    int64_t *phases = off + s->columns;
     for (int64_t p = 0; p < g->stride_x; p++) { /* padded position p + step * j: input i0 */
         const int64_t i0 = ((p - g->pad_x) % g->stride_x + g->stride_x) % g->stride_x;
-        first[2 * p] = i0, first[2 * p + 1] = p * b.phase + (i0 + g->pad_x) / g->stride_x;
+        phases[2 * p] = i0, phases[2 * p + 1] = p * b.phase + (i0 + g->pad_x) / g->stride_x;
     }
-    int64_t *run_at = first + 2 * g->stride_x;
+    int64_t *run_at = phases + 2 * g->stride_x;
     for (int64_t q = 0; q < s->run_first[s->high]; q++)
         run_at[q] = s->run_row[q] * b.row + s->run_col[q] / g->stride_x;
-    b.first = first, b.scratch = nz + 2 * size + 8, b.run_at = run_at;
+    b.phases = phases, b.scratch = nz + 2 * size + 8, b.run_at = run_at;
     for (int64_t k = 0; k < s->columns; k++) { /* kx's position ordered by its remainder */
         const int64_t c = k / taps, ky = k % taps / g->kw, x = k % g->kw * g->dil_x;
         off[k] = c * b.plane + ky * g->dil_y * b.row + x % g->stride_x * b.phase + x / g->stride_x;
@@ -457,10 +459,12 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
         }
 }
 
-/* Samples [n0, n1): means (N, groups, blocks across, blocks down) and tally (the blocks that
-   hold only zeros, and the others that are dropped) always; with `multiply`, the layer's
-   output from the kept blocks into out (by the geometry's output strides), wt being the
-   weights as (groups, columns, cout). Returns 0, or -1 where memory ran out. */
+/* Samples [n0, n1): tally (the blocks that hold only zeros, and the others that are dropped)
+   always; with a threshold above 0, means (N, groups, blocks across, blocks down); with
+   `multiply`, the layer's output from the kept blocks into out (by the geometry's output
+   strides), wt being the weights as (groups, columns, cout); without it, for samples of one
+   position each (a Linear layer's), their values with the dropped blocks zeroed into out where
+   it is given (one_position). Returns 0, or -1 where memory ran out. */
 CLONES
 int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
                  float threshold, int multiply, int64_t n0, int64_t n1, float *means,

@@ -274,11 +274,12 @@ class BlockSparsifier(nn.Module):
         )
         counts = self.counts
         counts["total_blocks"] += total
-        counts["present_blocks"] += present
+        # out of place: a count of the torch path's may be an inference tensor
+        counts["present_blocks"] = counts["present_blocks"] + present
         counts["samples"] += x.shape[0]
         if out is None or created == 0:
             return dense_forward(layer, x, weight)
-        counts["created_blocks"] += created
+        counts["created_blocks"] = counts["created_blocks"] + created
         return out
 
     def _bytes_per_sample(self, layer: nn.Module, x: Tensor) -> int:
