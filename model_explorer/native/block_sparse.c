@@ -155,6 +155,18 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
     }
 }
 
+/* blocks[kb] = the sum of sums[kb * bw .. (kb + 1) * bw), from 0 in increasing order (bw a
+   constant where inlined, so that the loop runs across blocks in vectors). */
+static inline __attribute__((always_inline)) void
+block_sums(const double *restrict sums, int64_t wide, int64_t bw, double *restrict blocks)
+{
+    for (int64_t kb = 0; kb < wide; kb++) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < bw; j++) sum += sums[kb * bw + j];
+        blocks[kb] = sum;
+    }
+}
+
 /* Every block's mean |value| of one block of rows lb of a padded sample into m[kb * high],
    and the kept blocks (not below the threshold; a NaN mean is kept) in kept;
    returns how many. A run of `win` outputs along a row takes its column's sum from the window
@@ -191,15 +203,22 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
                     sums[k] += fabs((double)buf[base + off[k] + r * g->stride_x]);
         }
     }
+    if (single) { /* each column's value, and zeros past the last */
+        for (int64_t k = 0; k < columns; k++) sums[k] = single[off[k]];
+        for (int64_t k = columns; k < wide * bw; k++) sums[k] = 0.0;
+    }
+    double *restrict blocks = sums + wide * bw; /* each block's sum, its columns in order */
+    if (bw == 4)
+        block_sums(sums, wide, 4, blocks);
+    else if (bw == 8)
+        block_sums(sums, wide, 8, blocks);
+    else
+        block_sums(sums, wide, bw, blocks);
     const double size = (double)(bw * g->bh), inverse = 1.0 / size;
     const int exact = (bw * g->bh & (bw * g->bh - 1)) == 0;  /* a power of two: 1 / size exact */
     int64_t count = 0, present = 0, created = 0;
     for (int64_t kb = 0; kb < wide; kb++) {
-        double sum = 0.0;
-        if (single) /* the columns past the last add nothing */
-            for (int64_t k = kb * bw; k < (kb + 1) * bw && k < columns; k++) sum += single[off[k]];
-        else
-            for (int64_t k = kb * bw; k < (kb + 1) * bw; k++) sum += sums[k];
+        const double sum = blocks[kb];
         const float mean = (float)(exact ? sum * inverse : sum / size);
         m[kb * high] = mean;
         kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
@@ -480,7 +499,7 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
         one_position(x, g, &s, threshold, n0, n1, means, out, tally);
         return 0;
     }
-    const int64_t sample = g->channels * s.plane, span = s.wide * g->bw + 1;
+    const int64_t sample = g->channels * s.plane, span = s.wide * (g->bw + 1) + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;
     const int64_t blocks_per_panel = PANEL_FLOATS / 32 / g->bw;
