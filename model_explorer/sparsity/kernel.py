@@ -214,24 +214,31 @@ def run(
     wt = transposed(layer, weight, kept).data_ptr() if multiply else None
     arguments = (source.data_ptr(), ctypes.byref(geometry), wt)
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
+    present, created = _in_threads(arguments, n, means, out if masked is None else masked)
+    if masked is not None and created:
+        out = F.linear(masked.view(x.shape), weight, layer.bias)
+    elif linear and dropping and created:
+        out = masked_linear(layer, x, weight, means, threshold, block_size)
+    return out, blocks, present, created
+
+
+def _in_threads(
+    arguments: tuple, n: int, means: Tensor | None, out: Tensor | None
+) -> tuple[int, int]:
+    """The kernel on samples [0, n), split across torch's threads: how many blocks hold only
+    zeros, and how many others were dropped."""
     spans = native.ranges(n)
     tallies = (ctypes.c_int64 * (2 * len(spans)))()
-    written = out if masked is None else masked
     pointers = (
         None if means is None else means.data_ptr(),
-        None if written is None else written.data_ptr(),
+        None if out is None else out.data_ptr(),
     )
     calls = [
         (*arguments, start, end, *pointers, ctypes.byref(tallies, 16 * i))
         for i, (start, end) in enumerate(spans)
     ]
     native.in_threads(function(), calls, "block-sparsity kernel")
-    present, created = sum(tallies[0::2]), sum(tallies[1::2])
-    if masked is not None and created:
-        out = F.linear(masked.view(x.shape), weight, layer.bias)
-    elif linear and dropping and created:
-        out = masked_linear(layer, x, weight, means, threshold, block_size)
-    return out, blocks, present, created
+    return sum(tallies[0::2]), sum(tallies[1::2])
 
 
 def masked_linear(
