@@ -85,15 +85,13 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     ±amax (in the element's rounding); NaN stays NaN.
     """
     values = x.detach().float()
-    if axis is None and amax.numel() == 1 and kernels.takes(values):
+    if axis is None and amax.numel() == 1 and kernels.takes(values):  # a CPU tensor's: kept
         value = amax.detach().float().reshape(())
         key = ("fp8", float(value), element.name)
         scale, inverse = _per_tensor(key, lambda: _fp8_scales(value.cpu(), element))
-        native = kernels.native_scaled(values, scale, inverse, element, None)
-        if native is not None:
-            return straight_through(x, native)
-    amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
-    scale, inverse = _fp8_scales(amax, element)
+    else:
+        amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
+        scale, inverse = _fp8_scales(amax, element)
     native = kernels.native_scaled(
         values, scale, inverse, element, None if axis is None else axis % max(values.dim(), 1)
     )

@@ -141,8 +141,9 @@ def _elementwise(
         return None
     rows = None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
-        small = x.numel() < ROWS_SMALLEST
-        rows = _rows_with_gaps(x) if axis is None and not small else None
+        if axis is not None or x.numel() < ROWS_SMALLEST:
+            return None
+        rows = _rows_with_gaps(x)
         if rows is None:
             return None
     channels = 1 if axis is None else x.shape[axis]
