@@ -155,6 +155,13 @@ window_sums(const float *restrict buf, const geometry *g, const layout *s,
     }
 }
 
+/* A block's mean |value| from its sum, over the full block (edge blocks too): times 1 / size
+   where size is a power of two (then exact), else divided by it. */
+static inline __attribute__((always_inline)) float block_mean(double sum, int64_t size)
+{
+    return (float)((size & (size - 1)) == 0 ? sum * (1.0 / (double)size) : sum / (double)size);
+}
+
 /* blocks[kb] = the sum of sums[kb * bw .. (kb + 1) * bw), from 0 in increasing order (bw a
    constant where inlined, so that the loop runs across blocks in vectors). */
 static inline __attribute__((always_inline)) void
@@ -214,12 +221,10 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
         block_sums(sums, wide, 8, blocks);
     else
         block_sums(sums, wide, bw, blocks);
-    const double size = (double)(bw * g->bh), inverse = 1.0 / size;
-    const int exact = (bw * g->bh & (bw * g->bh - 1)) == 0;  /* a power of two: 1 / size exact */
     int64_t count = 0, present = 0, created = 0;
     for (int64_t kb = 0; kb < wide; kb++) {
         const double sum = blocks[kb];
-        const float mean = (float)(exact ? sum * inverse : sum / size);
+        const float mean = block_mean(sum, bw * g->bh);
         m[kb * high] = mean;
         kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
         count += !(mean < threshold);
@@ -431,8 +436,6 @@ CLONES
 static void one_position(const float *x, const geometry *g, const layout *s, float threshold,
                          int64_t n0, int64_t n1, float *means, float *masked, int64_t *tally)
 {
-    const double size = (double)(g->bw * g->bh), inverse = 1.0 / size;
-    const int exact = (g->bw * g->bh & (g->bw * g->bh - 1)) == 0;
     int64_t present = 0, created = 0;
     for (int64_t n = n0; n < n1; n++)
         for (int64_t group = 0; group < g->groups; group++) {
@@ -442,7 +445,7 @@ static void one_position(const float *x, const geometry *g, const layout *s, flo
                 const int64_t k1 = (kb + 1) * g->bw < s->columns ? (kb + 1) * g->bw : s->columns;
                 double sum = 0.0;
                 for (int64_t k = kb * g->bw; k < k1; k++) sum += fabs((double)xs[k * g->sc]);
-                const float mean = (float)(exact ? sum * inverse : sum / size);
+                const float mean = block_mean(sum, g->bw * g->bh);
                 m[kb] = mean;
                 present += sum == 0.0;
                 created += sum != 0.0 && mean < threshold;
