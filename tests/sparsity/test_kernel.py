@@ -70,18 +70,23 @@ def test_any_layout_and_many_samples_in_batches_and_threads_give_the_torch_paths
 
 def test_resnet18_gives_the_torch_paths_blocks_and_outputs() -> None:
     """torchvision's resnet18 (random weights) on 32x32 inputs: strided, 1x1 and 7x7
-    convolutions, block rows across rows of outputs and panels of weights (4,608 columns)."""
+    convolutions, block rows across rows of outputs and panels of weights (4,608 columns);
+    every threshold 0.3, every threshold 0 (only the blocks of zeros counted), and 0 and 0.3
+    layer by layer (its Linear layer among those that drop blocks)."""
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval()
     x = torch.randn(6, 3, 32, 32)
     count = sum(isinstance(module, (nn.Conv2d, nn.Linear)) for module in model.modules())
-    expected, counts = sparse_run(model, x, [0.3] * count, fused=False)
-    out, stats = sparse_run(model, x, [0.3] * count, fused=True)
-    assert stats == counts
-    created = sum(s["created_blocks"] for s in stats.values())
-    assert 0 < created < sum(s["total_blocks"] for s in stats.values())
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    for thresholds in ([0.3] * count, [0.0] * count, [0.0, 0.3] * (count // 2) + [0.3]):
+        expected, counts = sparse_run(model, x, thresholds, fused=False)
+        out, stats = sparse_run(model, x, thresholds, fused=True)
+        assert stats == counts
+        created = sum(s["created_blocks"] for s in stats.values())
+        present = sum(s["present_blocks"] for s in stats.values())
+        assert created == 0 if max(thresholds) == 0 else 0 < created
+        assert 0 < present and created < sum(s["total_blocks"] for s in stats.values())
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_gradient_the_kernel_cannot_give_takes_the_torch_path() -> None:
