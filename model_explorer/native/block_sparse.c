@@ -458,6 +458,27 @@ static void one_position(const float *x, const geometry *g, const layout *s, flo
     tally[0] = present, tally[1] = created;
 }
 
+/* A Linear layer's sample (its positions' rows of features, into o) with the dropped blocks
+   zero: each block of rows' kept list (kept, counts) says which blocks of features stay. */
+static inline __attribute__((always_inline)) void
+zeroed_rows(const float *restrict xs, const geometry *g, const layout *s,
+            const int32_t *restrict kept, const int64_t *restrict counts, float *restrict o)
+{
+    const int64_t features = g->channels;
+    for (int64_t lb = 0; lb < s->high; lb++) {
+        const int32_t *k = kept + lb * (s->wide + 1);
+        const int64_t end = (lb + 1) * g->bh < s->rows ? (lb + 1) * g->bh : s->rows;
+        for (int64_t l = lb * g->bh; l < end; l++) {
+            float *row = o + l * features;
+            memset(row, 0, sizeof(float) * features);
+            for (int64_t i = 0; i < counts[lb]; i++) {
+                const int64_t k0 = k[i] * g->bw, k1 = k0 + g->bw < features ? k0 + g->bw : features;
+                for (int64_t c = k0; c < k1; c++) row[c] = xs[c * g->sc + l * g->sw];
+            }
+        }
+    }
+}
+
 /* The products of every kept block of a batch's samples, output channels co .. co + width,
    panel by panel of columns, into tiles (one per block of rows: bh x 32). */
 static inline __attribute__((always_inline)) void
@@ -484,9 +505,9 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
 /* Samples [n0, n1): tally (the blocks that hold only zeros, and the others that are dropped)
    always; with a threshold above 0, means (N, groups, blocks across, blocks down); with
    `multiply`, the layer's output from the kept blocks into out (by the geometry's output
-   strides), wt being the weights as (groups, columns, cout); without it, for samples of one
-   position each (a Linear layer's), their values with the dropped blocks zeroed into out where
-   it is given (one_position). Returns 0, or -1 where memory ran out. */
+   strides), wt being the weights as (groups, columns, cout); without it, where out is given
+   (a Linear layer's), its input with the dropped blocks zeroed, as (N, positions, features).
+   Returns 0, or -1 where memory ran out. */
 CLONES
 int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
                  float threshold, int multiply, int64_t n0, int64_t n1, float *means,
@@ -532,6 +553,9 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
                     counts[b] = block_means(buf, wins, g, &s, lb, threshold, m + lb,
                                             kept + b * (s.wide + 1), column_sums, tally);
                 }
+                if (!multiply && out) /* a Linear layer's: its rows, the dropped blocks zero */
+                    zeroed_rows(x + n * g->sn, g, &s, kept + i * s.high * (s.wide + 1),
+                                counts + i * s.high, out + n * s.rows * g->channels);
             }
             if (!multiply) continue;
             const float *wg = wt + group * s.columns * g->cout;

@@ -186,13 +186,12 @@ def run(
     in `kept` (`transposed`) where blocks may be dropped."""
     dropping = threshold > 0
     linear = isinstance(layer, nn.Linear)
-    multiply = dropping and not linear  # a Linear layer's product is torch's (masked_linear)
+    multiply = dropping and not linear  # a Linear layer's product is torch's, on zeroed rows
     groups = getattr(layer, "groups", 1)
     columns, cout = math.prod(weight.shape[1:]), weight.shape[0] // groups
     n = x.shape[0]
     source, fields, out, strides = _shaped(layer, x, padding, groups, cout, multiply)
-    one_row = linear and dropping and source.shape[3] == 1  # the kernel zeroes the blocks
-    masked = x.new_empty(n, x.shape[-1]) if one_row else None
+    masked = x.new_empty(x.shape) if linear and dropping else None  # the kernel zeroes blocks
     channels = source.shape[1] // groups
     if columns != channels * fields["kh"] * fields["kw"]:  # the kernel would read past them
         raise ValueError(f"weights of {columns} columns for an input of {channels} channels")
@@ -216,9 +215,7 @@ def run(
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
     present, created = _in_threads(arguments, n, means, out if masked is None else masked)
     if masked is not None and created:
-        out = F.linear(masked.view(x.shape), weight, layer.bias)
-    elif linear and dropping and created:
-        out = masked_linear(layer, x, weight, means, threshold, block_size)
+        out = F.linear(masked, weight, layer.bias)
     return out, blocks, present, created
 
 
@@ -239,24 +236,3 @@ def _in_threads(
     ]
     native.in_threads(function(), calls, "block-sparsity kernel")
     return sum(tallies[0::2]), sum(tallies[1::2])
-
-
-def masked_linear(
-    layer: nn.Module,
-    x: Tensor,
-    weight: Tensor,
-    means: Tensor,
-    threshold: float,
-    block_size: tuple[int, int],
-) -> Tensor:
-    """A Linear layer on `x` with the blocks whose mean is below the threshold zeroed: its
-    im2col matrix is its input (rows of features), so the blocks are zeroed in a copy of the
-    input and torch's own product multiplies it."""
-    width, height = block_size
-    rows = x.reshape(x.shape[0], -1, x.shape[-1])  # (N, L, F)
-    n, positions, features = rows.shape
-    keep = ~(means.view(n, -1, -(-positions // height)) < threshold)  # (N, F blocks, L blocks)
-    keep = keep.repeat_interleave(width, 1)[:, :features]
-    keep = keep.repeat_interleave(height, 2)[:, :, :positions].transpose(1, 2)
-    sparse = (rows * keep).view(x.shape)
-    return F.linear(sparse, weight, layer.bias)
