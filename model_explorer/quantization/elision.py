@@ -2,14 +2,20 @@
 
 An unsigned integer input quantizer clamps its levels to [0, amax]: Q(relu(x)) = Q(x) for every
 x, and Q(relu6(x)) = Q(x) where amax <= 6 (values above amax become amax either way; an Inf or
-NaN too). Both commute with max pooling and with reshaping views (a window's largest value,
-the values moved about). Where a ReLU or ReLU6 call's output is read by nothing but such
-quantizers (the inputs of quantized layers, dense, directly or through those operations, with
-nothing else taking the activation), the call is a pass over the activation whose result no
-product sees: `ActivationElision.applied` skips those
-calls while a search scores a candidate. Only the sign of zeros can differ (a negative value
-rounds to -0 where the activation gave +0), which no product or sum tells apart, so scores are
+NaN too). Both commute with reshaping views (the values moved about). Where a ReLU or ReLU6
+call's output is read by nothing but such quantizers (the inputs of quantized layers, dense,
+directly or through views, with nothing else taking the activation), the call is a pass over
+the activation whose result no product sees: `ActivationElision.applied` skips those calls
+while a search scores a candidate. Only the sign of zeros can differ (a negative value rounds
+to -0 where the activation gave +0), which no product or sum tells apart, so scores are
 unchanged.
+
+Max pooling commutes with both too, yet an activation before one is kept: torch's pooling
+compares value by value, and on values the activation left signed it took 10% longer (1,222
+against 1,117 us on 120x32x8x8 at one thread) than the ReLU it would spare (11 us).
+Skipping costs some microseconds a forward pass (the calls counted, two hooks) and some 50 a
+candidate, so nothing is skipped where the calls that qualify hold fewer than `smallest` values
+a pass (SKIP_SMALLEST, 2**20: a pass over them some 70 us on one core).
 
 Which calls feed only quantized layers is read from the model's dataflow: a torch.fx trace with
 the transformed layers and the activations as leaves, once per model; a model fx cannot trace
@@ -41,23 +47,29 @@ log = logging.getLogger(__name__)
 
 # The activations skipped, with the largest value each passes (its clamp from above).
 ELIDABLE: dict[type[nn.Module], float] = {nn.ReLU: math.inf, nn.ReLU6: 6.0}
+# The fewest values a forward pass's skipped calls hold for any to be skipped (see above).
+SKIP_SMALLEST = 1 << 20
 
 
 @dataclass
 class Site:
     """One activation module: per call in a forward pass, the layers reading its output (None
     for a call something else reads too), whether the call is skipped, and the calls counted
-    in the pass running (`live`: skipping, else counting only)."""
+    in the pass running (`live`: skipping, else counting only); `sizes`: each call's values in
+    the first pass counted."""
 
     module: nn.Module
     readers: list[list[TransformedLayer] | None]
     skipped: list[bool] = field(default_factory=list)
     count: int = 0
     live: bool = False
+    sizes: list[int] = field(default_factory=list)
 
     def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         index = self.count
         self.count += 1
+        if index == len(self.sizes):
+            self.sizes.append(x.numel())
         if self.live and index < len(self.skipped) and self.skipped[index]:
             return x
         return type(self.module).forward(self.module, x, *args, **kwargs)
@@ -101,18 +113,10 @@ def dataflow(model: nn.Module) -> list[Site] | None:
     return sites
 
 
-# Operations that commute with ReLU and ReLU6 (monotone and applied value by value): max
-# pooling (a window's largest value, its padding never chosen), and reshaping views. A skipped
-# activation's input may pass through them to the quantizers that clamp it.
+# Operations that commute with ReLU and ReLU6 and cost the same on the values left signed:
+# reshaping views. A skipped activation's input may pass through them to the quantizers that
+# clamp it (max pooling commutes too, but costs more than the activation: see above).
 _PASSING_MODULES = (nn.Flatten, nn.Unflatten, nn.Identity)
-_MAX_POOLS = (
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.MaxPool3d,
-    nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d,
-    nn.AdaptiveMaxPool3d,
-)
 _PASSING_FUNCTIONS = (torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze)
 _PASSING_METHODS = (
     "view",
@@ -174,10 +178,7 @@ def _passes(model: nn.Module, user: Any, value: Any) -> bool:
     if not all(_shape_query(other) for other in others):
         return False
     if user.op == "call_module":
-        passing = model.get_submodule(user.target)
-        if isinstance(passing, _MAX_POOLS):
-            return not passing.return_indices
-        return type(passing) in _PASSING_MODULES
+        return type(model.get_submodule(user.target)) in _PASSING_MODULES
     if user.op == "call_function":
         return user.target in _PASSING_FUNCTIONS
     return user.op == "call_method" and user.target in _PASSING_METHODS
@@ -201,17 +202,20 @@ def _clamps(layer: TransformedLayer, ceiling: float) -> bool:
 
 class ActivationElision:
     """The skippable activation calls of one model (`dataflow`, traced on first use);
-    `enabled` false runs every activation (the benchmarks' comparison).
+    `enabled` false runs every activation (the benchmarks' comparison); `smallest`: the fewest
+    values the calls skipped in a forward pass hold for any to be skipped.
 
     The trace is checked against the model as it runs: the first forward pass counts each
-    activation's calls without skipping any, and skipping starts once they are the trace's (a
-    forward taking another path than the one traced, such as an argument the trace saw as given
-    and the data leaves out, keeps every activation from then on). Every later pass is counted
-    too; one that disagrees raises, since its calls were skipped by the wrong index."""
+    activation's calls and their values without skipping any, and skipping starts once they
+    are the trace's (a forward taking another path than the one traced, such as an argument the
+    trace saw as given and the data leaves out, keeps every activation from then on). Every
+    later pass is counted too; one that disagrees raises, since its calls were skipped by the
+    wrong index."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, smallest: int = SKIP_SMALLEST) -> None:
         self.model = model
         self.enabled = True
+        self.smallest = smallest
         self._sites: list[Site] | None = None
         self._traced = False
         self.verified: bool | None = None  # None until a pass was counted
@@ -226,22 +230,26 @@ class ActivationElision:
     @contextmanager
     def applied(self) -> Iterator[int]:
         """Skip, until the block ends, every call whose readers all clamp as the activation
-        does with their current settings (once the trace is confirmed: `verified`); yields how
-        many calls per forward pass those are."""
-        active = []
-        for site in self.sites if self.enabled and self.verified is not False else []:
+        does with their current settings, once the trace is confirmed (`verified`) and where
+        those calls hold `smallest` values a pass or more; yields how many calls per forward
+        pass are skipped (before the first pass is counted: would be)."""
+        sites = self.sites if self.enabled and self.verified is not False else []
+        for site in sites:
             ceiling = ELIDABLE[type(site.module)]
             site.skipped = [
                 readers is not None and all(_clamps(layer, ceiling) for layer in readers)
                 for readers in site.readers
             ]
-            if any(site.skipped) or self.verified is None:  # the first pass counts them all
-                site.count, site.live = 0, bool(self.verified)
-                site.module.forward = site.forward  # the instance's, over its class's
-                active.append(site)
+        if self.verified and self._values(sites) < self.smallest:
+            sites = []
+        # The first pass counts them all.
+        active = [site for site in sites if any(site.skipped) or self.verified is None]
         if not active:
             yield 0
             return
+        for site in active:
+            site.count, site.live = 0, bool(self.verified)
+            site.module.forward = site.forward  # the instance's, over its class's
         hooks = [
             self.model.register_forward_pre_hook(lambda *_: self._start(active)),
             self.model.register_forward_hook(lambda *_: self._check(active)),
@@ -255,6 +263,13 @@ class ActivationElision:
                 del site.module.forward
                 site.live = False
 
+    @staticmethod
+    def _values(sites: list[Site]) -> int:
+        """The values a forward pass's skipped calls hold (their first pass's)."""
+        return sum(
+            n for site in sites for n, skip in zip(site.sizes, site.skipped, strict=False) if skip
+        )
+
     def _start(self, active: list[Site]) -> None:
         for site in active:
             site.count = 0
@@ -264,8 +279,9 @@ class ActivationElision:
         agrees = all(site.count == len(site.readers) for site in active)
         if self.verified is None:
             self.verified = agrees
+            large = self._values(active) >= self.smallest
             for site in active:
-                site.live = agrees
+                site.live = agrees and large
             if not agrees:
                 log.debug("activations kept: the forward pass did not make the traced calls")
         elif self.verified and not agrees:

@@ -58,7 +58,7 @@ def quantized(model: nn.Module, batch: torch.Tensor) -> QuantizedModel:
 def outputs_with_and_without(model: QuantizedModel, x: torch.Tensor) -> tuple:
     """The output with every activation, then skipping (after the first pass, which checks the
     trace's calls), twice; and the calls skipped per pass."""
-    elision = ActivationElision(model.model)
+    elision = ActivationElision(model.model, smallest=0)
     with torch.no_grad():
         reference = model(x)
         with elision.applied() as skipped:
@@ -139,9 +139,10 @@ def test_mobilenet_v2_skips_every_relu6_but_the_one_before_the_pooling() -> None
 
 
 class Passing(nn.Module):
-    """Skipped: `to_linear` (through a view whose size comes from the tensor), `to_conv` (through
-    a max pooling). Kept: `to_indices` (a max pooling that returns indices too), `to_average` (an
-    average pooling, which does not commute with a ReLU)."""
+    """Skipped: `to_linear` (through a view whose size comes from the tensor). Kept: `to_conv`
+    (a max pooling, which commutes with a ReLU but costs more on the values left signed),
+    `to_indices` (a max pooling that returns indices too), `to_average` (an average pooling,
+    which does not commute with a ReLU)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -161,35 +162,34 @@ class Passing(nn.Module):
         return self.head(z.view(z.size(0), -1))
 
 
-def test_activations_pass_through_max_pooling_and_views_to_the_quantizers(monkeypatch) -> None:
+def test_activations_pass_through_views_to_the_quantizers_not_through_pooling(monkeypatch) -> None:
     torch.manual_seed(0)
     model = quantized(Passing(), torch.randn(8, 3, 8, 8))
     model.bit_widths = [random.Random(4).randint(3, 8) for _ in model.bit_widths]
     x = torch.randn(4, 3, 8, 8) * 5
     reference, elided, again, skipped = outputs_with_and_without(model, x)
-    assert skipped == 2
+    assert skipped == 1
     assert torch.equal(elided, reference) and torch.equal(again, reference)
     # The planted fault: were an average pooling taken to commute with a ReLU too, the call
     # before it would be skipped and the negative values averaged in.
     monkeypatch.setattr(elision_module, "_PASSING_MODULES", (nn.AvgPool2d,))
     reference, elided, _, skipped = outputs_with_and_without(model, x)
-    assert skipped == 3
+    assert skipped == 2
     assert not torch.equal(elided, reference)
 
 
-def test_squeezenet_skips_the_squeeze_activations_and_the_stem_s_through_its_pooling() -> None:
+def test_squeezenet_skips_the_squeeze_activations_and_keeps_those_before_pooling() -> None:
     """torchvision's SqueezeNet 1.0: 26 ReLU calls (the stem's, three in each of 8 Fire
-    modules, the classifier's). Skipped: the stem's (through the max pooling into the first
-    Fire's squeeze convolution) and each Fire's squeeze activation (read by both expand
-    convolutions). Kept: the expand activations (concatenated) and the classifier's (an
-    average pooling)."""
+    modules, the classifier's). Skipped: each Fire's squeeze activation (read by both expand
+    convolutions). Kept: the stem's (read by a max pooling), the expand activations
+    (concatenated) and the classifier's (an average pooling)."""
     torch.manual_seed(0)
     network = torchvision.models.squeezenet1_0(num_classes=10)
     x = torch.randn(2, 3, 64, 64)
     model = quantized(network, x)
     model.bit_widths = [random.Random(5).randint(3, 8) for _ in model.bit_widths]
     reference, elided, again, skipped = outputs_with_and_without(model, x)
-    assert skipped == 9
+    assert skipped == 8
     assert torch.equal(elided, reference) and torch.equal(again, reference)
 
 
@@ -245,13 +245,13 @@ def test_a_pass_that_is_not_the_traced_one_keeps_or_stops_the_skipping() -> None
     x, extra = torch.randn(8, 4), torch.randn(8, 8)
     with torch.no_grad():
         reference = model(x)
-        elision = ActivationElision(model.model)
+        elision = ActivationElision(model.model, smallest=0)
         with elision.applied() as skipped:  # the first pass is not the trace's: nothing skipped
             assert skipped == 3
             assert torch.equal(model(x), reference) and elision.verified is False
             assert torch.equal(model(x), reference)
         with_extra = model(x, extra=extra)
-        confirmed = ActivationElision(model.model)
+        confirmed = ActivationElision(model.model, smallest=0)
         with pytest.raises(RuntimeError, match="differ from the trace"):
             with confirmed.applied():
                 assert torch.equal(model(x, extra=extra), with_extra)  # the trace's calls
@@ -268,7 +268,7 @@ def test_the_first_pass_counts_the_activations_no_candidate_skips_yet() -> None:
     x = torch.randn(8, 4)
     with torch.no_grad():
         reference = model(x)
-        elision = ActivationElision(model.model)
+        elision = ActivationElision(model.model, smallest=0)
         model.layers["b"].input_quantizer.enabled = False
         with elision.applied() as skipped:
             assert skipped == 1 and torch.equal(model(x), model(x))
@@ -285,19 +285,43 @@ def digits(trained_digits, tmp_path_factory):
 
 def test_the_search_scores_candidates_as_the_model_with_every_activation(digits) -> None:
     """The default workload's digits CNN (batch norms folded): the ReLU after the first
-    convolution feeds the second, the one after the second feeds the third through a max
-    pooling, the one after the first linear layer the last; the one after the third
-    convolution feeds an average pooling. A candidate's score is the same as with every
-    activation run."""
+    convolution feeds the second, the one after the first linear layer the last; the one
+    after the second convolution feeds a max pooling, the one after the third an average
+    pooling. A candidate's score is the same as with every activation run. With the default
+    `smallest` nothing is skipped: the two calls hold 120 x 16 x 8 x 8 + 120 x 64 values a
+    pass, under 2**20."""
     context, model = digits
     problem = LayerwiseQuantizationProblem(
         model, context.batches("exploration"), options=QuantizationOptions(early_reject=False)
     )
     rng = random.Random(3)
-    for _ in range(4):
-        genome = [rng.randint(v.lower, v.upper) for v in problem.variables]
-        problem.apply_plan(problem.plan(problem.decode(genome)))
-        with problem.elision.applied() as skipped:
-            pass
-        assert skipped == 3
-        assert problem.score() == ModelProblem.score(problem)
+    for smallest, expected in ((0, 2), (elision_module.SKIP_SMALLEST, 0)):
+        problem.elision.smallest = smallest
+        for _ in range(4):
+            genome = [rng.randint(v.lower, v.upper) for v in problem.variables]
+            problem.apply_plan(problem.plan(problem.decode(genome)))
+            with problem.elision.applied() as skipped:
+                pass
+            assert skipped == expected
+            assert problem.score() == ModelProblem.score(problem)
+
+
+def test_calls_are_skipped_only_where_they_hold_the_smallest_values_a_pass() -> None:
+    """EveryCase's three calls skipped hold 3 x 4 x 8 x 8 x 8 values a pass (a batch of 4):
+    skipped with `smallest` that many, kept with one more; the first pass counts them."""
+    torch.manual_seed(0)
+    model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+    x = torch.randn(4, 3, 8, 8) * 20
+    values = 3 * 4 * 8 * 8 * 8
+    for smallest, expected in ((values, 3), (values + 1, 0)):
+        elision = ActivationElision(model.model, smallest=smallest)
+        with torch.no_grad(), elision.applied() as first:
+            model(x)  # counted
+            live = [site.live for site in elision.sites]
+        assert first == 3 and elision.verified is True
+        assert any(live) is (expected > 0)
+        with torch.no_grad(), elision.applied() as skipped:
+            assert skipped == expected
+            model(x)
+        calls = {id(s.module): s.sizes for s in elision.sites}
+        assert calls[id(model.model.relu6)] == [4 * 8 * 8 * 8]
