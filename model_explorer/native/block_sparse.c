@@ -428,34 +428,66 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
     return 0;
 }
 
-/* Samples [n0, n1) of one position each (a Linear layer's rows): a block is bw consecutive
-   channels, its sum taken as block_means takes it. Means and tally as block_sparse's; where
-   `masked` is given, the samples' values into it as (N, groups x channels), the dropped
-   blocks' zero. */
-CLONES
-static void one_position(const float *x, const geometry *g, const layout *s, float threshold,
-                         int64_t n0, int64_t n1, float *means, float *masked, int64_t *tally)
+/* A row of features with the blocks whose mean is below the threshold zero (bw a constant
+   where inlined, so that the loop runs in vectors). */
+static inline __attribute__((always_inline)) void
+masked_row(const float *restrict xs, const float *restrict m, float threshold, int64_t columns,
+           int64_t bw, float *restrict row)
 {
+    for (int64_t k = 0; k < columns; k++) row[k] = m[k / bw] < threshold ? 0.0f : xs[k];
+}
+
+/* Samples [n0, n1) of one position each (a Linear layer's rows): a block is bw consecutive
+   channels, its sum taken as block_means takes it (each value's magnitude, then block_sums).
+   Means and tally as block_sparse's; where `masked` is given, the samples' values into it as
+   (N, groups x channels), the dropped blocks' zero. Returns 0, or -1 where memory ran out. */
+CLONES
+static int one_position(const float *x, const geometry *g, const layout *s, float threshold,
+                        int64_t n0, int64_t n1, float *means, float *masked, int64_t *tally)
+{
+    const int64_t bw = g->bw, wide = s->wide, columns = s->columns, sc = g->sc;
+    double *magnitudes = calloc(wide * bw + wide, sizeof(double)); /* zeros past the last */
+    float *values = sc == 1 ? NULL : malloc(sizeof(float) * columns);
+    if (!magnitudes || (sc != 1 && !values)) {
+        free(magnitudes), free(values);
+        return -1;
+    }
+    double *blocks = magnitudes + wide * bw;
     int64_t present = 0, created = 0;
     for (int64_t n = n0; n < n1; n++)
         for (int64_t group = 0; group < g->groups; group++) {
-            const float *xs = x + n * g->sn + group * g->channels * g->sc;
-            float *m = means + (n * g->groups + group) * s->wide;
-            for (int64_t kb = 0; kb < s->wide; kb++) {
-                const int64_t k1 = (kb + 1) * g->bw < s->columns ? (kb + 1) * g->bw : s->columns;
-                double sum = 0.0;
-                for (int64_t k = kb * g->bw; k < k1; k++) sum += fabs((double)xs[k * g->sc]);
-                const float mean = block_mean(sum, g->bw * g->bh);
+            const float *xs = x + n * g->sn + group * g->channels * sc;
+            if (sc != 1) { /* the features gathered, to be read in order */
+                for (int64_t k = 0; k < columns; k++) values[k] = xs[k * sc];
+                xs = values;
+            }
+            for (int64_t k = 0; k < columns; k++) magnitudes[k] = fabs((double)xs[k]);
+            if (bw == 4)
+                block_sums(magnitudes, wide, 4, blocks);
+            else if (bw == 8)
+                block_sums(magnitudes, wide, 8, blocks);
+            else
+                block_sums(magnitudes, wide, bw, blocks);
+            float *m = means + (n * g->groups + group) * wide;
+            for (int64_t kb = 0; kb < wide; kb++) {
+                const double sum = blocks[kb];
+                const float mean = block_mean(sum, bw * g->bh);
                 m[kb] = mean;
                 present += sum == 0.0;
                 created += sum != 0.0 && mean < threshold;
-                if (!masked) continue;
-                float *row = masked + (n * g->groups + group) * g->channels;
-                const int keep = !(mean < threshold);
-                for (int64_t k = kb * g->bw; k < k1; k++) row[k] = keep ? xs[k * g->sc] : 0.0f;
             }
+            if (!masked) continue;
+            float *row = masked + (n * g->groups + group) * g->channels;
+            if (bw == 4)
+                masked_row(xs, m, threshold, columns, 4, row);
+            else if (bw == 8)
+                masked_row(xs, m, threshold, columns, 8, row);
+            else
+                masked_row(xs, m, threshold, columns, bw, row);
         }
     tally[0] = present, tally[1] = created;
+    free(magnitudes), free(values);
+    return 0;
 }
 
 /* A Linear layer's sample (its positions' rows of features, into o) with the dropped blocks
@@ -519,10 +551,8 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
     if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
-    if (!multiply && s.plane == 1 && s.columns == g->channels) {
-        one_position(x, g, &s, threshold, n0, n1, means, out, tally);
-        return 0;
-    }
+    if (!multiply && s.plane == 1 && s.columns == g->channels)
+        return one_position(x, g, &s, threshold, n0, n1, means, out, tally);
     const int64_t sample = g->channels * s.plane, span = s.wide * (g->bw + 1) + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;

@@ -246,6 +246,27 @@ def zero_blocks_of_the_matrix(layer: nn.Module, x: torch.Tensor, block: tuple[in
     return int((~blocks.any(dim=(3, 5))).sum())
 
 
+def test_a_linear_layers_rows_in_any_layout_drop_the_torch_paths_blocks() -> None:
+    """A Linear layer of one row a sample (block_sparse.c's one_position) on 42 features
+    (ten blocks of 4 and a partial one), in multiples of 1/4 so that block means are exact and
+    some equal the threshold (kept: only a mean below it drops the block): contiguous, a
+    transposed view (its features not adjacent) and rows with gaps give the torch path's
+    counts and outputs."""
+    generator = torch.Generator().manual_seed(3)
+    values = torch.randint(-8, 9, (9, 42), generator=generator) / 4
+    values[torch.rand(9, 42, generator=generator) < 0.4] = 0
+    layer = nn.Sequential(nn.Linear(42, 5))
+    threshold = 0.25
+    sums = F.pad(values.abs(), (0, 2)).view(9, 11, 4).sum(-1)
+    assert (sums / 16 == threshold).any() and (sums / 16 < threshold).any()
+    expected, counts = sparse_run(layer, values, [threshold], fused=False)
+    assert counts["0"]["created_blocks"] > 0
+    for x in (values, values.t().contiguous().t(), torch.cat([values, values], 1)[:, :42]):
+        out, stats = sparse_run(layer, x, [threshold], fused=True)
+        assert stats == counts, x.stride()
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
 def random_layers(cases: int) -> Iterator[tuple[nn.Module, torch.Tensor, tuple[int, int]]]:
     """Convolutions of random geometry (kernels up to 9 x 9, strides up to 3, dilations,
     padding, groups, 1 to 13 values a side), Conv1d and Linear layers of one and of many rows,
