@@ -428,18 +428,29 @@ static int zero_counts(const float *x, const geometry *g, layout *s, int64_t n0,
     return 0;
 }
 
-/* A row of features with the blocks whose mean is below the threshold zero (bw a constant
-   where inlined, so that the loop runs in vectors). */
+/* A row of features with the blocks whose mean is below the threshold zero, as bits: a kept
+   block's values and-ed with ones, a dropped one's with zeros (bw a constant where inlined,
+   so that the loop runs in vectors). */
+typedef uint32_t __attribute__((may_alias)) float_bits;
+
 static inline __attribute__((always_inline)) void
 masked_row(const float *restrict xs, const float *restrict m, float threshold, int64_t columns,
            int64_t bw, float *restrict row)
 {
-    for (int64_t k = 0; k < columns; k++) row[k] = m[k / bw] < threshold ? 0.0f : xs[k];
+    const float_bits *restrict from = (const float_bits *)xs;
+    float_bits *restrict to = (float_bits *)row;
+    const int64_t whole = columns / bw;
+    for (int64_t kb = 0; kb < whole; kb++) {
+        const uint32_t keep = -(uint32_t)!(m[kb] < threshold);
+        for (int64_t j = 0; j < bw; j++) to[kb * bw + j] = from[kb * bw + j] & keep;
+    }
+    for (int64_t k = whole * bw; k < columns; k++) row[k] = m[whole] < threshold ? 0.0f : xs[k];
 }
 
 /* Samples [n0, n1) of one position each (a Linear layer's rows): a block is bw consecutive
-   channels, its sum taken as block_means takes it (each value's magnitude, then block_sums).
-   Means and tally as block_sparse's; where `masked` is given, the samples' values into it as
+   channels, its sum taken as block_means takes it (each value's magnitude, then block_sums;
+   a block holds only zeros where that sum is zero, a NaN's being NaN). Means (where given)
+   and tally as block_sparse's; where `masked` is given, the samples' values into it as
    (N, groups x channels), the dropped blocks' zero. Returns 0, or -1 where memory ran out. */
 CLONES
 static int one_position(const float *x, const geometry *g, const layout *s, float threshold,
@@ -447,8 +458,8 @@ static int one_position(const float *x, const geometry *g, const layout *s, floa
 {
     const int64_t bw = g->bw, wide = s->wide, columns = s->columns, sc = g->sc;
     double *magnitudes = calloc(wide * bw + wide, sizeof(double)); /* zeros past the last */
-    float *values = sc == 1 ? NULL : malloc(sizeof(float) * columns);
-    if (!magnitudes || (sc != 1 && !values)) {
+    float *values = malloc(sizeof(float) * (columns + wide)), *unread = values + columns;
+    if (!magnitudes || !values) {
         free(magnitudes), free(values);
         return -1;
     }
@@ -468,13 +479,13 @@ static int one_position(const float *x, const geometry *g, const layout *s, floa
                 block_sums(magnitudes, wide, 8, blocks);
             else
                 block_sums(magnitudes, wide, bw, blocks);
-            float *m = means + (n * g->groups + group) * wide;
-            for (int64_t kb = 0; kb < wide; kb++) {
+            float *m = means ? means + (n * g->groups + group) * wide : unread;
+            for (int64_t kb = 0; kb < wide; kb++) { /* without a branch: in vectors */
                 const double sum = blocks[kb];
                 const float mean = block_mean(sum, bw * g->bh);
                 m[kb] = mean;
                 present += sum == 0.0;
-                created += sum != 0.0 && mean < threshold;
+                created += (sum != 0.0) & (mean < threshold);
             }
             if (!masked) continue;
             float *row = masked + (n * g->groups + group) * g->channels;
@@ -550,9 +561,9 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
     s.columns = g->channels * g->kh * g->kw, s.rows = g->out_h * g->out_w;
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
-    if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
     if (!multiply && s.plane == 1 && s.columns == g->channels)
         return one_position(x, g, &s, threshold, n0, n1, means, out, tally);
+    if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
     const int64_t sample = g->channels * s.plane, span = s.wide * (g->bw + 1) + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;

@@ -204,19 +204,23 @@ def test_an_input_of_the_wrong_shape_gets_the_runtimes_error(layer: nn.Module, s
 
 
 @pytest.mark.parametrize("threshold", [0.0, 0.5])
-def test_a_block_is_counted_as_zeros_only_where_every_value_is_zero(threshold: float) -> None:
+@pytest.mark.parametrize("linear", [False, True])
+def test_a_block_is_counted_as_zeros_only_where_every_value_is_zero(
+    threshold: float, linear: bool
+) -> None:
     """A 1x1 convolution of one 4x4 channel: with blocks of 4 x 4 its matrix is one column
-    (padded to four) by 16 rows, four blocks, one per row of the input. A row of zeros and
-    -0.0 holds only zeros; a row of zeros and one subnormal does not (its mean, 1e-45 / 16,
-    is 0 in float32, its sum is not), and below a threshold it is dropped; a row with NaN is
-    kept. By hand: 4 blocks, 1 holding only zeros, 1 dropped besides at 0.5."""
-    model = nn.Sequential(nn.Conv2d(1, 1, 1))
+    (padded to four) by 16 rows, four blocks, one per row of the input; a Linear layer of 16
+    features on one row (block_sparse.c's one_position): four blocks of four features. A block
+    of zeros and -0.0 holds only zeros; one of zeros and one subnormal does not (its mean,
+    1e-45 / 16, is 0 in float32, its sum is not), and below a threshold it is dropped; one with
+    NaN is kept. By hand: 4 blocks, 1 holding only zeros, 1 dropped besides at 0.5."""
+    model = nn.Sequential(nn.Linear(16, 1) if linear else nn.Conv2d(1, 1, 1))
     x = torch.zeros(1, 1, 4, 4)
     x[0, 0, 0, 1] = -0.0
     x[0, 0, 1, 0] = 1e-45
     x[0, 0, 2] = torch.tensor([3.0, -2.0, 5.0, 1.0])
     x[0, 0, 3, 0] = float("nan")
-    _, stats = sparse_run(model, x, [threshold], fused=True)
+    _, stats = sparse_run(model, x.view(1, 16) if linear else x, [threshold], fused=True)
     assert stats["0"] == {
         "total_blocks": 4,
         "present_blocks": 1,
@@ -249,16 +253,19 @@ def zero_blocks_of_the_matrix(layer: nn.Module, x: torch.Tensor, block: tuple[in
 def test_a_linear_layers_rows_in_any_layout_drop_the_torch_paths_blocks() -> None:
     """A Linear layer of one row a sample (block_sparse.c's one_position) on 42 features
     (ten blocks of 4 and a partial one), in multiples of 1/4 so that block means are exact and
-    some equal the threshold (kept: only a mean below it drops the block): contiguous, a
+    some equal the threshold (kept: only a mean below it drops the block), the partial block's
+    in the first sample (the second's just below): contiguous, a
     transposed view (its features not adjacent) and rows with gaps give the torch path's
     counts and outputs."""
     generator = torch.Generator().manual_seed(3)
     values = torch.randint(-8, 9, (9, 42), generator=generator) / 4
     values[torch.rand(9, 42, generator=generator) < 0.4] = 0
+    values[:2, 40:] = torch.tensor([[2.0, -2.0], [2.0, 1.75]])  # the partial block's mean at it
     layer = nn.Sequential(nn.Linear(42, 5))
     threshold = 0.25
     sums = F.pad(values.abs(), (0, 2)).view(9, 11, 4).sum(-1)
     assert (sums / 16 == threshold).any() and (sums / 16 < threshold).any()
+    assert sums[0, -1] / 16 == threshold and sums[1, -1] / 16 < threshold
     expected, counts = sparse_run(layer, values, [threshold], fused=False)
     assert counts["0"]["created_blocks"] > 0
     for x in (values, values.t().contiguous().t(), torch.cat([values, values], 1)[:, :42]):
