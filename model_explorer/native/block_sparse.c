@@ -174,19 +174,57 @@ block_sums(const double *restrict sums, int64_t wide, int64_t bw, double *restri
     }
 }
 
-/* Every block's mean |value| of one block of rows lb of a padded sample into m[kb * high],
-   and the kept blocks (not below the threshold; a NaN mean is kept) in kept;
+/* blocks[kb] = the sum of column sums single[off[k]], k in block kb, from 0 in increasing
+   order: block_sums of the gathered columns (a column past the last adds nothing), without
+   storing them (bw a constant where inlined). */
+static inline __attribute__((always_inline)) void
+gathered_sums(const double *restrict single, const int64_t *restrict off, int64_t columns,
+              int64_t wide, int64_t bw, double *restrict blocks)
+{
+    const int64_t whole = columns / bw;
+    for (int64_t kb = 0; kb < whole; kb++) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < bw; j++) sum += single[off[kb * bw + j]];
+        blocks[kb] = sum;
+    }
+    if (whole < wide) {
+        double sum = 0.0;
+        for (int64_t k = whole * bw; k < columns; k++) sum += single[off[k]];
+        blocks[whole] = sum;
+    }
+}
+
+/* Each block's mean from its sum into m (in order), and to tally the blocks that hold only
+   zeros (a sum of magnitudes that is zero exactly; a NaN's is NaN) and the others whose mean
+   is below the threshold: without a branch, so that the loop runs in vectors. */
+static inline __attribute__((always_inline)) void
+block_decisions(const double *restrict blocks, int64_t wide, int64_t size, float threshold,
+                float *restrict m, int64_t *restrict tally)
+{
+    int64_t present = 0, created = 0;
+    for (int64_t kb = 0; kb < wide; kb++) {
+        const double sum = blocks[kb];
+        const float mean = block_mean(sum, size);
+        m[kb] = mean;
+        present += sum == 0.0;
+        created += (sum != 0.0) & (mean < threshold);
+    }
+    tally[0] += present, tally[1] += created;
+}
+
+/* Every block's mean |value| of one block of rows lb of a padded sample, and the kept blocks
+   (not below the threshold; a NaN mean is kept) in kept;
    returns how many. A run of `win` outputs along a row takes its column's sum from the window
    sums, another (a block of rows across rows of outputs of other lengths) adds its values. Adds the
    blocks holding only zeros (whose sum of magnitudes is zero exactly) to tally[0], and the
    others that are dropped to tally[1]. */
 CLONES static int64_t
 block_means(const float *restrict buf, const double *restrict wins, const geometry *g,
-            const layout *s, int64_t lb, float threshold, float *restrict m,
-            int32_t *restrict kept, double *restrict sums, int64_t *restrict tally)
+            const layout *s, int64_t lb, float threshold, int32_t *restrict kept,
+            double *restrict sums, int64_t *restrict tally)
 {
     const int64_t first = s->run_first[lb], last = s->run_first[lb + 1], bw = g->bw;
-    const int64_t columns = s->columns, wide = s->wide, high = s->high;
+    const int64_t columns = s->columns, wide = s->wide;
     const int64_t *restrict off = s->off;
     /* one run of the window's length, read from the sums at every position: each block's sum
        is taken straight from them, in the same order */
@@ -210,28 +248,26 @@ block_means(const float *restrict buf, const double *restrict wins, const geomet
                     sums[k] += fabs((double)buf[base + off[k] + r * g->stride_x]);
         }
     }
-    if (single) { /* each column's value, and zeros past the last */
-        for (int64_t k = 0; k < columns; k++) sums[k] = single[off[k]];
-        for (int64_t k = columns; k < wide * bw; k++) sums[k] = 0.0;
-    }
     double *restrict blocks = sums + wide * bw; /* each block's sum, its columns in order */
-    if (bw == 4)
+    if (single && bw == 4)
+        gathered_sums(single, off, columns, wide, 4, blocks);
+    else if (single && bw == 8)
+        gathered_sums(single, off, columns, wide, 8, blocks);
+    else if (single)
+        gathered_sums(single, off, columns, wide, bw, blocks);
+    else if (bw == 4)
         block_sums(sums, wide, 4, blocks);
     else if (bw == 8)
         block_sums(sums, wide, 8, blocks);
     else
         block_sums(sums, wide, bw, blocks);
-    int64_t count = 0, present = 0, created = 0;
+    float *restrict means = (float *)(blocks + wide);
+    block_decisions(blocks, wide, bw * g->bh, threshold, means, tally);
+    int64_t count = 0;
     for (int64_t kb = 0; kb < wide; kb++) {
-        const double sum = blocks[kb];
-        const float mean = block_mean(sum, bw * g->bh);
-        m[kb * high] = mean;
         kept[count] = (int32_t)kb; /* without a branch: counted where it is kept */
-        count += !(mean < threshold);
-        present += sum == 0.0;
-        created += sum != 0.0 && mean < threshold;
+        count += !(means[kb] < threshold);
     }
-    tally[0] += present, tally[1] += created;
     return count;
 }
 
@@ -449,22 +485,21 @@ masked_row(const float *restrict xs, const float *restrict m, float threshold, i
 
 /* Samples [n0, n1) of one position each (a Linear layer's rows): a block is bw consecutive
    channels, its sum taken as block_means takes it (each value's magnitude, then block_sums;
-   a block holds only zeros where that sum is zero, a NaN's being NaN). Means (where given)
-   and tally as block_sparse's; where `masked` is given, the samples' values into it as
+   a block holds only zeros where that sum is zero, a NaN's being NaN). Tally as
+   block_sparse's; where `masked` is given, the samples' values into it as
    (N, groups x channels), the dropped blocks' zero. Returns 0, or -1 where memory ran out. */
 CLONES
 static int one_position(const float *x, const geometry *g, const layout *s, float threshold,
-                        int64_t n0, int64_t n1, float *means, float *masked, int64_t *tally)
+                        int64_t n0, int64_t n1, float *masked, int64_t *tally)
 {
     const int64_t bw = g->bw, wide = s->wide, columns = s->columns, sc = g->sc;
     double *magnitudes = calloc(wide * bw + wide, sizeof(double)); /* zeros past the last */
-    float *values = malloc(sizeof(float) * (columns + wide)), *unread = values + columns;
+    float *values = malloc(sizeof(float) * (columns + wide)), *m = values + columns;
     if (!magnitudes || !values) {
         free(magnitudes), free(values);
         return -1;
     }
     double *blocks = magnitudes + wide * bw;
-    int64_t present = 0, created = 0;
     for (int64_t n = n0; n < n1; n++)
         for (int64_t group = 0; group < g->groups; group++) {
             const float *xs = x + n * g->sn + group * g->channels * sc;
@@ -479,14 +514,7 @@ static int one_position(const float *x, const geometry *g, const layout *s, floa
                 block_sums(magnitudes, wide, 8, blocks);
             else
                 block_sums(magnitudes, wide, bw, blocks);
-            float *m = means ? means + (n * g->groups + group) * wide : unread;
-            for (int64_t kb = 0; kb < wide; kb++) { /* without a branch: in vectors */
-                const double sum = blocks[kb];
-                const float mean = block_mean(sum, bw * g->bh);
-                m[kb] = mean;
-                present += sum == 0.0;
-                created += (sum != 0.0) & (mean < threshold);
-            }
+            block_decisions(blocks, wide, bw * g->bh, threshold, m, tally);
             if (!masked) continue;
             float *row = masked + (n * g->groups + group) * g->channels;
             if (bw == 4)
@@ -496,7 +524,6 @@ static int one_position(const float *x, const geometry *g, const layout *s, floa
             else
                 masked_row(xs, m, threshold, columns, bw, row);
         }
-    tally[0] = present, tally[1] = created;
     free(magnitudes), free(values);
     return 0;
 }
@@ -546,15 +573,14 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
 }
 
 /* Samples [n0, n1): tally (the blocks that hold only zeros, and the others that are dropped)
-   always; with a threshold above 0, means (N, groups, blocks across, blocks down); with
-   `multiply`, the layer's output from the kept blocks into out (by the geometry's output
+   always; with `multiply`, the layer's output from the kept blocks into out (by the geometry's output
    strides), wt being the weights as (groups, columns, cout); without it, where out is given
    (a Linear layer's), its input with the dropped blocks zeroed, as (N, positions, features).
    Returns 0, or -1 where memory ran out. */
 CLONES
 int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
-                 float threshold, int multiply, int64_t n0, int64_t n1, float *means,
-                 float *out, int64_t *tally)
+                 float threshold, int multiply, int64_t n0, int64_t n1, float *out,
+                 int64_t *tally)
 {
     layout s;
     tally[0] = tally[1] = 0;
@@ -562,9 +588,9 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
     s.wide = (s.columns + g->bw - 1) / g->bw, s.high = (s.rows + g->bh - 1) / g->bh;
     s.hp = g->height + 2 * g->pad_y, s.wp = g->width + 2 * g->pad_x, s.plane = s.hp * s.wp;
     if (!multiply && s.plane == 1 && s.columns == g->channels)
-        return one_position(x, g, &s, threshold, n0, n1, means, out, tally);
+        return one_position(x, g, &s, threshold, n0, n1, out, tally);
     if (!multiply && !(threshold > 0.0f)) return zero_counts(x, g, &s, n0, n1, tally);
-    const int64_t sample = g->channels * s.plane, span = s.wide * (g->bw + 1) + 1;
+    const int64_t sample = g->channels * s.plane, span = s.wide * (g->bw + 2) + 1;
     int64_t batch = BATCH_FLOATS / sample;
     batch = batch < 1 ? 1 : batch > n1 - n0 ? n1 - n0 : batch;
     const int64_t blocks_per_panel = PANEL_FLOATS / 32 / g->bw;
@@ -588,10 +614,9 @@ int block_sparse(const float *x, const geometry *g, const float *wt, const float
                 float *buf = bufs + i * sample;
                 pad_copy(x + n * g->sn + group * g->channels * g->sc, g, &s, buf);
                 window_sums(buf, g, &s, wins);
-                float *m = means + (n * g->groups + group) * s.wide * s.high;
                 for (int64_t lb = 0; lb < s.high; lb++) {
                     const int64_t b = i * s.high + lb;
-                    counts[b] = block_means(buf, wins, g, &s, lb, threshold, m + lb,
+                    counts[b] = block_means(buf, wins, g, &s, lb, threshold,
                                             kept + b * (s.wide + 1), column_sums, tally);
                 }
                 if (!multiply && out) /* a Linear layer's: its rows, the dropped blocks zero */

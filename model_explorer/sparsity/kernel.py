@@ -103,7 +103,7 @@ def function() -> Any:
         "block_sparse",
         "block_sparse",
         [pointer, ctypes.POINTER(_Geometry), pointer, pointer, ctypes.c_float, ctypes.c_int]
-        + [size, size, pointer, pointer, pointer],
+        + [size, size, pointer, pointer],
         "fused block-sparsity kernel",
         "the layers run the torch path",
     )
@@ -208,30 +208,24 @@ def run(
         **strides,
     )
     blocks = n * groups * -(-columns // width) * -(-fields["out_h"] * fields["out_w"] // height)
-    means = x.new_empty(blocks) if dropping else None
     bias = None if layer.bias is None or not multiply else layer.bias.detach().contiguous()
     wt = transposed(layer, weight, kept).data_ptr() if multiply else None
     arguments = (source.data_ptr(), ctypes.byref(geometry), wt)
     arguments += (None if bias is None else bias.data_ptr(), threshold, int(multiply))
-    present, created = _in_threads(arguments, n, means, out if masked is None else masked)
+    present, created = _in_threads(arguments, n, out if masked is None else masked)
     if masked is not None and created:
         out = F.linear(masked, weight, layer.bias)
     return out, blocks, present, created
 
 
-def _in_threads(
-    arguments: tuple, n: int, means: Tensor | None, out: Tensor | None
-) -> tuple[int, int]:
+def _in_threads(arguments: tuple, n: int, out: Tensor | None) -> tuple[int, int]:
     """The kernel on samples [0, n), split across torch's threads: how many blocks hold only
     zeros, and how many others were dropped."""
     spans = native.ranges(n)
     tallies = (ctypes.c_int64 * (2 * len(spans)))()
-    pointers = (
-        None if means is None else means.data_ptr(),
-        None if out is None else out.data_ptr(),
-    )
+    written = None if out is None else out.data_ptr()
     calls = [
-        (*arguments, start, end, *pointers, ctypes.byref(tallies, 16 * i))
+        (*arguments, start, end, written, ctypes.byref(tallies, 16 * i))
         for i, (start, end) in enumerate(spans)
     ]
     native.in_threads(function(), calls, "block-sparsity kernel")

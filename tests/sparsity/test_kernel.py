@@ -274,6 +274,26 @@ def test_a_linear_layers_rows_in_any_layout_drop_the_torch_paths_blocks() -> Non
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 
+def test_a_convolutions_block_whose_mean_is_the_threshold_is_kept() -> None:
+    """A 3x3 convolution of 2 channels (an im2col matrix of 18 columns by 64 rows, blocks of
+    4 x 4) on values in multiples of 1/4, so that every block's mean is exact: at a threshold
+    equal to the means of many blocks, those are kept and the rest below it dropped, as the
+    torch path keeps and drops them (counts and outputs)."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randint(-6, 7, (6, 2, 8, 8), generator=generator) / 4
+    x[torch.rand(x.shape, generator=generator) < 0.5] = 0
+    matrix = F.pad(F.unfold(x, 3, padding=1).abs(), (0, 0, 0, 2))  # (N, 20, 64)
+    means = matrix.unflatten(1, (5, 4)).unflatten(3, (16, 4)).mean((2, 4))
+    values, counts = means[means > 0].unique(return_counts=True)
+    threshold = float(values[counts.argmax()])
+    assert counts.max() > 10 and (means[means > 0] < threshold).any()
+    model = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1))
+    expected, stats = sparse_run(model, x, [threshold], fused=False)
+    out, fused = sparse_run(model, x, [threshold], fused=True)
+    assert fused == stats and stats["0"]["created_blocks"] > 0
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def random_layers(cases: int) -> Iterator[tuple[nn.Module, torch.Tensor, tuple[int, int]]]:
     """Convolutions of random geometry (kernels up to 9 x 9, strides up to 3, dilations,
     padding, groups, 1 to 13 values a side), Conv1d and Linear layers of one and of many rows,
