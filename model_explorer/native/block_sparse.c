@@ -395,6 +395,30 @@ window_any(const uint8_t *restrict nz, int64_t size, int64_t win, uint8_t *restr
         for (int64_t j = 0; j < starts; j++) w[j] |= nz[j + r];
 }
 
+/* The blocks of bw columns, column k's window at at[off[k]], none of whose windows is set
+   (bw a constant where inlined). */
+static inline __attribute__((always_inline)) int64_t
+zero_windows(const uint8_t *restrict at, const int64_t *restrict off, int64_t columns,
+             int64_t bw)
+{
+    const int64_t whole = columns / bw;
+    int64_t zeros = 0;
+    for (int64_t kb = 0; kb < whole; kb++) {
+        unsigned any = 0;
+        for (int64_t j = 0; j < bw; j++) {
+            any |= at[off[kb * bw + j]];
+            __asm__("" : "+r"(any)); /* scalar loads: gathers were slower */
+        }
+        zeros += any == 0;
+    }
+    if (whole * bw < columns) {
+        unsigned any = 0;
+        for (int64_t k = whole * bw; k < columns; k++) any |= at[off[k]];
+        zeros += any == 0;
+    }
+    return zeros;
+}
+
 /* The blocks of one block of rows lb of a sample's map nz (w: its windows) that hold only
    zeros: column k of a run reads from the run's first byte plus off[k]. */
 static inline __attribute__((always_inline)) int64_t
@@ -402,6 +426,12 @@ zero_blocks(const uint8_t *restrict nz, const uint8_t *restrict w, const geometr
             const layout *s, const byte_map *b, const int64_t *restrict off, int64_t lb)
 {
     const int64_t columns = s->columns, first = s->run_first[lb], last = s->run_first[lb + 1];
+    if (last - first == 1 && s->run_len[first] == s->win) { /* one run: its windows alone */
+        const uint8_t *restrict at = w + b->run_at[first];
+        if (g->bw == 4) return zero_windows(at, off, columns, 4);
+        if (g->bw == 8) return zero_windows(at, off, columns, 8);
+        return zero_windows(at, off, columns, g->bw);
+    }
     int64_t zeros = 0;
     for (int64_t k0 = 0; k0 < columns; k0 += g->bw) {
         const int64_t k1 = k0 + g->bw < columns ? k0 + g->bw : columns;
