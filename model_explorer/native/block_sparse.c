@@ -395,25 +395,29 @@ window_any(const uint8_t *restrict nz, int64_t size, int64_t win, uint8_t *restr
         for (int64_t j = 0; j < starts; j++) w[j] |= nz[j + r];
 }
 
-/* The blocks of bw columns, column k's window at at[off[k]], none of whose windows is set
-   (bw a constant where inlined). */
+/* The blocks of bw columns none of whose windows is set, column k's window of run q being
+   w[starts[q] + off[k]] (bw, and one run, constants where inlined). */
 static inline __attribute__((always_inline)) int64_t
-zero_windows(const uint8_t *restrict at, const int64_t *restrict off, int64_t columns,
-             int64_t bw)
+zero_windows(const uint8_t *restrict w, const int64_t *restrict starts, int64_t runs,
+             const int64_t *restrict off, int64_t columns, int64_t bw)
 {
     const int64_t whole = columns / bw;
     int64_t zeros = 0;
     for (int64_t kb = 0; kb < whole; kb++) {
         unsigned any = 0;
-        for (int64_t j = 0; j < bw; j++) {
-            any |= at[off[kb * bw + j]];
-            __asm__("" : "+r"(any)); /* scalar loads: gathers were slower */
+        for (int64_t q = 0; q < runs; q++) {
+            const uint8_t *restrict at = w + starts[q];
+            for (int64_t j = 0; j < bw; j++) {
+                any |= at[off[kb * bw + j]];
+                __asm__("" : "+r"(any)); /* scalar loads: gathers were slower */
+            }
         }
         zeros += any == 0;
     }
     if (whole * bw < columns) {
         unsigned any = 0;
-        for (int64_t k = whole * bw; k < columns; k++) any |= at[off[k]];
+        for (int64_t q = 0; q < runs; q++)
+            for (int64_t k = whole * bw; k < columns; k++) any |= w[starts[q] + off[k]];
         zeros += any == 0;
     }
     return zeros;
@@ -426,11 +430,15 @@ zero_blocks(const uint8_t *restrict nz, const uint8_t *restrict w, const geometr
             const layout *s, const byte_map *b, const int64_t *restrict off, int64_t lb)
 {
     const int64_t columns = s->columns, first = s->run_first[lb], last = s->run_first[lb + 1];
-    if (last - first == 1 && s->run_len[first] == s->win) { /* one run: its windows alone */
-        const uint8_t *restrict at = w + b->run_at[first];
-        if (g->bw == 4) return zero_windows(at, off, columns, 4);
-        if (g->bw == 8) return zero_windows(at, off, columns, 8);
-        return zero_windows(at, off, columns, g->bw);
+    int64_t whole_runs = 1; /* every run of the window's length: their windows alone */
+    for (int64_t q = first; q < last; q++) whole_runs &= s->run_len[q] == s->win;
+    if (whole_runs) {
+        const int64_t *starts = b->run_at + first, runs = last - first;
+        if (runs == 1 && g->bw == 4) return zero_windows(w, starts, 1, off, columns, 4);
+        if (runs == 1 && g->bw == 8) return zero_windows(w, starts, 1, off, columns, 8);
+        if (g->bw == 4) return zero_windows(w, starts, runs, off, columns, 4);
+        if (g->bw == 8) return zero_windows(w, starts, runs, off, columns, 8);
+        return zero_windows(w, starts, runs, off, columns, g->bw);
     }
     int64_t zeros = 0;
     for (int64_t k0 = 0; k0 < columns; k0 += g->bw) {
