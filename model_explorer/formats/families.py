@@ -198,7 +198,8 @@ class _MX(FormatFamily):
     bare: str | None = None
 
     def _element(self, options: Any) -> str:
-        return getattr(options, "element", self.elements[0])
+        # a field's presence asked of the class: pydantic answers a missing attribute slowly
+        return options.element if "element" in type(options).model_fields else self.elements[0]
 
     def bits(self, options: Any) -> float:
         return ELEMENTS[self._element(options)].bits + BLOCK_SCALE_BITS / options.block_size
