@@ -611,10 +611,10 @@ products(const geometry *g, const layout *s, const float *bufs, int64_t count,
 }
 
 /* Samples [n0, n1): tally (the blocks that hold only zeros, and the others that are dropped)
-   always; with `multiply`, the layer's output from the kept blocks into out (by the geometry's output
-   strides), wt being the weights as (groups, columns, cout); without it, where out is given
-   (a Linear layer's), its input with the dropped blocks zeroed, as (N, positions, features).
-   Returns 0, or -1 where memory ran out. */
+   always; with `multiply`, the layer's output from the kept blocks into out (by the
+   geometry's output strides), wt being the weights as (groups, columns, cout); without it,
+   where out is given (a Linear layer's), its input with the dropped blocks zeroed, as
+   (N, positions, features). Returns 0, or -1 where memory ran out. */
 CLONES
 int block_sparse(const float *x, const geometry *g, const float *wt, const float *bias,
                  float threshold, int multiply, int64_t n0, int64_t n1, float *out,
