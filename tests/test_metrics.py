@@ -9,7 +9,7 @@ from torch import nn
 
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
-from model_explorer.metrics import METRICS, MetricSpec, create_metric, evaluate
+from model_explorer.metrics import METRICS, MetricSpec, all_finite, create_metric, evaluate, score
 
 
 def test_hand_worked_top_k() -> None:
@@ -110,3 +110,49 @@ def test_agreement_top5_counts_the_float_class_among_the_five_highest() -> None:
     identity = torch.nn.Identity()
     assert evaluate(identity, batches, "agreement_top5") == pytest.approx(2 / 3)
     assert evaluate(identity, batches, "agreement") == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool]
+)
+def test_all_finite_agrees_with_torch_isfinite(dtype: torch.dtype) -> None:
+    """`all_finite` (the smallest and largest value, one pass) against torch.isfinite on
+    tensors holding no, one or several NaN, +Inf and -Inf values at random places, and on an
+    empty and a 0-d tensor."""
+    generator = torch.Generator().manual_seed(0)
+    floating = dtype.is_floating_point
+    cases = [torch.zeros(0, dtype=dtype), torch.ones((), dtype=dtype)]
+    for trial in range(60):
+        values = (torch.randn(7, 13, generator=generator) * 100).to(dtype)
+        if floating and trial % 4:
+            planted = [float("nan"), float("inf"), -float("inf")][trial % 3]
+            places = torch.randint(0, values.numel(), (1 + trial % 5,), generator=generator)
+            values.view(-1)[places] = planted
+        cases.append(values)
+    for values in cases:
+        assert all_finite(values) == bool(torch.isfinite(values).all()), values
+    assert any(not all_finite(values) for values in cases) is floating
+
+
+def test_a_non_finite_output_stops_scoring_with_accuracy_zero() -> None:
+    """A model whose second batch's output holds one NaN: scoring stops there, with accuracy 0
+    after the first batch's 4 samples; with an Inf the same; finite outputs score in full."""
+
+    class Planted(nn.Module):
+        def __init__(self, value: float) -> None:
+            super().__init__()
+            self.value, self.calls = value, 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            out = x.clone()
+            if self.calls == 2:
+                out[1, 2] = self.value
+            return out
+
+    batches = [(torch.eye(4, 3), torch.zeros(4, dtype=torch.long)) for _ in range(3)]
+    for value in (float("nan"), float("inf")):
+        outcome = score(Planted(value), batches, "top1", check_finite=True)
+        assert not outcome.finite and outcome.accuracies == [0.0] and outcome.samples == 4
+    outcome = score(Planted(5.0), batches, "top1", check_finite=True)
+    assert outcome.finite and outcome.samples == 12
