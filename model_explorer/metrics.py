@@ -122,7 +122,10 @@ def create_metric(spec: MetricSpec | str) -> Metric:
     """A fresh metric for a spec or a name such as 'top1' (a module from the workload's root)."""
     if isinstance(spec, str):
         spec = MetricSpec(type=spec)
-    return METRICS.resolve(spec.type, "workload.metric.type", [spec.resolve(".")])(spec.options)
+    # only a `package.module:Class` is looked for in the workload's root (a path resolved on
+    # the file system, which a search would otherwise do at every candidate)
+    folders = [spec.resolve(".")] if ":" in spec.type else []
+    return METRICS.resolve(spec.type, "workload.metric.type", folders)(spec.options)
 
 
 def needs_reference(spec: MetricSpec | str) -> bool:

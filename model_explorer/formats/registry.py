@@ -221,6 +221,8 @@ def parse_format(value: Any, where: str = "format") -> QuantFormat:
     option that does not exist is one UserError naming `where`."""
     if isinstance(value, QuantFormat):
         return value
+    if isinstance(value, str) and value in _PARSED:  # a search names the same few formats
+        return _PARSED[value]
     family = ""
     try:
         if isinstance(value, Mapping):
@@ -234,8 +236,6 @@ def parse_format(value: Any, where: str = "format") -> QuantFormat:
                 )
             return make_format(family, **options)
         if isinstance(value, str):
-            if value in _PARSED:  # a search names the same few formats thousands of times
-                return _PARSED[value]
             found = _parse_text(value.strip().lower())
             if found is not None:
                 family = found[0]

@@ -234,6 +234,8 @@ class ActivationElision:
         those calls hold `smallest` values a pass or more; yields how many calls per forward
         pass are skipped (before the first pass is counted: would be)."""
         sites = self.sites if self.enabled and self.verified is not False else []
+        if self.verified and self._values(sites, every=True) < self.smallest:
+            sites = []  # too few values even were every call skipped: no quantizer asked
         for site in sites:
             ceiling = ELIDABLE[type(site.module)]
             site.skipped = [
@@ -264,11 +266,14 @@ class ActivationElision:
                 site.live = False
 
     @staticmethod
-    def _values(sites: list[Site]) -> int:
-        """The values a forward pass's skipped calls hold (their first pass's)."""
-        return sum(
-            n for site in sites for n, skip in zip(site.sizes, site.skipped, strict=False) if skip
-        )
+    def _values(sites: list[Site], every: bool = False) -> int:
+        """The values a forward pass's skipped calls hold (their first pass's); `every`: those
+        of every call read by quantized layers alone, whatever their quantizers."""
+        if every:
+            pairs = ((site.sizes, [r is not None for r in site.readers]) for site in sites)
+        else:
+            pairs = ((site.sizes, site.skipped) for site in sites)
+        return sum(n for sizes, chosen in pairs for n, c in zip(sizes, chosen, strict=False) if c)
 
     def _start(self, active: list[Site]) -> None:
         for site in active:

@@ -108,7 +108,7 @@ class TensorQuantizer(Opaque, nn.Module):
         chosen = parse_format(value)
         if chosen.classic:
             self.num_bits = chosen.options.num_bits
-        else:
+        elif chosen is not self._format:  # a search sets the same format thousands of times
             self._format = chosen
 
     @property
