@@ -193,7 +193,9 @@ INLINE float block_value(int kind, int integer, float v, float first, float seco
     if (kind == MX || kind == NVFP4)
         return cast(v * first, f->e, integer) * second;
     const float r = nearbyintf(kind == GROUP_FP16 ? v / first : v * first);
-    const float clamped = r < f->low ? f->low : r > f->high ? f->high : r;
+    /* the clamp in two steps, each a vector min or max (a NaN passes both) */
+    const float below = r > f->high ? f->high : r;
+    const float clamped = below < f->low ? f->low : below;
     return kind == GROUP_FP16 ? clamped * second : clamped / second;
 }
 
