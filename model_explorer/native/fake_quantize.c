@@ -92,7 +92,8 @@ INLINE uint32_t float_bits(float f)
 /* v rounded to the element (`integer`: MX's INT8, a constant where it is inlined). */
 INLINE float cast(float v, element e, int integer)
 {
-    v = v < -e.max ? -e.max : v > e.max ? e.max : v;
+    v = v > e.max ? e.max : v; /* two steps, each a vector min or max (a NaN passes both) */
+    v = v < -e.max ? -e.max : v;
     if (integer)
         return nearbyintf(v * e.integer_inverse) * e.integer_step;
     float binade = bits_float(float_bits(v) & 0x7F800000u);
