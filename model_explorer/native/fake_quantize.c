@@ -22,7 +22,8 @@ run(const float *restrict x, float *restrict out, int64_t n, float multiplier, f
 {
     for (int64_t i = 0; i < n; i++) {
         const float r = nearbyintf(x[i] * multiplier);
-        out[i] = (r < low ? low : r > high ? high : r) / divisor;
+        const float below = r > high ? high : r; /* a min, then a max: both in vectors */
+        out[i] = (below < low ? low : below) / divisor;
     }
 }
 
