@@ -350,10 +350,6 @@ typedef struct {
 static inline __attribute__((always_inline)) void
 nonzero_map(const float *restrict xs, const geometry *g, const byte_map *b, uint8_t *restrict map)
 {
-    if (b->plane == 1) { /* a Linear layer's features */
-        for (int64_t c = 0; c < g->channels; c++) map[c] = xs[c * g->sc] != 0.0f;
-        return;
-    }
     const int64_t step = g->stride_x, sw = g->sw, width = g->width, values = g->height * width;
     if (step == 1 && sw == 1 && g->sh == width && g->sc == values && width <= 8) {
         /* short rows: the whole sample at once into the scratch, then 8 bytes a row, those past
