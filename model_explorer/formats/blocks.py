@@ -30,6 +30,7 @@ from model_explorer.formats.elements import (
     cast_element_,
 )
 from model_explorer.formats.integer import channel_view
+from model_explorer.formats.kernels import Bounds
 from model_explorer.formats.layout import (
     ZERO_AMAX,
     biased_exponent,
@@ -72,7 +73,9 @@ def _fp8_scales(amax: Tensor, element: Element) -> tuple[Tensor, Tensor]:
     return scale, torch.where(zero, 0.0, 1.0 / scale)
 
 
-def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | None = None) -> Tensor:
+def fp8_fake_quantize(
+    x: Tensor, amax: Tensor, element: Element, axis: int | None = None, bounds: Bounds = None
+) -> Tensor:
     """Scaled FP8 as NVIDIA modelopt does it: x * (element.max_normal / amax) cast to the element,
     scaled back; amax of shape () per tensor or (channels,) along `axis`; amax 0 (or below
     2**-24) -> that slice quantizes to 0.
@@ -82,7 +85,8 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     quantizes with amax 1 (its output is not zero), while here the slice is zero, the rule of
     the integer quantizer and of modelopt's own integer path; and modelopt fake-quantizes only
     E4M3 so, where any element is allowed here. Values beyond amax, ±Inf among them, saturate to
-    ±amax (in the element's rounding); NaN stays NaN.
+    ±amax (in the element's rounding); NaN stays NaN. `bounds` (every function here): `x`
+    clamped to (floor, ceiling) first, inside the kernel's pass where one takes it.
     """
     values = x.detach().float()
     if axis is None and amax.numel() == 1 and kernels.takes(values):  # a CPU tensor's: kept
@@ -92,15 +96,22 @@ def fp8_fake_quantize(x: Tensor, amax: Tensor, element: Element, axis: int | Non
     else:
         amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
         scale, inverse = _fp8_scales(amax, element)
-    native = kernels.native_scaled(
-        values, scale, inverse, element, None if axis is None else axis % max(values.dim(), 1)
-    )
+    axis = None if axis is None else axis % max(values.dim(), 1)
+    native = kernels.native_scaled(values, scale, inverse, element, axis, bounds)
     if native is not None:
         return straight_through(x, native)
+    values = _bounded(values, bounds)
     return straight_through(x, cast_element_(values * scale, element).mul_(inverse))
 
 
-def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: int = -1) -> Tensor:
+def _bounded(values: Tensor, bounds: Bounds) -> Tensor:
+    """`values` clamped to `bounds` for the eager steps (as the kernels clamp them)."""
+    return values if bounds is None else values.clamp(*bounds)
+
+
+def mx_fake_quantize(
+    x: Tensor, element: Element, block_size: int = 32, axis: int = -1, bounds: Bounds = None
+) -> Tensor:
     """OCP Microscaling v1.0: blocks of `block_size` consecutive values along `axis` (a last partial
     block padded with zeros, which do not change its max), one shared power-of-two scale per block,
     X = 2**(floor(log2(block amax)) - element.emax), clamped to E8M0's range, elements
@@ -115,9 +126,12 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     halves such blocks.
     """
     values = x.detach().float()
-    native = kernels.native_blocks("mx", values, block_size, axis, (element.emax,), element)
+    native = kernels.native_blocks(
+        "mx", values, block_size, axis, (element.emax,), element, bounds=bounds
+    )
     if native is not None:
         return straight_through(x, native)
+    values = _bounded(values, bounds)
     blocks, dim = split_blocks(values, block_size, axis)
     amax = block_amax(blocks, dim)
     # A zero or subnormal amax reads an exponent of -127 and clamps to E8M0's smallest scale,
@@ -131,7 +145,9 @@ def mx_fake_quantize(x: Tensor, element: Element, block_size: int = 32, axis: in
     return straight_through(x, merge_blocks(quantized, values.shape, axis))
 
 
-def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int = -1) -> Tensor:
+def nvfp4_fake_quantize(
+    x: Tensor, amax: Tensor, block_size: int = 16, axis: int = -1, bounds: Bounds = None
+) -> Tensor:
     """NVFP4: E2M1 elements in blocks of 16 along `axis`; each block's scale block_amax / 6,
     divided by the per-tensor scale amax / (6 * 448), stored as FP8 E4M3; the per-tensor `amax`
     (shape ()) is given (calibrated for activations, max|w| for weights).
@@ -157,9 +173,12 @@ def nvfp4_fake_quantize(x: Tensor, amax: Tensor, block_size: int = 16, axis: int
             return scale.item(), (1.0 / scale).item(), float(tensor_amax > ZERO_AMAX)
 
         read = _per_tensor(("nvfp4", float(amax)), numbers)
-        native = kernels.native_blocks("nvfp4", values, block_size, axis, read, E2M1, E4M3)
+        native = kernels.native_blocks(
+            "nvfp4", values, block_size, axis, read, E2M1, E4M3, bounds=bounds
+        )
         if native is not None:
             return straight_through(x, native)
+    values = _bounded(values, bounds)
     amax = amax.detach().float().to(values.device).reshape(())
     tensor_scale = amax / NVFP4_TENSOR_RANGE
     blocks, dim = split_blocks(values, block_size, axis)
@@ -182,6 +201,7 @@ def group_int_fake_quantize(
     unsigned: bool = False,
     narrow_range: bool = False,
     scale_dtype: torch.dtype | None = torch.float16,
+    bounds: Bounds = None,
 ) -> Tensor:
     """Symmetric integer fake quantization with one scale per group of `group_size` consecutive
     values along `axis` (last partial group padded), amax = max|x| of the group, the same formula
@@ -203,12 +223,13 @@ def group_int_fake_quantize(
     if scale_dtype in (None, torch.float16):
         kind = "group_float32" if scale_dtype is None else "group_fp16"
         scale_element = None if scale_dtype is None else kernels.FP16
-        bounds = (float(low), float(high))
+        integers = (float(low), float(high))
         native = kernels.native_blocks(
-            kind, values, group_size, axis, (float(high),), None, scale_element, bounds
+            kind, values, group_size, axis, (float(high),), None, scale_element, integers, bounds
         )
         if native is not None:
             return straight_through(x, native)
+    values = _bounded(values, bounds)
     groups, dim = split_blocks(values, group_size, axis)
     amax = block_amax(groups, dim)
     if scale_dtype is None:

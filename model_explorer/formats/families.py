@@ -50,6 +50,7 @@ class IntFormat(FormatFamily):
         "num_bits; group_size: one FP16 scale per group of input channels (int4_g128: 4.125)"
     )
     qdq_takes = "per tensor, per channel; group-wise on weights"
+    takes_bounds = True
 
     def calibrated(self, options: IntOptions) -> bool:
         return options.group_size is None
@@ -106,7 +107,12 @@ class IntFormat(FormatFamily):
         return options
 
     def quantize(
-        self, x: Tensor, options: IntOptions, amax: Tensor | None, placement: Placement
+        self,
+        x: Tensor,
+        options: IntOptions,
+        amax: Tensor | None,
+        placement: Placement,
+        bounds: tuple[float, float] | None = None,
     ) -> Tensor:
         from model_explorer.formats import blocks, integer
 
@@ -118,6 +124,7 @@ class IntFormat(FormatFamily):
                 placement.unsigned,
                 placement.narrow_range,
                 placement.axis,
+                bounds=bounds,
             )
         return blocks.group_int_fake_quantize(
             x,
@@ -126,6 +133,7 @@ class IntFormat(FormatFamily):
             placement.block_axis,
             placement.unsigned,
             placement.narrow_range,
+            bounds=bounds,
         )
 
 
@@ -137,6 +145,7 @@ class _FP8(FormatFamily):
     element = ""
     reads_amax = True
     qdq_takes = ""
+    takes_bounds = True
 
     def bits(self, options: Any) -> float:
         return 8.0
@@ -144,11 +153,19 @@ class _FP8(FormatFamily):
     def element_bits(self, options: Any) -> int:
         return 8
 
-    def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
+    def quantize(
+        self,
+        x: Tensor,
+        options: Any,
+        amax: Tensor | None,
+        placement: Placement,
+        bounds: tuple[float, float] | None = None,
+    ) -> Tensor:
         from model_explorer.formats import blocks
 
         amax = _needs_amax(self.name, amax)
-        return blocks.fp8_fake_quantize(x, amax, ELEMENTS[self.element], placement.axis)
+        element = ELEMENTS[self.element]
+        return blocks.fp8_fake_quantize(x, amax, element, placement.axis, bounds=bounds)
 
     def modelopt(self, options: Any, placement: Placement) -> dict[str, Any]:
         return {"num_bits": modelopt_bits(self.element), "axis": placement.axis}
@@ -193,6 +210,7 @@ class MXFP6Options(MXOptions):
 class _MX(FormatFamily):
     """OCP Microscaling v1.0: dynamic power-of-two block scales, nothing calibrated."""
 
+    takes_bounds = True
     elements: tuple[str, ...] = ()
     # The element the family's name alone is spelt for (None: always spelt with its element).
     bare: str | None = None
@@ -220,11 +238,19 @@ class _MX(FormatFamily):
             return {"element": element}
         return None
 
-    def quantize(self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement):  # noqa: ANN201
+    def quantize(
+        self,
+        x: Tensor,
+        options: Any,
+        amax: Tensor | None,
+        placement: Placement,
+        bounds: tuple[float, float] | None = None,
+    ) -> Tensor:
         from model_explorer.formats import blocks
 
         element = ELEMENTS[self._element(options)]
-        return blocks.mx_fake_quantize(x, element, options.block_size, placement.block_axis)
+        size, axis = options.block_size, placement.block_axis
+        return blocks.mx_fake_quantize(x, element, size, axis, bounds=bounds)
 
     def modelopt(self, options: Any, placement: Placement) -> dict[str, Any]:
         element = self._element(options)
@@ -276,6 +302,7 @@ class NVFP4(FormatFamily):
         "from amax: 4.5 bits"
     )
     reads_amax = True
+    takes_bounds = True
 
     def bits(self, options: NVFP4Options) -> float:
         return 4 + BLOCK_SCALE_BITS / options.block_size
@@ -287,13 +314,19 @@ class NVFP4(FormatFamily):
         return self.name + (f"_b{options.block_size}" if options.block_size != 16 else "")
 
     def quantize(
-        self, x: Tensor, options: NVFP4Options, amax: Tensor | None, placement: Placement
+        self,
+        x: Tensor,
+        options: NVFP4Options,
+        amax: Tensor | None,
+        placement: Placement,
+        bounds: tuple[float, float] | None = None,
     ) -> Tensor:
         from model_explorer.formats import blocks
 
         amax = _needs_amax(self.name, amax)
         # One scale per tensor: a per-channel amax (a weight's) contributes its largest value.
-        return blocks.nvfp4_fake_quantize(x, amax.max(), options.block_size, placement.block_axis)
+        size, axis = options.block_size, placement.block_axis
+        return blocks.nvfp4_fake_quantize(x, amax.max(), size, axis, bounds=bounds)
 
     def modelopt(self, options: NVFP4Options, placement: Placement) -> dict[str, Any]:
         scale = modelopt_bits("e4m3")

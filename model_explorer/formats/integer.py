@@ -125,7 +125,9 @@ def channel_view(values: Tensor, dims: int, axis: int | None) -> Tensor:
     return values.reshape(shape)
 
 
-def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
+def apply_quantization(
+    x: Tensor, params: QuantParams, bounds: tuple[float, float] | None = None
+) -> Tensor:
     """Fake-quantize `x` with precomputed parameters.
 
     On CUDA, and whenever a gradient is needed, this is one fused ATen kernel. On the CPU
@@ -134,16 +136,23 @@ def apply_quantization(x: Tensor, params: QuantParams) -> Tensor:
     slower (measured: 9.3 ms vs 2.2 ms for 3.2 M values on 2 cores). Both give the formula's
     values up to float rounding. A contiguous float32 CPU tensor takes the same four steps as
     one pass of a C kernel (kernels.native_integer), with the same values bit for bit.
+    `bounds`: `x` clamped to (floor, ceiling) first, inside that pass where the kernel takes it.
     """
     dtype = x.dtype
     if dtype != torch.float32:
         x = x.float()
     axis = None if params.axis is None else params.axis % x.dim()
-    if x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad):
-        multiplier, divisor = params.multiplier, params.divisor
-        native = kernels.native_integer(x, multiplier, params.low, params.high, divisor, axis)
+    steps = x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad)
+    multiplier, divisor = params.multiplier, params.divisor
+    if steps:
+        native = kernels.native_integer(
+            x, multiplier, params.low, params.high, divisor, axis, bounds
+        )
         if native is not None:
             return native if dtype == torch.float32 else native.to(dtype)
+    if bounds is not None:
+        x = x.clamp(*bounds)
+    if steps:
         if axis is not None:
             multiplier = channel_view(multiplier, x.dim(), axis)
             divisor = channel_view(divisor, x.dim(), axis)
@@ -166,6 +175,9 @@ def fake_quantize(
     unsigned: bool = False,
     narrow_range: bool = False,
     axis: int | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Tensor:
-    """Fake-quantize `x` with per-tensor (`axis=None`, amax of shape ()) or per-channel amax."""
-    return apply_quantization(x, quant_params(amax, num_bits, unsigned, narrow_range, axis))
+    """Fake-quantize `x` with per-tensor (`axis=None`, amax of shape ()) or per-channel amax,
+    clamped to `bounds` first where given."""
+    params = quant_params(amax, num_bits, unsigned, narrow_range, axis)
+    return apply_quantization(x, params, bounds)

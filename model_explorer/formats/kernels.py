@@ -44,14 +44,23 @@ BLOCK_KINDS = ("mx", "nvfp4", "group_fp16", "group_float32")
 # FP16, in which group-wise INT stores its scales: rounded as an element type.
 FP16 = Element("fp16", 16, 5, 10, 65504.0, 15)
 
+# The input's bounds where a kernel takes none (Bounds below): every value as it is.
+UNBOUNDED = (-math.inf, math.inf)
+# A kernel's input bounds: (floor, ceiling), which it clamps its values to first, as an
+# activation before it would (quantization/elision.py); None or UNBOUNDED for none.
+Bounds = tuple[float, float] | None
+
 _POINTER, _SIZE, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+_BOUNDS = [_FLOAT, _FLOAT]  # every kernel's last two arguments: the input's floor and ceiling
+_INTEGER = [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _FLOAT, _FLOAT, *_BOUNDS]
+_SCALED = [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _POINTER, *_BOUNDS]
 _SIGNATURES = {
-    "integer": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _FLOAT, _FLOAT],
-    "scaled": [_POINTER, _POINTER, _SIZE, _SIZE, _SIZE, _SIZE, _POINTER, _POINTER, _POINTER],
-    "integer_rows": [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _FLOAT, _FLOAT],
-    "scaled_rows": [_POINTER, _POINTER, *[_SIZE] * 4, _POINTER, _POINTER, _POINTER],
+    "integer": _INTEGER,
+    "scaled": _SCALED,
+    "integer_rows": _INTEGER,
+    "scaled_rows": _SCALED,
     **{
-        kind: [_POINTER, _POINTER, *[_SIZE] * 5, _POINTER, _POINTER, _POINTER, _FLOAT, _FLOAT]
+        kind: [_POINTER, _POINTER, *[_SIZE] * 5, *[_POINTER] * 3, _FLOAT, _FLOAT, *_BOUNDS]
         for kind in BLOCK_KINDS
     },
 }
@@ -115,28 +124,42 @@ def _run(function: Any, n: int, rows: int, head: tuple, tail: tuple) -> None:
 
 
 def native_integer(
-    x: Tensor, multiplier: Tensor, low: int, high: int, divisor: Tensor, axis: int | None
+    x: Tensor,
+    multiplier: Tensor,
+    low: int,
+    high: int,
+    divisor: Tensor,
+    axis: int | None,
+    bounds: Bounds = None,
 ) -> Tensor | None:
     """`(x * multiplier).round().clamp(low, high).div(divisor)`, multiplier and divisor per
-    tensor, or per channel along `axis`; the result in the strides of `x`, as the eager steps'."""
-    return _elementwise("integer", x, multiplier, divisor, axis, (float(low), float(high)))
+    tensor, or per channel along `axis`; the result in the strides of `x`, as the eager steps';
+    `x` clamped to `bounds` first."""
+    tail = (float(low), float(high), *(bounds or UNBOUNDED))
+    return _elementwise("integer", x, multiplier, divisor, axis, tail)
 
 
 def native_scaled(
-    x: Tensor, scale: Tensor, inverse: Tensor, element: Element, axis: int | None
+    x: Tensor,
+    scale: Tensor,
+    inverse: Tensor,
+    element: Element,
+    axis: int | None,
+    bounds: Bounds = None,
 ) -> Tensor | None:
-    """Scaled FP8's `cast_element(x * scale, element) * inverse`, per tensor or per channel."""
+    """Scaled FP8's `cast_element(x * scale, element) * inverse`, per tensor or per channel,
+    `x` clamped to `bounds` first."""
     numbers = ctypes.addressof(element_numbers(element))
-    return _elementwise("scaled", x, scale, inverse, axis, (numbers,))
+    return _elementwise("scaled", x, scale, inverse, axis, (numbers, *(bounds or UNBOUNDED)))
 
 
 def _elementwise(
     kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
 ) -> Tensor | None:
-    """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel:
-    in the memory of a contiguous or, per tensor, dense `x`, the result in its strides; per
-    tensor, a slice of the last axis as rows with gaps (`_rows_with_gaps`), the result
-    contiguous, as the eager steps' results are."""
+    """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel,
+    `tail` its last arguments: in the memory of a contiguous or, per tensor, dense `x`, the
+    result in its strides; per tensor, a slice of the last axis as rows with gaps
+    (`_rows_with_gaps`), the result contiguous, as the eager steps' results are."""
     if not takes(x):
         return None
     rows = None
@@ -186,14 +209,15 @@ def native_blocks(
     numbers: tuple[float, ...],
     element: Element | None = None,
     scale_element: Element | None = None,
-    bounds: tuple[float, float] = (0.0, 0.0),
+    integers: tuple[float, float] = (0.0, 0.0),
+    bounds: Bounds = None,
 ) -> Tensor | None:
     """A block format (`kind`, one of BLOCK_KINDS) on `x` with blocks of `block_size` values
     along `axis` (an axis no longer than a block is one block; a last partial block holds what
     is left, as blocks.py pads it with zeros); `numbers` are its kernel's (MX: emax; NVFP4: the
     tensor scale, its reciprocal and 1 where the tensor's amax is usable; group-wise INT: the
-    largest integer), `bounds` the integers' (group-wise INT). The result is contiguous, as the
-    eager steps' is; `x` is made so first."""
+    largest integer), `integers` the integers' bounds (group-wise INT), `bounds` the input's.
+    The result is contiguous, as the eager steps' is; `x` is made so first."""
     if not takes(x) or x.dim() == 0 or x.numel() == 0:
         return None
     function = _function(kind)
@@ -210,7 +234,8 @@ def native_blocks(
         ctypes.addressof(element_numbers(chosen)) if chosen is not None else None
         for chosen in (scale_element, element)
     ]
-    tail = (length, block, inner, ctypes.addressof(parameters), *elements, *bounds)
+    tail = (length, block, inner, ctypes.addressof(parameters), *elements, *integers)
+    tail += bounds or UNBOUNDED
     _run(function, x.numel(), rows, (x.data_ptr(), out.data_ptr()), tail)
     return out
 

@@ -49,14 +49,17 @@ class FormatFamily:
     `reads_amax`: reads an amax (per tensor or per channel) from calibration (inputs) or from
     the weight; block formats with dynamic scales read none. `description` is for `list`.
     `qdq_takes`: what of the family ONNX's QDQ form holds, as refusals list it ("": all of it,
-    None: none). A family without `modelopt` or `qdq_form` of its own has no such form, and
-    the writers refuse it in one sentence.
+    None: none). `takes_bounds`: `quantize` takes `bounds`, (floor, ceiling) to clamp the input
+    to first, into its own pass (an activation it takes over, quantization/elision.py); a family
+    without it is handed the input clamped by torch. A family without `modelopt` or
+    `qdq_form` of its own has no such form, and the writers refuse it in one sentence.
     """
 
     name: str = ""
     description: str = ""
     reads_amax: bool = False
     qdq_takes: str | None = None
+    takes_bounds: bool = False
 
     def calibrated(self, options: Any) -> bool:
         """Whether a quantizer in this format reads an amax."""
@@ -158,8 +161,20 @@ class QuantFormat:
         stay bit-identical (quantization/quantizer.py runs it with cached parameters)."""
         return self.entry.classic(self.options)
 
-    def quantize(self, x: Tensor, amax: Tensor | None, placement: Placement) -> Tensor:
-        return self.entry.quantize(x, self.options, amax, placement)
+    def quantize(
+        self,
+        x: Tensor,
+        amax: Tensor | None,
+        placement: Placement,
+        bounds: tuple[float, float] | None = None,
+    ) -> Tensor:
+        """`x` fake-quantized, clamped to `bounds` (floor, ceiling) first where given."""
+        entry = self.entry
+        if bounds is None:
+            return entry.quantize(x, self.options, amax, placement)
+        if not entry.takes_bounds:
+            return entry.quantize(x.clamp(*bounds), self.options, amax, placement)
+        return entry.quantize(x, self.options, amax, placement, bounds=bounds)
 
     def modelopt(self, placement: Placement) -> dict[str, Any] | None:
         return self.entry.modelopt(self.options, placement)

@@ -6,7 +6,12 @@
    to even, in float32, with a multiplier and a divisor per channel (channel c = i / inner %
    channels of a contiguous tensor; one channel: per tensor). As ATen's eager clamp: a NaN
    passes, and so does -0.0 at a bound of 0. Products, divisions and roundings, no sum: no
-   fused multiply-add can change a value. */
+   fused multiply-add can change a value.
+
+   Every kernel first bounds its input to [floor, ceiling] (-Inf and +Inf: unchanged), as
+   torch.clamp would (a NaN passes): a ReLU's or ReLU6's pass that the kernel takes over
+   (quantization/elision.py). Each loop is specialised to bounds or none (`bound`, a constant
+   where it is inlined): the two steps cost 5-13% of a pass where there are none. */
 #include <math.h>
 #include <stdint.h>
 
@@ -16,12 +21,29 @@
 #define CLONES
 #endif
 
+/* v within [floor, ceiling] where `bound`, in two steps, each a vector min or max (a NaN
+   passes both) */
+static inline __attribute__((always_inline)) float bounded(float v, float floor, float ceiling,
+                                                           int bound)
+{
+    if (!bound)
+        return v;
+    v = v > ceiling ? ceiling : v;
+    return v < floor ? floor : v;
+}
+
+/* Whether [floor, ceiling] bounds anything (the loops' `bound`). */
+static inline __attribute__((always_inline)) int bounds(float floor, float ceiling)
+{
+    return !(floor == -INFINITY && ceiling == INFINITY);
+}
+
 static inline __attribute__((always_inline)) void
 run(const float *restrict x, float *restrict out, int64_t n, float multiplier, float divisor,
-    float low, float high)
+    float low, float high, float floor, float ceiling, int bound)
 {
     for (int64_t i = 0; i < n; i++) {
-        const float r = nearbyintf(x[i] * multiplier);
+        const float r = nearbyintf(bounded(x[i], floor, ceiling, bound) * multiplier);
         const float below = r > high ? high : r; /* a min, then a max: both in vectors */
         out[i] = (below < low ? low : below) / divisor;
     }
@@ -41,11 +63,16 @@ channel_span(int64_t i, int64_t end, int64_t channels, int64_t inner, int64_t *c
 CLONES
 int fake_quantize_integer(const float *x, float *out, int64_t start, int64_t end,
                           int64_t channels, int64_t inner, const float *multiplier,
-                          const float *divisor, float low, float high)
+                          const float *divisor, float low, float high, float floor,
+                          float ceiling)
 {
+    const int bound = bounds(floor, ceiling);
     for (int64_t i = start, c, last; i < end; i = last) {
         last = channel_span(i, end, channels, inner, &c);
-        run(x + i, out + i, last - i, multiplier[c], divisor[c], low, high);
+        if (bound)
+            run(x + i, out + i, last - i, multiplier[c], divisor[c], low, high, floor, ceiling, 1);
+        else
+            run(x + i, out + i, last - i, multiplier[c], divisor[c], low, high, floor, ceiling, 0);
     }
     return 0;
 }
@@ -118,25 +145,39 @@ INLINE uint32_t max_u32(uint32_t a, uint32_t b)
 }
 
 INLINE void scaled_run(const float *restrict x, float *restrict out, int64_t n, float scale,
-                       float inverse, element e, int integer)
+                       float inverse, element e, int integer, float floor, float ceiling,
+                       int bound)
 {
     for (int64_t j = 0; j < n; j++)
-        out[j] = cast(x[j] * scale, e, integer) * inverse;
+        out[j] = cast(bounded(x[j], floor, ceiling, bound) * scale, e, integer) * inverse;
+}
+
+/* scaled_run specialised: an integer element or a minifloat, bounds or none. */
+INLINE void scaled_any(const float *restrict x, float *restrict out, int64_t n, float scale,
+                       float inverse, element e, float floor, float ceiling)
+{
+    const int integer = e.integer_step != 0.0f, bound = bounds(floor, ceiling);
+    if (integer && bound)
+        scaled_run(x, out, n, scale, inverse, e, 1, floor, ceiling, 1);
+    else if (integer)
+        scaled_run(x, out, n, scale, inverse, e, 1, floor, ceiling, 0);
+    else if (bound)
+        scaled_run(x, out, n, scale, inverse, e, 0, floor, ceiling, 1);
+    else
+        scaled_run(x, out, n, scale, inverse, e, 0, floor, ceiling, 0);
 }
 
 /* Scaled FP8 (or any element): out = cast(x * scale) * inverse, per tensor or per channel as
    the integer format. Values [start, end). Returns 0. */
 CLONES
 int fake_quantize_scaled(const float *x, float *out, int64_t start, int64_t end, int64_t channels,
-                         int64_t inner, const float *scale, const float *inverse, const float *e)
+                         int64_t inner, const float *scale, const float *inverse, const float *e,
+                         float floor, float ceiling)
 {
     const element el = read_element(e);
     for (int64_t i = start, c, last; i < end; i = last) {
         last = channel_span(i, end, channels, inner, &c);
-        if (el.integer_step != 0.0f)
-            scaled_run(x + i, out + i, last - i, scale[c], inverse[c], el, 1);
-        else
-            scaled_run(x + i, out + i, last - i, scale[c], inverse[c], el, 0);
+        scaled_any(x + i, out + i, last - i, scale[c], inverse[c], el, floor, ceiling);
     }
     return 0;
 }
@@ -151,12 +192,12 @@ enum { MX, NVFP4, GROUP_FP16, GROUP_FLOAT32 };
 
 /* What a block format reads besides the values: p (MX {emax}; NVFP4 {tensor scale, its
    reciprocal, 1 where the tensor's amax is usable}; group-wise INT {largest integer}), the
-   element, the block scale's element (NVFP4's E4M3, group-wise INT's FP16) and the integers'
-   bounds. */
+   element, the block scale's element (NVFP4's E4M3, group-wise INT's FP16), the integers'
+   bounds and the input's. */
 typedef struct {
     float p0, p1, p2;
     element e, scale_element;
-    float low, high;
+    float low, high, floor, ceiling;
 } format;
 
 /* A block's two numbers from its amax: MX and NVFP4 multiply its values by `first`, cast them
@@ -189,9 +230,10 @@ INLINE void block_numbers(int kind, float amax, const format *f, float *first, f
     }
 }
 
-INLINE float block_value(int kind, int integer, float v, float first, float second,
+INLINE float block_value(int kind, int integer, int bound, float v, float first, float second,
                          const format *f)
 {
+    v = bounded(v, f->floor, f->ceiling, bound);
     if (kind == MX || kind == NVFP4)
         return cast(v * first, f->e, integer) * second;
     const float r = nearbyintf(kind == GROUP_FP16 ? v / first : v * first);
@@ -205,7 +247,8 @@ INLINE float block_value(int kind, int integer, float v, float first, float seco
    values along `length` (the last one shorter where `length` is not a multiple): row r is
    block r % blocks of outer slice r / blocks, `inner` positions wide, each position's block
    scaled on its own; rows follow each other in memory. */
-INLINE void blocks_run(int kind, int integer, const float *restrict x, float *restrict out,
+INLINE void blocks_run(int kind, int integer, int bound, const float *restrict x,
+                       float *restrict out,
                        int64_t start, int64_t end, int64_t length, int64_t block, int64_t inner,
                        const format *f)
 {
@@ -223,31 +266,34 @@ INLINE void blocks_run(int kind, int integer, const float *restrict x, float *re
                 amax[i] = 0;
             for (int64_t k = 0; k < count; k++)
                 for (int64_t i = 0; i < width; i++)
-                    amax[i] = max_u32(amax[i], magnitude(xs[k * inner + i]));
+                    amax[i] = max_u32(amax[i], magnitude(bounded(xs[k * inner + i], f->floor,
+                                                                 f->ceiling, bound)));
             for (int64_t i = 0; i < width; i++)
                 block_numbers(kind, bits_float(amax[i]), f, &first[i], &second[i]);
             for (int64_t k = 0; k < count; k++)
                 for (int64_t i = 0; i < width; i++)
                     outs[k * inner + i] =
-                        block_value(kind, integer, xs[k * inner + i], first[i], second[i], f);
+                        block_value(kind, integer, bound, xs[k * inner + i], first[i], second[i],
+                                    f);
         }
         offset += count * inner;
         b = b == blocks - 1 ? 0 : b + 1;
     }
 }
 
-INLINE uint32_t run_amax(const float *restrict xs, int64_t count)
+INLINE uint32_t run_amax(const float *restrict xs, int64_t count, const format *f, int bound)
 {
     uint32_t amax = 0;
     for (int64_t k = 0; k < count; k++)
-        amax = max_u32(amax, magnitude(xs[k]));
+        amax = max_u32(amax, magnitude(bounded(xs[k], f->floor, f->ceiling, bound)));
     return amax;
 }
 
 /* blocks_run where blocks are consecutive values (inner 1), CHUNK blocks at a time: their
    amax, then their numbers (one vector pass across blocks), then their values. `fixed` is
    `block` as a constant (16, 32) where it is one, so that a whole block's loops unroll. */
-INLINE void blocks_run_last(int kind, int integer, const float *restrict x, float *restrict out,
+INLINE void blocks_run_last(int kind, int integer, int bound, const float *restrict x,
+                            float *restrict out,
                             int64_t start, int64_t end, int64_t length, int64_t block,
                             int64_t fixed, const format *f)
 {
@@ -266,8 +312,8 @@ INLINE void blocks_run_last(int kind, int integer, const float *restrict x, floa
             b = b == blocks - 1 ? 0 : b + 1;
         }
         for (int64_t j = 0; j < n; j++)
-            amax[j] = counts[j] == size ? run_amax(x + offsets[j], size)
-                                        : run_amax(x + offsets[j], counts[j]);
+            amax[j] = counts[j] == size ? run_amax(x + offsets[j], size, f, bound)
+                                        : run_amax(x + offsets[j], counts[j], f, bound);
         for (int64_t j = 0; j < n; j++)
             block_numbers(kind, bits_float(amax[j]), f, &first[j], &second[j]);
         for (int64_t j = 0; j < n; j++) {
@@ -275,48 +321,73 @@ INLINE void blocks_run_last(int kind, int integer, const float *restrict x, floa
             float *restrict outs = out + offsets[j];
             if (counts[j] == size)
                 for (int64_t k = 0; k < size; k++)
-                    outs[k] = block_value(kind, integer, xs[k], first[j], second[j], f);
+                    outs[k] = block_value(kind, integer, bound, xs[k], first[j], second[j], f);
             else
                 for (int64_t k = 0; k < counts[j]; k++)
-                    outs[k] = block_value(kind, integer, xs[k], first[j], second[j], f);
+                    outs[k] = block_value(kind, integer, bound, xs[k], first[j], second[j], f);
         }
         r += n;
     }
 }
 
+/* blocks_run or blocks_run_last, specialised to the element and the block, and blocks_run
+   (blocks across an activation's channels) to `bound`. blocks_run_last clamps in any case:
+   its loops are many (their instances with and without bounds tripled the compile, to 38 s),
+   and the two steps cost them some 8% of a pass. */
+INLINE void blocks_any(int kind, int integer, int bound, const float *x, float *out,
+                       int64_t start, int64_t end, int64_t length, int64_t block, int64_t inner,
+                       const format *f)
+{
+    if (inner > 1 && integer && bound)
+        blocks_run(kind, 1, 1, x, out, start, end, length, block, inner, f);
+    else if (inner > 1 && integer)
+        blocks_run(kind, 1, 0, x, out, start, end, length, block, inner, f);
+    else if (inner > 1 && bound)
+        blocks_run(kind, 0, 1, x, out, start, end, length, block, inner, f);
+    else if (inner > 1)
+        blocks_run(kind, 0, 0, x, out, start, end, length, block, inner, f);
+    else if (integer) /* MX's INT8: blocks of 32 */
+        blocks_run_last(kind, 1, 1, x, out, start, end, length, block, block == 32 ? 32 : 0, f);
+    else if (block == 32)
+        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 32, f);
+    else if (block == 16)
+        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 16, f);
+    else
+        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 0, f);
+}
+
 INLINE int blocks_kind(int kind, const float *x, float *out, int64_t start, int64_t end,
                        int64_t length, int64_t block, int64_t inner, const float *p,
-                       const float *scale_element, const float *e, float low, float high)
+                       const float *scale_element, const float *e, float low, float high,
+                       float floor, float ceiling)
 {
     static const float none[5] = {0};
-    const format f = {p[0], p[1], p[2], read_element(e ? e : none),
-                      read_element(scale_element ? scale_element : none), low, high};
+    const format f = {p[0],
+                      p[1],
+                      p[2],
+                      read_element(e ? e : none),
+                      read_element(scale_element ? scale_element : none),
+                      low,
+                      high,
+                      floor,
+                      ceiling};
     const int integer = e != 0 && e[3] != 0.0f;
-    if (inner > 1 && integer)
-        blocks_run(kind, 1, x, out, start, end, length, block, inner, &f);
-    else if (inner > 1)
-        blocks_run(kind, 0, x, out, start, end, length, block, inner, &f);
-    else if (integer) /* MX's INT8: blocks of 32 */
-        blocks_run_last(kind, 1, x, out, start, end, length, block, block == 32 ? 32 : 0, &f);
-    else if (block == 32)
-        blocks_run_last(kind, 0, x, out, start, end, length, block, 32, &f);
-    else if (block == 16)
-        blocks_run_last(kind, 0, x, out, start, end, length, block, 16, &f);
-    else
-        blocks_run_last(kind, 0, x, out, start, end, length, block, 0, &f);
+    blocks_any(kind, integer, bounds(floor, ceiling), x, out, start, end, length, block, inner,
+               &f);
     return 0;
 }
 
 /* Each block format's function: block rows [start, end) of x into out (see blocks_run);
    `e` the element (MX, NVFP4), `scale_element` the block scale's (NVFP4: E4M3; group-wise INT
-   with FP16 scales: FP16), low and high the integers' bounds (group-wise INT). Returns 0. */
+   with FP16 scales: FP16), low and high the integers' bounds (group-wise INT), floor and
+   ceiling the input's. Returns 0. */
 #define BLOCK_FORMAT(name, kind)                                                                  \
     CLONES int name(const float *x, float *out, int64_t start, int64_t end, int64_t length,      \
                     int64_t block, int64_t inner, const float *p, const float *scale_element,    \
-                    const float *e, float low, float high)                                        \
+                    const float *e, float low, float high, float floor, float ceiling)            \
     {                                                                                             \
         return blocks_kind(kind, x, out, start, end, length, block, inner, p, scale_element, e,  \
-                           low, high);                                                            \
+                           low, high, floor, ceiling);                                            \
     }
 
 BLOCK_FORMAT(fake_quantize_mx, MX)
@@ -330,24 +401,27 @@ BLOCK_FORMAT(fake_quantize_group_float32, GROUP_FLOAT32)
 CLONES
 int fake_quantize_integer_rows(const float *x, float *out, int64_t start, int64_t end,
                                int64_t length, int64_t stride, const float *multiplier,
-                               const float *divisor, float low, float high)
+                               const float *divisor, float low, float high, float floor,
+                               float ceiling)
 {
     for (int64_t r = start; r < end; r++)
-        run(x + r * stride, out + r * length, length, multiplier[0], divisor[0], low, high);
+        if (bounds(floor, ceiling))
+            run(x + r * stride, out + r * length, length, multiplier[0], divisor[0], low, high,
+                floor, ceiling, 1);
+        else
+            run(x + r * stride, out + r * length, length, multiplier[0], divisor[0], low, high,
+                floor, ceiling, 0);
     return 0;
 }
 
 CLONES
 int fake_quantize_scaled_rows(const float *x, float *out, int64_t start, int64_t end,
                               int64_t length, int64_t stride, const float *scale,
-                              const float *inverse, const float *e)
+                              const float *inverse, const float *e, float floor, float ceiling)
 {
     const element el = read_element(e);
-    for (int64_t r = start; r < end; r++) {
-        if (el.integer_step != 0.0f)
-            scaled_run(x + r * stride, out + r * length, length, scale[0], inverse[0], el, 1);
-        else
-            scaled_run(x + r * stride, out + r * length, length, scale[0], inverse[0], el, 0);
-    }
+    for (int64_t r = start; r < end; r++)
+        scaled_any(x + r * stride, out + r * length, length, scale[0], inverse[0], el, floor,
+                   ceiling);
     return 0;
 }

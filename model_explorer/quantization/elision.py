@@ -1,14 +1,18 @@
-"""Activations a candidate's quantizers make redundant, skipped while the candidate is scored.
+"""Activations a candidate's quantizers take over, skipped while the candidate is scored.
 
 An unsigned integer input quantizer clamps its levels to [0, amax]: Q(relu(x)) = Q(x) for every
 x, and Q(relu6(x)) = Q(x) where amax <= 6 (values above amax become amax either way; an Inf or
-NaN too). Both commute with reshaping views (the values moved about). Where a ReLU or ReLU6
-call's output is read by nothing but such quantizers (the inputs of quantized layers, dense,
-directly or through views, with nothing else taking the activation), the call is a pass over
-the activation whose result no product sees: `ActivationElision.applied` skips those calls
-while a search scores a candidate. Only the sign of zeros can differ (a negative value rounds
-to -0 where the activation gave +0), which no product or sum tells apart, so scores are
-unchanged.
+NaN too). Any other quantizer takes the activation's clamp into its own pass: given `bounds`
+(0, 6) or (0, Inf), its kernel clamps each value as it reads it (TensorQuantizer.bounds,
+formats/kernels.py), the activation's values exactly, so that its Q(x) is Q(relu6(x)). Both
+commute with reshaping views (the values moved about). Where a ReLU or ReLU6 call's output is
+read by nothing but input quantizers (the inputs of quantized layers, dense, directly or
+through views, with nothing else taking the activation), the call is a pass over the
+activation that the quantizers make or take over: `ActivationElision.applied` skips those calls
+while a search scores a candidate. A quantizer given bounds reads nothing else: its layer is
+called once in the trace (a layer called twice would clamp its other input too). Only the sign
+of zeros can differ (a negative value rounds to -0 where the activation gave +0), which no
+product or sum tells apart, so scores are unchanged.
 
 Max pooling commutes with both too, yet an activation before one is kept: torch's pooling
 compares value by value, and on values the activation left signed it took 10% longer (1,222
@@ -22,9 +26,10 @@ the transformed layers and the activations as leaves, once per model; a model fx
 keeps every activation, and so does a subclass of ReLU or ReLU6 (its forward may do more). A
 module called more than once (a ReLU shared within a residual block) is skipped call by call,
 its calls counted within each forward pass. Whether a call is skipped is decided per candidate,
-when scoring starts, from the quantizers it then has: enabled, the integer format, unsigned and
-symmetric, amax above zero and (after a ReLU6) at most 6, and no sparsifier in the layer, which
-reads the activation's magnitudes.
+when scoring starts, from the quantizers it then has: enabled, and no sparsifier in the layer,
+which reads the activation's magnitudes; a quantizer of the integer format, unsigned and
+symmetric, with amax above zero and (after a ReLU6) at most 6, clamps as the activation does,
+any other is given the bounds for as long as the candidate is scored.
 """
 
 from __future__ import annotations
@@ -56,11 +61,15 @@ class Site:
     """One activation module: per call in a forward pass, the layers reading its output (None
     for a call something else reads too), whether the call is skipped, and the calls counted
     in the pass running (`live`: skipping, else counting only); `sizes`: each call's values in
-    the first pass counted."""
+    the first pass counted; `repeated`: the modules (by id) called more than once in the trace:
+    a transformed layer among them is given no bounds."""
 
     module: nn.Module
     readers: list[list[TransformedLayer] | None]
+    repeated: frozenset[int] = frozenset()
     skipped: list[bool] = field(default_factory=list)
+    # The quantizers given bounds while the calls are skipped, with their bounds.
+    bounds: list[tuple[TensorQuantizer, tuple[float, float]]] = field(default_factory=list)
     count: int = 0
     live: bool = False
     sizes: list[int] = field(default_factory=list)
@@ -96,11 +105,14 @@ def dataflow(model: nn.Module) -> list[Site] | None:
         return None
     calls: dict[nn.Module, list[Any]] = {}  # each activation's calls, by module
     hidden: set[int] = set()  # modules inside a leaf the trace called: their calls are unseen
+    called: set[int] = set()
+    repeated: set[int] = set()
     for node in graph.nodes:
         if node.op != "call_module":
             continue
         module = model.get_submodule(node.target)
         hidden.update(id(child) for child in module.modules() if child is not module)
+        (repeated if id(module) in called else called).add(id(module))
         if type(module) in ELIDABLE:
             calls.setdefault(module, []).append(node)
     sites = []
@@ -109,7 +121,7 @@ def dataflow(model: nn.Module) -> list[Site] | None:
             continue  # called inside a leaf too: its calls cannot be counted from the trace
         readers = [_readers(model, node, module) for node in nodes]
         if any(entry is not None for entry in readers):
-            sites.append(Site(module, readers))
+            sites.append(Site(module, readers, frozenset(repeated)))
     return sites
 
 
@@ -184,20 +196,65 @@ def _passes(model: nn.Module, user: Any, value: Any) -> bool:
     return user.op == "call_method" and user.target in _PASSING_METHODS
 
 
-def _clamps(layer: TransformedLayer, ceiling: float) -> bool:
-    """Whether the layer's input quantizer, as set now, clamps to [0, amax] with amax <=
-    `ceiling` (and above zero), the product reading nothing else of the input."""
+# What `_taking_over` answers for a quantizer that cannot stand in for the activation.
+KEPT = False
+
+
+def _taking_over(
+    layer: TransformedLayer, ceiling: float, once: bool
+) -> tuple[float, float] | None | bool:
+    """How the layer's input quantizer, as set now, stands in for an activation clamping to
+    [0, `ceiling`]: None where it clamps so itself, else the bounds to give it where it is
+    enabled and its layer called once (`once`), else KEPT; the product reading nothing else of
+    the input."""
     quantizer = layer.input_quantizer
     if type(layer.sparsifier) is not Dense:
-        return False
+        return KEPT
     if not isinstance(quantizer, TensorQuantizer) or isinstance(quantizer, WeightQuantizer):
-        return False
-    if quantizer.calibrating or not quantizer.enabled or quantizer.asymmetric:
-        return False
-    if quantizer._format is not None or not quantizer.unsigned or quantizer.amax is None:
+        return KEPT
+    if quantizer.calibrating or not quantizer.enabled:
+        return KEPT
+    if _clamps(quantizer, ceiling):
+        return None
+    return (0.0, ceiling) if once else KEPT
+
+
+def _clamps(quantizer: TensorQuantizer, ceiling: float) -> bool:
+    """Whether the quantizer clamps to [0, amax] with amax <= `ceiling` (and above zero)."""
+    if quantizer.asymmetric or quantizer._format is not None or not quantizer.unsigned:
         return False
     amax = quantizer.amax
+    if amax is None:
+        return False
     return bool(amax.min() > ZERO_AMAX) and bool(amax.max() <= ceiling)
+
+
+def _decide(site: Site) -> None:
+    """Which of the site's calls are skipped (`skipped`) and which quantizers then take bounds
+    (`bounds`), from the quantizers' settings now."""
+    ceiling = ELIDABLE[type(site.module)]
+    site.skipped, site.bounds = [], []
+    for readers in site.readers:
+        answers = [
+            _taking_over(layer, ceiling, id(layer) not in site.repeated) for layer in readers or ()
+        ]
+        skipped = readers is not None and all(answer is not KEPT for answer in answers)
+        site.skipped.append(skipped)
+        if skipped:
+            site.bounds += [
+                (layer.input_quantizer, answer)
+                for layer, answer in zip(readers, answers, strict=True)
+                if isinstance(answer, tuple)
+            ]
+
+
+def _bind(sites: list[Site]) -> None:
+    """The bounds of every live site's skipped calls given to their quantizers, the others'
+    taken back: a quantizer clamps only while the activation before it is skipped, which is
+    once the trace is confirmed."""
+    for site in sites:
+        for quantizer, bounds in site.bounds:
+            quantizer.bounds = bounds if site.live else None
 
 
 class ActivationElision:
@@ -229,19 +286,16 @@ class ActivationElision:
 
     @contextmanager
     def applied(self) -> Iterator[int]:
-        """Skip, until the block ends, every call whose readers all clamp as the activation
-        does with their current settings, once the trace is confirmed (`verified`) and where
-        those calls hold `smallest` values a pass or more; yields how many calls per forward
-        pass are skipped (before the first pass is counted: would be)."""
+        """Skip, until the block ends, every call whose readers all stand in for the activation
+        with their current settings (`_taking_over`), once the trace is confirmed (`verified`)
+        and where those calls hold `smallest` values a pass or more; yields how many calls per
+        forward pass are skipped (before the first pass is counted: would be). The readers
+        that need bounds have them while calls are skipped."""
         sites = self.sites if self.enabled and self.verified is not False else []
         if self.verified and self._values(sites, every=True) < self.smallest:
             sites = []  # too few values even were every call skipped: no quantizer asked
         for site in sites:
-            ceiling = ELIDABLE[type(site.module)]
-            site.skipped = [
-                readers is not None and all(_clamps(layer, ceiling) for layer in readers)
-                for readers in site.readers
-            ]
+            _decide(site)
         if self.verified and self._values(sites) < self.smallest:
             sites = []
         # The first pass counts them all.
@@ -252,6 +306,7 @@ class ActivationElision:
         for site in active:
             site.count, site.live = 0, bool(self.verified)
             site.module.forward = site.forward  # the instance's, over its class's
+        _bind(active)
         hooks = [
             self.model.register_forward_pre_hook(lambda *_: self._start(active)),
             self.model.register_forward_hook(lambda *_: self._check(active)),
@@ -264,6 +319,7 @@ class ActivationElision:
             for site in active:
                 del site.module.forward
                 site.live = False
+            _bind(active)
 
     @staticmethod
     def _values(sites: list[Site], every: bool = False) -> int:
@@ -287,6 +343,7 @@ class ActivationElision:
             large = self._values(active) >= self.smallest
             for site in active:
                 site.live = agrees and large
+            _bind(active)
             if not agrees:
                 log.debug("activations kept: the forward pass did not make the traced calls")
         elif self.verified and not agrees:

@@ -45,6 +45,10 @@ class TensorQuantizer(Opaque, nn.Module):
         asymmetric: a zero point: 2**num_bits levels over the calibrated range [low, high]
             (per tensor; the calibrator chooses the range for each width, `unsigned` is moot).
         enabled: false passes tensors through untouched.
+
+    `bounds` (floor, ceiling), None unless set: the tensors are clamped to it first, inside the
+    quantization's own pass where the format's kernel takes it (the activation before the layer,
+    skipped while a search scores a candidate: elision.py).
         calibrator: what collects amax in calibration mode; the max of |x| along `axis` when
             None.
     """
@@ -76,6 +80,7 @@ class TensorQuantizer(Opaque, nn.Module):
         # Another format than the integer one at `_num_bits` (None: the integer format).
         self._format: QuantFormat | None = None
         self.block_axis = -1
+        self.bounds: tuple[float, float] | None = None
         # Parameters per (bits, signedness, range, axis), valid until amax is set anew: with a
         # calibrator the amax of each width is fixed, so switching widths back and forth during
         # a search costs nothing after the first time.
@@ -236,13 +241,14 @@ class TensorQuantizer(Opaque, nn.Module):
     def quantize(self, x: Tensor) -> Tensor:
         """Fake-quantize `x` (or, in calibration mode, feed the calibrator and pass it on)."""
         if self.calibrating:
+            x = x if self.bounds is None else x.clamp(*self.bounds)
             self.calibrator.collect(x)
             return x
         if not self.enabled:
-            return x
+            return x if self.bounds is None else x.clamp(*self.bounds)
         if self._format is None:
-            return apply_quantization(x, self.params())
-        return self._format.quantize(x, self.format_amax(), self.placement)
+            return apply_quantization(x, self.params(), self.bounds)
+        return self._format.quantize(x, self.format_amax(), self.placement, self.bounds)
 
     def format_amax(self) -> Tensor | None:
         """The amax another format reads (None for formats with dynamic scales only): a

@@ -34,8 +34,8 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     for name in KERNELS:
         original = getattr(kernels, name)
 
-        def counted(*args: object, _original=original) -> torch.Tensor | None:  # noqa: ANN001
-            out = _original(*args)
+        def counted(*args: object, _original=original, **kwargs: object) -> torch.Tensor | None:  # noqa: ANN001
+            out = _original(*args, **kwargs)
             calls.append(out is not None)
             return out
 
@@ -262,3 +262,55 @@ def test_the_integer_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
     assert taken[:5] == [True, False, True, False, False]
     doubled = x * 2
     assert same_bits(traced(doubled), numpy_formula(doubled, params))
+
+
+# Each format's function with `bounds`, on the layouts its kernels take: per tensor, per
+# channel, rows with gaps (a slice of the last axis), blocks along the channels and the rows.
+BOUNDED = {
+    "int8 per tensor": lambda x, b: apply_quantization(x, quant_params(torch.tensor(2.5), 8), b),
+    "uint4 per channel": lambda x, b: apply_quantization(
+        x, quant_params(torch.linspace(0.5, 9, x.shape[1]), 4, unsigned=True, axis=1), b
+    ),
+    "asymmetric uint8": lambda x, b: apply_quantization(x, asymmetric_params(-0.4, 7.0, 8), b),
+    "int8 rows with gaps": lambda x, b: apply_quantization(
+        x.reshape(40, 64, 64)[..., :40], quant_params(torch.tensor(2.5), 8), b
+    ),
+    "fp8 per tensor": lambda x, b: fp8_fake_quantize(
+        x, torch.tensor(5.0), ELEMENTS["e4m3"], None, b
+    ),
+    "fp8 per channel": lambda x, b: fp8_fake_quantize(
+        x, torch.linspace(0.0, 9, x.shape[1]), ELEMENTS["e5m2"], 1, b
+    ),
+    "fp8 rows with gaps": lambda x, b: fp8_fake_quantize(
+        x.reshape(40, 64, 64)[..., :40], torch.tensor(5.0), ELEMENTS["e4m3"], None, b
+    ),
+    "mxfp8 channels": lambda x, b: mx_fake_quantize(x, ELEMENTS["e4m3"], 32, 1, b),
+    "mxint8 rows": lambda x, b: mx_fake_quantize(x, ELEMENTS["int8"], 32, -1, b),
+    "mxfp4 rows": lambda x, b: mx_fake_quantize(x, ELEMENTS["e2m1"], 32, -1, b),
+    "nvfp4": lambda x, b: nvfp4_fake_quantize(x, torch.tensor(6.0), 16, 1, b),
+    "int4 groups of 16": lambda x, b: group_int_fake_quantize(x, 4, 16, 1, bounds=b),
+    "int4 groups float32": lambda x, b: group_int_fake_quantize(
+        x, 4, 16, -1, False, False, None, b
+    ),
+}
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (0.0, float("inf"))], ids=["relu6", "relu"])
+@pytest.mark.parametrize("name", list(BOUNDED))
+def test_bounds_clamp_in_the_kernel_as_the_activation_before_it(
+    name: str, bounds: tuple[float, float], monkeypatch, taken
+) -> None:
+    """An activation taken over by the quantizer after it (quantization/elision.py): the
+    kernel's values with `bounds` are the eager steps' on `torch.clamp`'s output, and the
+    kernel's on torch's ReLU6 or ReLU output, bit for bit (NaN, -0, +-Inf, values past 6 and
+    negative ones among them), on one thread and on two."""
+    x = hard_blocks((40, 64, 8, 8), 1) * 3
+    function = BOUNDED[name]
+    for threads in (1, 2):
+        ours, eager = kernel_and_eager(lambda: function(x, bounds), monkeypatch, taken, threads)  # noqa: B023
+        assert bits_equal(ours, eager)
+    activation = torch.nn.functional.relu6 if bounds[1] == 6.0 else torch.relu
+    with torch.inference_mode():
+        after = function(activation(x), None)
+    assert taken[-1] is True and bits_equal(ours, after)
+    assert bool((x > 6).any()) and bool((x < 0).any()) and bool(x.isnan().any())

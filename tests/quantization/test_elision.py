@@ -84,26 +84,53 @@ def test_calls_read_only_by_quantized_layers_are_skipped_with_the_same_outputs()
     assert [entry is not None for entry in sites[id(inner.shared)].readers] == [True, False]
 
 
-def test_each_quantizer_setting_that_does_not_clamp_keeps_the_activation() -> None:
+def test_every_format_takes_the_activation_over_and_a_disabled_quantizer_keeps_it() -> None:
+    """`b`'s quantizer clamping at 8 (the ReLU6 before it at 6), in the block formats, in FP8,
+    signed, asymmetric: each is given the ReLU6's bounds and the call is skipped with the same
+    outputs, bit for bit; a disabled quantizer (the layer in float) keeps it."""
     x = torch.randn(4, 3, 8, 8) * 20
     changes = [
-        lambda quantizer: quantizer.fix_amax(8.0),  # a ReLU6 clamps at 6, this one at 8
+        lambda quantizer: quantizer.fix_amax(8.0),
         lambda quantizer: setattr(quantizer, "format", "mxfp8"),
+        lambda quantizer: setattr(quantizer, "format", "mxfp4"),
+        lambda quantizer: setattr(quantizer, "format", "nvfp4"),
+        lambda quantizer: setattr(quantizer, "format", "fp8_e4m3"),
+        lambda quantizer: setattr(quantizer, "format", "int4_g16"),
         lambda quantizer: setattr(quantizer, "unsigned", False),
+        lambda quantizer: setattr(quantizer, "asymmetric", True),
         lambda quantizer: setattr(quantizer, "enabled", False),
     ]
-    for change in changes:
+    for number, change in enumerate(changes):
         torch.manual_seed(0)
-        model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+        network = EveryCase()
+        with torch.no_grad():
+            network.a.weight.mul_(10)  # the ReLU6 clamps many of its inputs
+        model = quantized(network, torch.randn(8, 3, 8, 8))
         change(model.layers["b"].input_quantizer)
+        reference, elided, again, skipped = outputs_with_and_without(model, x)
+        assert skipped == (2 if number == len(changes) - 1 else 3)
+        assert torch.equal(elided, reference) and torch.equal(again, reference)
+        assert model.layers["b"].input_quantizer.bounds is None  # taken back
+
+
+def test_a_layer_called_twice_is_given_no_bounds() -> None:
+    """`f` reads `fork`'s output and, in another call, `in_place`'s: bounds would clamp both.
+    In MXFP8 it keeps `fork`; `g`, called once, in MXFP8 does not."""
+    torch.manual_seed(0)
+    model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+    x = torch.randn(4, 3, 8, 8) * 20
+    for name, expected in (("f", 2), ("g", 3)):
+        quantizer = model.layers[name].input_quantizer
+        quantizer.format = "mxfp8"
         reference, elided, _, skipped = outputs_with_and_without(model, x)
-        assert skipped == 2
-        assert torch.equal(elided, reference)
+        assert skipped == expected and torch.equal(elided, reference)
+        quantizer.num_bits = 8  # the integer format again
 
 
 def test_a_wrong_rule_changes_the_outputs(monkeypatch) -> None:
-    """The planted fault: were a ReLU6 taken to clamp no lower than a ReLU, the call before a
-    quantizer whose amax is 8 would be skipped and the values between 6 and 8 would pass."""
+    """The planted faults: were a ReLU6 taken to clamp no lower than a ReLU, the call before a
+    quantizer whose amax is 8 would be skipped with bounds (0, Inf) and the values between 6
+    and 8 would pass; were the bounds not given, the negative values would pass too."""
     torch.manual_seed(0)
     network = EveryCase()
     with torch.no_grad():
@@ -112,8 +139,14 @@ def test_a_wrong_rule_changes_the_outputs(monkeypatch) -> None:
     model.layers["b"].input_quantizer.fix_amax(8.0)
     x = torch.randn(4, 3, 8, 8)
     reference, elided, _, skipped = outputs_with_and_without(model, x)
-    assert skipped == 2 and torch.equal(elided, reference)
-    monkeypatch.setitem(elision_module.ELIDABLE, nn.ReLU6, float("inf"))
+    assert skipped == 3 and torch.equal(elided, reference)
+    with monkeypatch.context() as patch:
+        patch.setitem(elision_module.ELIDABLE, nn.ReLU6, float("inf"))
+        reference, elided, _, skipped = outputs_with_and_without(model, x)
+        assert skipped == 3
+        assert not torch.equal(elided, reference)
+    model.layers["b"].input_quantizer.format = "mxfp8"
+    monkeypatch.setattr(elision_module, "_bind", lambda sites: None)
     reference, elided, _, skipped = outputs_with_and_without(model, x)
     assert skipped == 3
     assert not torch.equal(elided, reference)
