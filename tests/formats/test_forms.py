@@ -225,3 +225,17 @@ def test_a_family_without_forms_is_refused_in_one_sentence(planted) -> None:
         r"group-wise on weights\), planted_groups \(weights\)$",
     ):
         encode(layer.weight_quantizer, layer.weight, "conv")
+
+
+def test_a_family_that_takes_no_bounds_is_handed_its_input_clamped(planted) -> None:
+    """Bounds (an activation the quantizer takes over, quantization/elision.py) given to a
+    family of the user's, whose `quantize` has no such argument: its input comes clamped by
+    torch, the values of the activation followed by the format."""
+    x = torch.randn(4, 16, 6, 6) * 8
+    placement = Placement(block_axis=1)
+    for chosen in (make_format("planted_plain"), make_format("planted_groups", group_size=4)):
+        with torch.inference_mode():
+            bounded = chosen.quantize(x, None, placement, bounds=(0.0, 6.0))
+            expected = chosen.quantize(torch.nn.functional.relu6(x), None, placement)
+        assert torch.equal(bounded, expected)
+        assert not torch.equal(bounded, chosen.quantize(x, None, placement))

@@ -320,23 +320,27 @@ def test_the_search_scores_candidates_as_the_model_with_every_activation(digits)
     """The default workload's digits CNN (batch norms folded): the ReLU after the first
     convolution feeds the second, the one after the first linear layer the last; the one
     after the second convolution feeds a max pooling, the one after the third an average
-    pooling. A candidate's score is the same as with every activation run. With the default
+    pooling. A candidate's score is the same as with every activation run, in bit widths
+    and in formats (the quantizers given the ReLUs' bounds). With the default
     `smallest` nothing is skipped: the two calls hold 120 x 16 x 8 x 8 + 120 x 64 values a
     pass, under 2**20."""
     context, model = digits
-    problem = LayerwiseQuantizationProblem(
-        model, context.batches("exploration"), options=QuantizationOptions(early_reject=False)
-    )
-    rng = random.Random(3)
-    for smallest, expected in ((0, 2), (elision_module.SKIP_SMALLEST, 0)):
-        problem.elision.smallest = smallest
-        for _ in range(4):
-            genome = [rng.randint(v.lower, v.upper) for v in problem.variables]
-            problem.apply_plan(problem.plan(problem.decode(genome)))
-            with problem.elision.applied() as skipped:
-                pass
-            assert skipped == expected
-            assert problem.score() == ModelProblem.score(problem)
+    formats = ["int4", "int4_g16", "mxfp4", "nvfp4", "mxfp6_e2m3", "int8", "fp8_e4m3"]
+    for choices in (None, formats):  # widths, then formats: every call skipped, bounds given
+        options = QuantizationOptions(early_reject=False, choices=choices)
+        problem = LayerwiseQuantizationProblem(
+            model, context.batches("exploration"), options=options
+        )
+        rng = random.Random(3)
+        for smallest, expected in ((0, 2), (elision_module.SKIP_SMALLEST, 0)):
+            problem.elision.smallest = smallest
+            for _ in range(4):
+                genome = [rng.randint(v.lower, v.upper) for v in problem.variables]
+                problem.apply_plan(problem.plan(problem.decode(genome)))
+                with problem.elision.applied() as skipped:
+                    pass
+                assert skipped == expected
+                assert problem.score() == ModelProblem.score(problem)
 
 
 def test_calls_are_skipped_only_where_they_hold_the_smallest_values_a_pass() -> None:
