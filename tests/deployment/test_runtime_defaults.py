@@ -180,7 +180,13 @@ BF16_MEASURED = {
     ("residual", "fp8_e4m3 inputs, int4 weights"): 0.9861,
 }
 BF16_MARGIN = 0.03
-SATURATED = 0.95
+# Where a runtime's INT8 products saturate (runtime_probes.py: no VNNI), the least agreement
+# expected. Measured on a processor without AVX-512 (an AMD EPYC with AVX2 only, OpenVINO
+# 2026.4): the residual model's int2-8 mixed case agreed on 91.7% and 93.1% of its samples in
+# two runs at OpenVINO's defaults (its 8-bit layers' pair sums overflow), every other case on
+# 98.6% or more; 0.95 had come from oneDNN's emulation of such a processor
+# (ONEDNN_MAX_CPU_ISA=AVX2) on one with VNNI.
+SATURATED = 0.88
 # What TVM's ONNX frontend (0.27) cannot read: FP8 zero points and types, blocked scales.
 TVM_UNREADABLE = {name for name in CASES if "fp8" in name or "_g" in name}
 TVM_CASES = {"int2-8 mixed", "asymmetric int3 inputs", "int12 inputs", "fp8_e4m3"}
