@@ -123,6 +123,7 @@ def _build(compiler: list[str], source: Path) -> Path:
     ).stdout
     key = hashlib.sha256(b"\0".join([source.read_bytes(), " ".join(FLAGS).encode()]))
     key.update(version.encode())
+    key.update(" ".join(compiler).encode())  # CC's own arguments (-march, a sanitizer) too
     folder = directory()
     built = folder / f"{source.stem}_{key.hexdigest()[:16]}.so"
     folder.mkdir(parents=True, exist_ok=True)

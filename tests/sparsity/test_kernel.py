@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,6 +143,29 @@ def test_a_compiler_that_fails_is_named_with_its_error(
     with pytest.warns(RuntimeWarning, match="error: planted failure"):
         assert kernel.function() is None
     assert not list((tmp_path / "kernels").glob("*.tmp"))  # nothing half-written is left
+
+
+def test_the_compilers_arguments_name_their_own_library(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """CC with other arguments (another instruction level, a sanitizer) builds a library of its
+    own, not the one built before in the same directory: a script standing in for the
+    compiler records what it was asked and writes an empty file."""
+    fake = tmp_path / "cc"
+    fake.write_text(
+        '#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\n'
+        'for a; do [ "$prev" = "-o" ] && : > "$a"; prev="$a"; done\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("MODEL_EXPLORER_KERNEL_DIR", str(tmp_path / "kernels"))
+    source = Path(native.__file__).with_name("block_sparse.c")
+    names = set()
+    for arguments in ("", " -march=x86-64", " -march=x86-64", " -fsanitize=address"):
+        monkeypatch.setenv("CC", f"{fake}{arguments}")
+        names.add(native._build(native._compiler(), source).name)
+    assert len(names) == 3
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len([call for call in calls if " -o " in call]) == 3  # the repeat's was kept
 
 
 def test_weights_changed_in_place_are_read_again() -> None:
