@@ -7,7 +7,9 @@ scale back), each step a call of some microseconds however small the tensor. A k
 one pass: the integer format and scaled FP8 per tensor or per channel, and the MX formats, NVFP4
 and group-wise INT with a block's amax, its scale and its elements computed while the block is in
 cache, blocks along any axis. No compile in the process, and every size gains (the first time a
-machine runs one, the C compiler builds the library in under a second; native/).
+machine runs one, the C compiler builds the library, some 25 s; native/). Every kernel clamps
+its input to `bounds` first where it is given (an activation taken over: quantization/
+elision.py), in the same pass.
 
 Each function returns None where its kernel does not take the tensor: not a float32 CPU tensor
 (the formats pass float32 copies), not contiguous (or, per tensor, dense in another order),
