@@ -291,12 +291,13 @@ INLINE uint32_t run_amax(const float *restrict xs, int64_t count, const format *
 
 /* blocks_run where blocks are consecutive values (inner 1), CHUNK blocks at a time: their
    amax, then their numbers (one vector pass across blocks), then their values. `fixed` is
-   `block` as a constant (16, 32) where it is one, so that a whole block's loops unroll. */
-INLINE void blocks_run_last(int kind, int integer, int bound, const float *restrict x,
-                            float *restrict out,
+   `block` as a constant (16, 32) where it is one, so that a whole block's loops unroll. It
+   clamps to the bounds in any case (see blocks_any). */
+INLINE void blocks_run_last(int kind, int integer, const float *restrict x, float *restrict out,
                             int64_t start, int64_t end, int64_t length, int64_t block,
                             int64_t fixed, const format *f)
 {
+    const int bound = 1;
     const int64_t blocks = (length + block - 1) / block;
     const int64_t size = fixed ? fixed : block;
     uint32_t amax[CHUNK];
@@ -347,13 +348,13 @@ INLINE void blocks_any(int kind, int integer, int bound, const float *x, float *
     else if (inner > 1)
         blocks_run(kind, 0, 0, x, out, start, end, length, block, inner, f);
     else if (integer) /* MX's INT8: blocks of 32 */
-        blocks_run_last(kind, 1, 1, x, out, start, end, length, block, block == 32 ? 32 : 0, f);
+        blocks_run_last(kind, 1, x, out, start, end, length, block, block == 32 ? 32 : 0, f);
     else if (block == 32)
-        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 32, f);
+        blocks_run_last(kind, 0, x, out, start, end, length, block, 32, f);
     else if (block == 16)
-        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 16, f);
+        blocks_run_last(kind, 0, x, out, start, end, length, block, 16, f);
     else
-        blocks_run_last(kind, 0, 1, x, out, start, end, length, block, 0, f);
+        blocks_run_last(kind, 0, x, out, start, end, length, block, 0, f);
 }
 
 INLINE int blocks_kind(int kind, const float *x, float *out, int64_t start, int64_t end,
@@ -404,8 +405,9 @@ int fake_quantize_integer_rows(const float *x, float *out, int64_t start, int64_
                                const float *divisor, float low, float high, float floor,
                                float ceiling)
 {
+    const int bound = bounds(floor, ceiling);
     for (int64_t r = start; r < end; r++)
-        if (bounds(floor, ceiling))
+        if (bound)
             run(x + r * stride, out + r * length, length, multiplier[0], divisor[0], low, high,
                 floor, ceiling, 1);
         else

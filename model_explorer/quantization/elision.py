@@ -116,12 +116,13 @@ def dataflow(model: nn.Module) -> list[Site] | None:
         if type(module) in ELIDABLE:
             calls.setdefault(module, []).append(node)
     sites = []
+    many = frozenset(repeated)
     for module, nodes in calls.items():
         if id(module) in hidden:
             continue  # called inside a leaf too: its calls cannot be counted from the trace
         readers = [_readers(model, node, module) for node in nodes]
         if any(entry is not None for entry in readers):
-            sites.append(Site(module, readers, frozenset(repeated)))
+            sites.append(Site(module, readers, many))
     return sites
 
 
