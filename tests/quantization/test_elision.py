@@ -155,7 +155,8 @@ def test_a_wrong_rule_changes_the_outputs(monkeypatch) -> None:
 def test_mobilenet_v2_skips_every_relu6_but_the_one_before_the_pooling() -> None:
     """torchvision's MobileNetV2: 35 ReLU6 calls, in the stem, in the first block's depthwise
     convolution and in the expansion and depthwise convolutions of the 16 others, then before
-    the average pooling; each of the first 34 is read by one convolution only."""
+    the average pooling; each of the first 34 is read by one convolution only, skipped in bit
+    widths and in block and FP8 formats alike."""
     torch.manual_seed(0)
     network = torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.5)
     for module in network.modules():
@@ -166,6 +167,13 @@ def test_mobilenet_v2_skips_every_relu6_but_the_one_before_the_pooling() -> None
         network.train()(torch.randn(8, 3, 64, 64))
     model = quantized(network, x)
     model.bit_widths = [random.Random(2).randint(3, 8) for _ in model.bit_widths]
+    reference, elided, again, skipped = outputs_with_and_without(model, x)
+    assert skipped == 34
+    assert torch.equal(elided, reference) and torch.equal(again, reference)
+    # The input quantizers in formats that do not clamp as a ReLU6 does: each given the bounds.
+    formats = ["mxfp8", "mxfp6_e2m3", "nvfp4", "fp8_e4m3", "int4_g16"]
+    for index, layer in enumerate(model.layers.values()):
+        layer.input_quantizer.format = formats[index % len(formats)]
     reference, elided, again, skipped = outputs_with_and_without(model, x)
     assert skipped == 34
     assert torch.equal(elided, reference) and torch.equal(again, reference)
