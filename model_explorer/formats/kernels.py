@@ -160,15 +160,17 @@ def _elementwise(
 ) -> Tensor | None:
     """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel,
     `tail` its last arguments: in the memory of a contiguous or, per tensor, dense `x`, the
-    result in its strides; per tensor, a slice of the last axis as rows with gaps
-    (`_rows_with_gaps`), the result contiguous, as the eager steps' results are."""
+    result in its strides; per tensor, a slice of the last axis in any order of the dimensions
+    as rows with gaps (`_rows_with_gaps`: an attention's query, its keys transposed), the
+    result dense in the order of `x`'s memory, as the eager steps' results are."""
     if not takes(x):
         return None
-    rows = None
+    rows = order = None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
         if axis is not None or x.numel() < ROWS_SMALLEST:
             return None
-        rows = _rows_with_gaps(x)
+        order = _memory_order(x)
+        rows = _rows_with_gaps(x.permute(order))
         if rows is None:
             return None
     channels = 1 if axis is None else x.shape[axis]
@@ -176,7 +178,7 @@ def _elementwise(
     function = _function(kind if rows is None else f"{kind}_rows")
     if function is None or numbers[0] is None or numbers[1] is None:
         return None
-    out = torch.empty_like(x) if rows is None else torch.empty(x.shape)
+    out = torch.empty_like(x) if order is None else torch.empty([x.shape[d] for d in order])
     if rows is None and out.stride() != x.stride():  # the eager steps' result has x's strides
         return None
     n, head = x.numel(), (x.data_ptr(), out.data_ptr())
@@ -184,23 +186,48 @@ def _elementwise(
     if rows is None:
         inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
         _run(function, n, n, head, (channels, inner, *pointers))
-    else:
-        count, length, stride = rows
-        _run(function, n, count, head, (length, stride, *pointers))
-    return out
+        return out
+    count, length, stride = rows
+    _run(function, n, count, head, (length, stride, *pointers))
+    return out.permute(sorted(range(len(order)), key=order.__getitem__))  # type: ignore[arg-type]
+
+
+def _memory_order(x: Tensor) -> list[int]:
+    """`x`'s dimensions from the outermost in memory to the innermost, as an element-wise
+    operation of torch orders them for its result (TensorIterator's `reorder_dimensions`, an
+    insertion sort by stride: a tie puts the larger dimension outside, a stride of 0 decides
+    nothing)."""
+    strides, shape = x.stride(), x.shape
+    order = list(range(x.dim() - 1, -1, -1))  # innermost first while sorting
+    for i in range(1, len(order)):
+        moving = i
+        for j in range(i - 1, -1, -1):
+            a, b = order[j], order[moving]
+            if strides[a] == 0 or strides[b] == 0:
+                continue
+            if strides[a] < strides[b]:
+                break
+            if strides[a] > strides[b] or shape[a] > shape[b]:
+                order[j], order[moving] = b, a
+                moving = j
+    return order[::-1]
 
 
 def _rows_with_gaps(x: Tensor) -> tuple[int, int, int] | None:
-    """(rows, length, stride) where `x` is rows of its last axis's length, contiguous each, one
-    `stride` apart in the order of its dimensions (a slice of a contiguous tensor's last axis):
-    the eager steps' result is then contiguous. None otherwise."""
+    """(rows, length, stride) where `x` is rows of `length` contiguous values (its innermost
+    dimensions that lie contiguous, merged), one `stride` apart in the order of its dimensions
+    (a slice of a contiguous tensor's last axis, by heads or not): the eager steps' result is
+    then contiguous. None otherwise."""
     sizes = [(n, s) for n, s in zip(x.shape, x.stride(), strict=True) if n != 1]
-    if x.numel() == 0 or len(sizes) < 2 or sizes[-1][1] != 1 or sizes[-2][1] < sizes[-1][0]:
+    length = 1
+    while sizes and sizes[-1][1] == length:
+        length *= sizes.pop()[0]
+    if x.numel() == 0 or length == 1 or not sizes or sizes[-1][1] < length:
         return None
-    for (_, stride), (size, inner) in zip(sizes[:-2], sizes[1:-1], strict=True):
+    for (_, stride), (size, inner) in zip(sizes[:-1], sizes[1:], strict=True):
         if stride != inner * size:  # the leading dimensions do not merge into rows
             return None
-    return x.numel() // sizes[-1][0], sizes[-1][0], sizes[-2][1]
+    return x.numel() // length, length, sizes[-1][1]
 
 
 def native_blocks(

@@ -128,7 +128,7 @@ def attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = products[1](weights, value) if products else torch.matmul(weights, value)
-    return out, weights
+    return out, weights if need_weights else None
 
 
 class QuantInProjection(TransformedLayer, nn.Linear):

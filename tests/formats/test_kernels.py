@@ -7,6 +7,7 @@ paths."""
 
 from __future__ import annotations
 
+import random
 import warnings
 
 import pytest
@@ -213,29 +214,88 @@ def test_the_integer_kernel_per_channel_on_any_threads_gives_the_eager_values(
         assert same_bits(out, eager.numpy())
 
 
+def attention_operands(packed: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The operands an attention hands its products, as nn.MultiheadAttention's unfused path
+    makes them from a packed projection (batch, tokens, 3 x 64): 4 heads of 16."""
+    batch, tokens = packed.shape[:2]
+    q, k, v = (x.reshape(batch, tokens, 4, 16).transpose(1, 2) for x in packed.chunk(3, -1))
+    return {
+        "query": packed[..., :64],
+        "query by head": q,
+        "keys transposed": k.transpose(-2, -1),
+        "values by head": v,
+        "tokens first": packed.transpose(0, 1)[..., 64:128],
+        "one sample by head": q[:1],
+        "an axis added": q.unsqueeze(2),  # its stride ties with the batch's
+    }
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_slice_of_the_last_axis_is_taken_as_rows_with_gaps(threads, monkeypatch, taken) -> None:
-    """The query of a packed projection (the first third of its last axis: rows with gaps),
-    per tensor, integer and FP8: the eager steps' values bit for bit and their layout
-    (contiguous). A permuted slice, whose eager result keeps the permutation, is not taken."""
+@pytest.mark.parametrize(
+    "name", list(attention_operands(torch.zeros(1, 1, 192))), ids=lambda name: name
+)
+def test_a_slice_of_the_last_axis_in_any_order_is_taken_as_rows_with_gaps(
+    name: str, threads: int, monkeypatch, taken
+) -> None:
+    """The query of a packed projection (the first third of its last axis: rows with gaps) and
+    the same slices by head, transposed or permuted as an attention hands them to its
+    products, per tensor, integer and FP8: the eager steps' values bit for bit and their
+    layout (dense in the order of the slice's memory, as torch lays out an element-wise
+    result)."""
     values = hard_values(40.0).reshape(-1)
     packed = torch.cat([values, -values])[: 128 * 17 * 192].reshape(128, 17, 192)
-    query = packed[..., :64]
+    x = attention_operands(packed)[name]
+    if name == "one sample by head":  # 1 x 4 x 17 x 16 values: too few alone
+        x = attention_operands(packed.repeat(1, 32, 1))[name]
     params = quant_params(torch.tensor(2.5), 8)
     for run in (
-        lambda: apply_quantization(query, params),
-        lambda: fp8_fake_quantize(query, torch.tensor(2.5), ELEMENTS["e4m3"]),
+        lambda: apply_quantization(x, params),
+        lambda: fp8_fake_quantize(x, torch.tensor(2.5), ELEMENTS["e4m3"]),
+        lambda: apply_quantization(x, params, (0.0, 6.0)),
     ):
         ours, eager = kernel_and_eager(run, monkeypatch, taken, threads)
-        assert ours.stride() == eager.stride() == (17 * 64, 64, 1)
+        assert ours.shape == eager.shape == x.shape and ours.stride() == eager.stride()
         assert bits_equal(ours, eager)
+    if name == "query":
+        assert ours.is_contiguous()
+
+
+def test_the_memory_order_is_the_one_torch_gives_an_element_wise_result() -> None:
+    """`_memory_order` against torch's own: on 2,000 random layouts (slices, permutations,
+    axes of one added, ties of strides among them), the result laid out dense in that order
+    has the strides of `x * 2`'s."""
+    rng = random.Random(0)
+    for _ in range(2000):
+        shape = [rng.choice([1, 1, 2, 3, 4, 5]) for _ in range(rng.randint(2, 5))]
+        base = torch.empty([size * rng.choice([1, 2]) for size in shape])
+        x = base[tuple(slice(0, size) for size in shape)].permute(
+            rng.sample(range(len(shape)), len(shape))
+        )
+        if rng.random() < 0.3:
+            x = x.unsqueeze(rng.randint(0, x.dim()))
+        order = kernels._memory_order(x)
+        dense = torch.empty([x.shape[d] for d in order]).permute(
+            sorted(range(x.dim()), key=order.__getitem__)
+        )
+        assert dense.stride() == (x * 2).stride(), (x.shape, x.stride())
+
+
+def test_a_slice_too_small_for_its_checks_or_with_gaps_twice_is_left_to_the_eager_steps(
+    taken,
+) -> None:
+    """Under ROWS_SMALLEST values the checks of a slice's layout cost more than they save; a
+    slice of a slice (gaps between a row's parts as well as between rows) is no rows."""
+    values = hard_values(40.0).reshape(-1)
+    packed = torch.cat([values, -values])[: 128 * 17 * 192].reshape(128, 17, 192)
+    small = packed[:28, :, :64]  # 30,464 values
+    by_head = packed[..., :64].reshape(128, 17, 4, 16)[..., 1:]  # 15 of each head's 16
+    params = quant_params(torch.tensor(2.5), 8)
     with torch.inference_mode():
-        permuted = apply_quantization(packed.transpose(0, 1)[..., :64], params)
-        assert taken[-1] is False and permuted.stride() == (64, 17 * 64, 1)
-        small = packed[:28, :, :64]  # 30,464 values
-        out = apply_quantization(small, params)
-        assert same_bits(out, numpy_formula(small.contiguous(), params)) and out.is_contiguous()
-    assert taken[-1] is False  # left to the eager steps, whose layout checks cost less there
+        for x in (small, by_head, by_head.transpose(1, 2)):
+            out = apply_quantization(x, params)
+            assert same_bits(out.contiguous(), numpy_formula(x.contiguous(), params))
+            assert out.stride() == (x * 1.0).stride()
+    assert taken == [False, False, False]
 
 
 def test_the_integer_kernel_leaves_what_it_does_not_take_to_the_eager_steps(

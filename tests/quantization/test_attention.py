@@ -47,11 +47,16 @@ def _quantized_copy(module: nn.MultiheadAttention, products: bool = False) -> nn
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("cross", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_equals_torchs_multihead_attention(name: str, cross: bool, need_weights: bool) -> None:
+@pytest.mark.parametrize("products", [False, True], ids=["fused", "products"])
+def test_equals_torchs_multihead_attention(
+    name: str, cross: bool, need_weights: bool, products: bool
+) -> None:
+    """Torch's outputs, and its attention weights only where asked for, with the attention
+    fused or its two products explicit (their quantizers off)."""
     torch.manual_seed(0)
     config = CONFIGS[name]
     module = nn.MultiheadAttention(16, 4, **config).eval()
-    ours = _quantized_copy(module)
+    ours = _quantized_copy(module, products)
     assert isinstance(ours, QuantMultiheadAttention)
     query, key, value = _inputs(config, cross)
     length, source = 5, key.shape[1 if config.get("batch_first") else 0]
