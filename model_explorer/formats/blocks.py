@@ -36,6 +36,7 @@ from model_explorer.formats.layout import (
     biased_exponent,
     block_amax,
     exact_power_of_two,
+    float32,
     merge_blocks,
     split_blocks,
     straight_through,
@@ -88,11 +89,12 @@ def fp8_fake_quantize(
     ±amax (in the element's rounding); NaN stays NaN. `bounds` (every function here): `x`
     clamped to (floor, ceiling) first, inside the kernel's pass where one takes it.
     """
-    values = x.detach().float()
+    values = float32(x)
     if axis is None and amax.numel() == 1 and kernels.takes(values):  # a CPU tensor's: kept
-        value = amax.detach().float().reshape(())
-        key = ("fp8", float(value), element.name)
-        scale, inverse = _per_tensor(key, lambda: _fp8_scales(value.cpu(), element))
+        key = ("fp8", float(amax), element.name)  # the value of any float dtype, exactly
+        scale, inverse = _per_tensor(
+            key, lambda: _fp8_scales(amax.detach().float().reshape(()).cpu(), element)
+        )
     else:
         amax = channel_view(amax.detach().float().to(values.device), values.dim(), axis)
         scale, inverse = _fp8_scales(amax, element)
@@ -125,7 +127,7 @@ def mx_fake_quantize(
     (keeping its float32 scale normal) but multiplies back by the stored code's 2**-127, which
     halves such blocks.
     """
-    values = x.detach().float()
+    values = float32(x)
     native = kernels.native_blocks(
         "mx", values, block_size, axis, (element.emax,), element, bounds=bounds
     )
@@ -164,7 +166,7 @@ def nvfp4_fake_quantize(
     small blocks: it clamps the block scale to at least 2**-6 (E4M3's smallest normal), which
     changes every block with (block_amax / 6) / t below 2**-6.
     """
-    values = x.detach().float()
+    values = float32(x)
     if kernels.takes(values):  # checked first: nothing watching sees the numbers read out
 
         def numbers() -> tuple[float, float, float]:
@@ -219,7 +221,7 @@ def group_int_fake_quantize(
     """
     high = 2 ** (num_bits - 1 + int(unsigned)) - 1
     low = 0 if unsigned else (-high if narrow_range else -high - 1)
-    values = x.detach().float()
+    values = float32(x)
     if scale_dtype in (None, torch.float16):
         kind = "group_float32" if scale_dtype is None else "group_fp16"
         scale_element = None if scale_dtype is None else kernels.FP16

@@ -326,7 +326,8 @@ class NVFP4(FormatFamily):
         amax = _needs_amax(self.name, amax)
         # One scale per tensor: a per-channel amax (a weight's) contributes its largest value.
         size, axis = options.block_size, placement.block_axis
-        return blocks.nvfp4_fake_quantize(x, amax.max(), size, axis, bounds=bounds)
+        tensor_amax = amax if amax.dim() == 0 else amax.max()
+        return blocks.nvfp4_fake_quantize(x, tensor_amax, size, axis, bounds=bounds)
 
     def modelopt(self, options: NVFP4Options, placement: Placement) -> dict[str, Any]:
         scale = modelopt_bits("e4m3")

@@ -142,7 +142,7 @@ def apply_quantization(
     if dtype != torch.float32:
         x = x.float()
     axis = None if params.axis is None else params.axis % x.dim()
-    steps = x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad)
+    steps = x.is_cpu and not (torch.is_grad_enabled() and x.requires_grad)
     multiplier, divisor = params.multiplier, params.divisor
     if steps:
         native = kernels.native_integer(

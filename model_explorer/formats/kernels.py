@@ -71,6 +71,8 @@ _SIGNATURES = {
 _functions: dict[str, Any] = {}
 # Each element type's numbers as the kernels read them, by name.
 _element_numbers: dict[str, Any] = {}
+# A block kernel's parameters (its format's numbers) as it reads them, by their values.
+_parameters: dict[tuple[float, ...], Any] = {}
 
 
 def _function(kind: str) -> Any:
@@ -252,13 +254,18 @@ def native_blocks(
     function = _function(kind)
     if function is None:
         return None
-    x = x.contiguous()
+    if not x.is_contiguous():
+        x = x.contiguous()
     axis %= x.dim()
     length, inner = x.shape[axis], math.prod(x.shape[axis + 1 :])
     block = max(min(block_size, length), 1)
     rows = x.numel() // (length * inner) * -(-length // block)
     out = torch.empty_like(x)
-    parameters = (ctypes.c_float * 3)(*numbers)  # p0 .. p2 of the C source's format
+    parameters = _parameters.get(numbers)  # p0 .. p2 of the C source's format
+    if parameters is None:
+        if len(_parameters) >= 4096:
+            _parameters.clear()
+        parameters = _parameters[numbers] = (ctypes.c_float * 3)(*numbers)
     elements = [
         ctypes.addressof(element_numbers(chosen)) if chosen is not None else None
         for chosen in (scale_element, element)

@@ -88,10 +88,20 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None
 
 
+def float32(x: Tensor) -> Tensor:
+    """`x` in float32 outside autograd: `x` itself where it is that already (a search's
+    activations), so that no call is spent on it (each costs microseconds right after a
+    forward pass's layers have taken the caches)."""
+    if x.dtype is torch.float32 and not x.requires_grad:
+        return x
+    return x.detach().float()
+
+
 def straight_through(x: Tensor, quantized: Tensor) -> Tensor:
     """`quantized` (float32) in `x`'s dtype; where `x` needs a gradient, it passes it through
     unchanged (the straight-through estimator), so that retraining works."""
-    quantized = quantized.to(x.dtype)
+    if quantized.dtype is not x.dtype:
+        quantized = quantized.to(x.dtype)
     if torch.is_grad_enabled() and x.requires_grad:
         return _StraightThrough.apply(x, quantized)
     return quantized

@@ -55,7 +55,15 @@ def unwatched() -> bool:
 
 def enabled() -> bool:
     """False where the environment turned the kernels (and compiled passes) off."""
-    return os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
+    # Asked before every kernel call: `os.environ.get` of an unset variable raises and catches
+    # a KeyError inside (2 us a call on a slow machine), so its mapping is read directly.
+    data = getattr(os.environ, "_data", None)
+    if data is None:
+        return os.environ.get(ENVIRONMENT_SWITCH, "1") != "0"
+    return data.get(_SWITCH_KEY) != _OFF
+
+
+_SWITCH_KEY, _OFF = os.environ.encodekey(ENVIRONMENT_SWITCH), os.environ.encodevalue("0")
 
 
 def library(name: str, what: str, fallback: str) -> ctypes.CDLL | None:

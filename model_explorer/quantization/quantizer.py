@@ -220,10 +220,10 @@ class TensorQuantizer(Opaque, nn.Module):
 
     def params(self) -> QuantParams:
         """Parameters for the current amax and settings, computed once per change."""
-        amax = self._require_amax()
         key = (self._num_bits, self.unsigned, self.narrow_range, self.axis, self._amin)
         params = self._params.get(key)
         if params is None:
+            amax = self._require_amax()
             if self.asymmetric:
                 low = -float(amax) if self._amin is None else self._amin
                 params = asymmetric_params(low, float(amax), self._num_bits, amax.device)
