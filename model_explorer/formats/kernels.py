@@ -172,7 +172,8 @@ def _elementwise(
         if axis is not None or x.numel() < ROWS_SMALLEST:
             return None
         order = _memory_order(x)
-        rows = _rows_with_gaps(x.permute(order))
+        shape, strides = x.shape, x.stride()
+        rows = _rows_with_gaps([(shape[d], strides[d]) for d in order])
         if rows is None:
             return None
     channels = 1 if axis is None else x.shape[axis]
@@ -180,7 +181,11 @@ def _elementwise(
     function = _function(kind if rows is None else f"{kind}_rows")
     if function is None or numbers[0] is None or numbers[1] is None:
         return None
-    out = torch.empty_like(x) if order is None else torch.empty([x.shape[d] for d in order])
+    out = (
+        torch.empty_like(x)
+        if order is None
+        else torch.empty_strided(x.shape, _dense_strides(x.shape, order))
+    )
     if rows is None and out.stride() != x.stride():  # the eager steps' result has x's strides
         return None
     n, head = x.numel(), (x.data_ptr(), out.data_ptr())
@@ -191,7 +196,17 @@ def _elementwise(
         return out
     count, length, stride = rows
     _run(function, n, count, head, (length, stride, *pointers))
-    return out.permute(sorted(range(len(order)), key=order.__getitem__))  # type: ignore[arg-type]
+    return out
+
+
+def _dense_strides(shape: torch.Size, order: list[int]) -> list[int]:
+    """The strides of a tensor of `shape` laid out dense with its dimensions in `order` (from
+    the outermost)."""
+    strides, step = [0] * len(shape), 1
+    for dimension in reversed(order):
+        strides[dimension] = step
+        step *= shape[dimension]
+    return strides
 
 
 def _memory_order(x: Tensor) -> list[int]:
@@ -215,21 +230,23 @@ def _memory_order(x: Tensor) -> list[int]:
     return order[::-1]
 
 
-def _rows_with_gaps(x: Tensor) -> tuple[int, int, int] | None:
-    """(rows, length, stride) where `x` is rows of `length` contiguous values (its innermost
-    dimensions that lie contiguous, merged), one `stride` apart in the order of its dimensions
-    (a slice of a contiguous tensor's last axis, by heads or not): the eager steps' result is
-    then contiguous. None otherwise."""
-    sizes = [(n, s) for n, s in zip(x.shape, x.stride(), strict=True) if n != 1]
+def _rows_with_gaps(layout: list[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """(rows, length, stride) where a tensor of this layout ((size, stride) of each dimension,
+    from the outermost in memory) is rows of `length` contiguous values (its innermost
+    dimensions that lie contiguous, merged), one `stride` apart in that order (a slice of a
+    contiguous tensor's last axis, by heads or not): the eager steps' result is then dense in
+    that order. None otherwise."""
+    sizes = [(n, s) for n, s in layout if n != 1]
     length = 1
     while sizes and sizes[-1][1] == length:
         length *= sizes.pop()[0]
-    if x.numel() == 0 or length == 1 or not sizes or sizes[-1][1] < length:
+    if length == 1 or not sizes or sizes[-1][1] < length:
         return None
     for (_, stride), (size, inner) in zip(sizes[:-1], sizes[1:], strict=True):
         if stride != inner * size:  # the leading dimensions do not merge into rows
             return None
-    return x.numel() // length, length, sizes[-1][1]
+    count = math.prod(n for n, _ in sizes)
+    return count, length, sizes[-1][1]
 
 
 def native_blocks(
