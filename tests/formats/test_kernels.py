@@ -7,6 +7,7 @@ paths."""
 
 from __future__ import annotations
 
+import os
 import random
 import warnings
 
@@ -371,3 +372,22 @@ def test_bounds_clamp_in_the_kernel_as_the_activation_before_it(
         after = function(activation(x), None)
     assert taken[-1] is True and bits_equal(ours, after)
     assert bool((x > 6).any()) and bool((x < 0).any()) and bool(x.isnan().any())
+
+
+def test_the_switch_is_read_from_the_environment_as_it_is_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`MODEL_EXPLORER_COMPILE=0` turns the kernels off from the next call, set or unset at run
+    time, through os.environ's own mapping and through any mapping that stands in for it."""
+    from model_explorer import native
+
+    monkeypatch.delenv(ENVIRONMENT_SWITCH, raising=False)
+    assert native.enabled()
+    monkeypatch.setenv(ENVIRONMENT_SWITCH, "0")
+    assert not native.enabled()
+    monkeypatch.setenv(ENVIRONMENT_SWITCH, "1")
+    assert native.enabled()
+    monkeypatch.setattr(os, "environ", {ENVIRONMENT_SWITCH: "0"})
+    assert not native.enabled()
+    monkeypatch.setattr(os, "environ", {})
+    assert native.enabled()
