@@ -126,7 +126,10 @@ def channel_view(values: Tensor, dims: int, axis: int | None) -> Tensor:
 
 
 def apply_quantization(
-    x: Tensor, params: QuantParams, bounds: tuple[float, float] | None = None
+    x: Tensor,
+    params: QuantParams,
+    bounds: tuple[float, float] | None = None,
+    overwrite: bool = False,
 ) -> Tensor:
     """Fake-quantize `x` with precomputed parameters.
 
@@ -137,6 +140,7 @@ def apply_quantization(
     values up to float rounding. A contiguous float32 CPU tensor takes the same four steps as
     one pass of a C kernel (kernels.native_integer), with the same values bit for bit.
     `bounds`: `x` clamped to (floor, ceiling) first, inside that pass where the kernel takes it.
+    `overwrite`: the kernel may write the result over `x`, which nothing reads after.
     """
     dtype = x.dtype
     if dtype != torch.float32:
@@ -146,7 +150,7 @@ def apply_quantization(
     multiplier, divisor = params.multiplier, params.divisor
     if steps:
         native = kernels.native_integer(
-            x, multiplier, params.low, params.high, divisor, axis, bounds
+            x, multiplier, params.low, params.high, divisor, axis, bounds, overwrite
         )
         if native is not None:
             return native if dtype == torch.float32 else native.to(dtype)

@@ -135,12 +135,15 @@ def native_integer(
     divisor: Tensor,
     axis: int | None,
     bounds: Bounds = None,
+    overwrite: bool = False,
 ) -> Tensor | None:
     """`(x * multiplier).round().clamp(low, high).div(divisor)`, multiplier and divisor per
     tensor, or per channel along `axis`; the result in the strides of `x`, as the eager steps';
-    `x` clamped to `bounds` first."""
+    `x` clamped to `bounds` first. `overwrite`: the result written over `x` (where nothing
+    reads `x` after: quantization/elision.py), which the kernel does where it lays the result
+    out as `x` (not for rows with gaps)."""
     tail = (float(low), float(high), *(bounds or UNBOUNDED))
-    return _elementwise("integer", x, multiplier, divisor, axis, tail)
+    return _elementwise("integer", x, multiplier, divisor, axis, tail, overwrite)
 
 
 def native_scaled(
@@ -158,7 +161,13 @@ def native_scaled(
 
 
 def _elementwise(
-    kind: str, x: Tensor, first: Tensor, second: Tensor, axis: int | None, tail: tuple
+    kind: str,
+    x: Tensor,
+    first: Tensor,
+    second: Tensor,
+    axis: int | None,
+    tail: tuple,
+    overwrite: bool = False,
 ) -> Tensor | None:
     """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel,
     `tail` its last arguments: in the memory of a contiguous or, per tensor, dense `x`, the
@@ -181,13 +190,14 @@ def _elementwise(
     function = _function(kind if rows is None else f"{kind}_rows")
     if function is None or numbers[0] is None or numbers[1] is None:
         return None
-    out = (
-        torch.empty_like(x)
-        if order is None
-        else torch.empty_strided(x.shape, _dense_strides(x.shape, order))
-    )
-    if rows is None and out.stride() != x.stride():  # the eager steps' result has x's strides
-        return None
+    if overwrite and order is None:
+        out = x
+    elif order is None:
+        out = torch.empty_like(x)
+        if out.stride() != x.stride():  # the eager steps' result has x's strides
+            return None
+    else:
+        out = torch.empty_strided(x.shape, _dense_strides(x.shape, order))
     n, head = x.numel(), (x.data_ptr(), out.data_ptr())
     pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
     if rows is None:

@@ -30,12 +30,19 @@ when scoring starts, from the quantizers it then has: enabled, and no sparsifier
 which reads the activation's magnitudes; a quantizer of the integer format, unsigned and
 symmetric, with amax above zero and (after a ReLU6) at most 6, clamps as the activation does,
 any other is given the bounds for as long as the candidate is scored.
+
+A skipped call whose input is a fresh tensor (a transformed layer's product, a batch norm's, a
+sum: not the model's input, a parameter or a view) that it alone reads, and whose output one
+layer reads, called once, hands that layer a tensor nothing else will read: its input quantizer
+writes its result over it (`TensorQuantizer.overwrites`, the integer format's kernel), half the
+memory a call touches on the activations that dominate a network's passes.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,9 +74,14 @@ class Site:
     module: nn.Module
     readers: list[list[TransformedLayer] | None]
     repeated: frozenset[int] = frozenset()
+    # Per call, the one layer reading its output where its input is a fresh tensor read by the
+    # call alone (`_sole_reader`): skipped, the call hands that layer a tensor nothing else reads.
+    sole: list[TransformedLayer | None] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
     # The quantizers given bounds while the calls are skipped, with their bounds.
     bounds: list[tuple[TensorQuantizer, tuple[float, float]]] = field(default_factory=list)
+    # The quantizers that write over their input while the calls are skipped.
+    overwriting: list[TensorQuantizer] = field(default_factory=list)
     count: int = 0
     live: bool = False
     sizes: list[int] = field(default_factory=list)
@@ -122,8 +134,34 @@ def dataflow(model: nn.Module) -> list[Site] | None:
             continue  # called inside a leaf too: its calls cannot be counted from the trace
         readers = [_readers(model, node, module) for node in nodes]
         if any(entry is not None for entry in readers):
-            sites.append(Site(module, readers, many))
+            sole = [_sole_reader(model, node) for node in nodes]
+            sites.append(Site(module, readers, many, sole))
     return sites
+
+
+# What makes a new tensor, which nothing but the graph's later nodes can read: a transformed
+# layer's product, a batch norm, a sum.
+_FRESH_MODULES = (TransformedLayer, nn.modules.batchnorm._BatchNorm)
+_FRESH_FUNCTIONS = (operator.add, torch.add)
+
+
+def _sole_reader(model: nn.Module, node: Any) -> TransformedLayer | None:
+    """The transformed layer that is the one reader of an activation call's output, where the
+    call's input is a fresh tensor (`_FRESH_MODULES`, `_FRESH_FUNCTIONS`: not the model's input,
+    a parameter or a view of another tensor) that the call alone reads: skipped, the call hands
+    it that layer as is, and its input quantizer may write over it. None otherwise."""
+    source = node.args[0] if len(node.args) == 1 and not node.kwargs else None
+    if not hasattr(source, "users") or len(source.users) != 1 or len(node.users) != 1:
+        return None
+    if source.op == "call_module":
+        fresh = isinstance(model.get_submodule(source.target), _FRESH_MODULES)
+    else:
+        fresh = source.op == "call_function" and source.target in _FRESH_FUNCTIONS
+    (user,) = node.users
+    if not fresh or user.op != "call_module" or user.args != (node,) or user.kwargs:
+        return None
+    layer = model.get_submodule(user.target)
+    return layer if isinstance(layer, TransformedLayer) else None
 
 
 # Operations that commute with ReLU and ReLU6 and cost the same on the values left signed:
@@ -234,8 +272,8 @@ def _decide(site: Site) -> None:
     """Which of the site's calls are skipped (`skipped`) and which quantizers then take bounds
     (`bounds`), from the quantizers' settings now."""
     ceiling = ELIDABLE[type(site.module)]
-    site.skipped, site.bounds = [], []
-    for readers in site.readers:
+    site.skipped, site.bounds, site.overwriting = [], [], []
+    for readers, sole in zip(site.readers, site.sole or [None] * len(site.readers), strict=True):
         answers = [
             _taking_over(layer, ceiling, id(layer) not in site.repeated) for layer in readers or ()
         ]
@@ -247,15 +285,20 @@ def _decide(site: Site) -> None:
                 for layer, answer in zip(readers, answers, strict=True)
                 if isinstance(answer, tuple)
             ]
+            if sole is not None and id(sole) not in site.repeated:
+                site.overwriting.append(sole.input_quantizer)
 
 
 def _bind(sites: list[Site]) -> None:
-    """The bounds of every live site's skipped calls given to their quantizers, the others'
-    taken back: a quantizer clamps only while the activation before it is skipped, which is
-    once the trace is confirmed."""
+    """The bounds of every live site's skipped calls given to their quantizers, and leave to
+    write over their input (`overwriting`), the others' taken back: a quantizer clamps or
+    writes over its input only while the activation before it is skipped, which is once the
+    trace is confirmed."""
     for site in sites:
         for quantizer, bounds in site.bounds:
             quantizer.bounds = bounds if site.live else None
+        for quantizer in site.overwriting:
+            quantizer.overwrites = site.live
 
 
 class ActivationElision:

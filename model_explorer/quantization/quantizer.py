@@ -81,6 +81,10 @@ class TensorQuantizer(Opaque, nn.Module):
         self._format: QuantFormat | None = None
         self.block_axis = -1
         self.bounds: tuple[float, float] | None = None
+        # True while nothing reads the tensors it is handed after it (an activation before it
+        # skipped, its input read by that activation alone: elision.py): the integer format's
+        # kernel writes its result over them.
+        self.overwrites = False
         # Parameters per (bits, signedness, range, axis), valid until amax is set anew: with a
         # calibrator the amax of each width is fixed, so switching widths back and forth during
         # a search costs nothing after the first time.
@@ -247,7 +251,7 @@ class TensorQuantizer(Opaque, nn.Module):
         if not self.enabled:
             return x if self.bounds is None else x.clamp(*self.bounds)
         if self._format is None:
-            return apply_quantization(x, self.params(), self.bounds)
+            return apply_quantization(x, self.params(), self.bounds, self.overwrites)
         return self._format.quantize(x, self.format_amax(), self.placement, self.bounds)
 
     def format_amax(self) -> Tensor | None:

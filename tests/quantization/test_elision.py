@@ -370,3 +370,80 @@ def test_calls_are_skipped_only_where_they_hold_the_smallest_values_a_pass() -> 
             model(x)
         calls = {id(s.module): s.sizes for s in elision.sites}
         assert calls[id(model.model.relu6)] == [4 * 8 * 8 * 8]
+
+
+def overwritten(model: QuantizedModel, x: torch.Tensor) -> dict[str, bool]:
+    """Per quantized layer, whether its input quantizer wrote its result over its input in a
+    pass skipping the activations (the second pass: the first checks the trace)."""
+    found: dict[str, bool] = {}
+    hooks = [
+        layer.input_quantizer.register_forward_hook(
+            lambda module, inputs, output, name=name: found.__setitem__(
+                name, output.data_ptr() == inputs[0].data_ptr()
+            )
+        )
+        for name, layer in model.layers.items()
+    ]
+    elision = ActivationElision(model.model, smallest=0)
+    try:
+        with torch.no_grad(), elision.applied():
+            model(x)
+            model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return found
+
+
+def test_a_quantizer_writes_over_an_input_nothing_else_reads() -> None:
+    """`b` reads `relu6`'s output, whose input, `a`'s product, nothing else reads: with the
+    ReLU6 skipped, `b`'s quantizer writes over it, and the outputs are the reference's. The
+    other skipped calls' inputs are read by more than one reader (`shared`'s input by the
+    addition, `fork`'s output by `f` and `g`): their quantizers write results of their own.
+    Off again after the candidate."""
+    torch.manual_seed(0)
+    model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
+    x = torch.randn(4, 3, 8, 8) * 20
+    reference, elided, again, skipped = outputs_with_and_without(model, x)
+    assert skipped == 3 and torch.equal(elided, reference) and torch.equal(again, reference)
+    found = overwritten(model, x)
+    assert [name for name, over in found.items() if over] == ["b"]
+    assert not any(layer.input_quantizer.overwrites for layer in model.layers.values())
+
+
+class OnTheInput(nn.Module):
+    """A ReLU on the model's input, one on a view of a product, one on a product (the only
+    input a quantizer may write over)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8 * 8 * 8, 16)
+        self.third, self.last = nn.Linear(16, 16), nn.Linear(16, 4)
+        self.on_input, self.on_view, self.on_product = nn.ReLU(), nn.ReLU(), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.first(self.on_input(x))
+        z = self.second(self.on_view(y.flatten(1)))
+        return self.last(self.on_product(self.third(z)))
+
+
+def test_no_quantizer_writes_over_the_models_input_or_a_view(monkeypatch) -> None:
+    """The batch a search scores stays as it was: `first` reads a ReLU of the model's input
+    and `second` a ReLU of a view, both skipped, neither written over; `last` reads a ReLU of
+    `third`'s product, written over. A planted rule that lets any input be written over
+    changes the batch."""
+    torch.manual_seed(0)
+    model = quantized(OnTheInput(), torch.randn(16, 3, 8, 8))
+    x = torch.randn(4, 3, 8, 8)
+    kept = x.clone()
+    reference, elided, _, skipped = outputs_with_and_without(model, x)
+    assert skipped == 3 and torch.equal(elided, reference) and torch.equal(x, kept)
+    assert overwritten(model, x) == {"first": False, "second": False, "third": False, "last": True}
+    assert torch.equal(x, kept)
+
+    def any_reader(model, node):  # noqa: ANN001, ANN202 - the planted rule
+        (user,) = node.users
+        return model.get_submodule(user.target)
+
+    monkeypatch.setattr(elision_module, "_sole_reader", any_reader)
+    assert overwritten(model, x)["first"] and not torch.equal(x, kept)
