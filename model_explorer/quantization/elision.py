@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +52,7 @@ from torch import Tensor, nn
 
 from model_explorer.formats.integer import ZERO_AMAX
 from model_explorer.quantization.layers import Dense, TransformedLayer
+from model_explorer.quantization.overwriting import hooked, sole_reader
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,9 @@ class Site:
     readers: list[list[TransformedLayer] | None]
     repeated: frozenset[int] = frozenset()
     # Per call, the one layer reading its output where its input is a fresh tensor read by the
-    # call alone (`_sole_reader`): skipped, the call hands that layer a tensor nothing else reads.
-    sole: list[TransformedLayer | None] = field(default_factory=list)
+    # call alone, with the module that made it (overwriting.py): skipped, the call hands that
+    # layer a tensor nothing else reads.
+    sole: list[tuple[TransformedLayer, nn.Module | None] | None] = field(default_factory=list)
     skipped: list[bool] = field(default_factory=list)
     # The quantizers given bounds while the calls are skipped, with their bounds.
     bounds: list[tuple[TensorQuantizer, tuple[float, float]]] = field(default_factory=list)
@@ -134,34 +135,9 @@ def dataflow(model: nn.Module) -> list[Site] | None:
             continue  # called inside a leaf too: its calls cannot be counted from the trace
         readers = [_readers(model, node, module) for node in nodes]
         if any(entry is not None for entry in readers):
-            sole = [_sole_reader(model, node) for node in nodes]
+            sole = [sole_reader(model, node) for node in nodes]
             sites.append(Site(module, readers, many, sole))
     return sites
-
-
-# What makes a new tensor, which nothing but the graph's later nodes can read: a transformed
-# layer's product, a batch norm, a sum.
-_FRESH_MODULES = (TransformedLayer, nn.modules.batchnorm._BatchNorm)
-_FRESH_FUNCTIONS = (operator.add, torch.add)
-
-
-def _sole_reader(model: nn.Module, node: Any) -> TransformedLayer | None:
-    """The transformed layer that is the one reader of an activation call's output, where the
-    call's input is a fresh tensor (`_FRESH_MODULES`, `_FRESH_FUNCTIONS`: not the model's input,
-    a parameter or a view of another tensor) that the call alone reads: skipped, the call hands
-    it that layer as is, and its input quantizer may write over it. None otherwise."""
-    source = node.args[0] if len(node.args) == 1 and not node.kwargs else None
-    if not hasattr(source, "users") or len(source.users) != 1 or len(node.users) != 1:
-        return None
-    if source.op == "call_module":
-        fresh = isinstance(model.get_submodule(source.target), _FRESH_MODULES)
-    else:
-        fresh = source.op == "call_function" and source.target in _FRESH_FUNCTIONS
-    (user,) = node.users
-    if not fresh or user.op != "call_module" or user.args != (node,) or user.kwargs:
-        return None
-    layer = model.get_submodule(user.target)
-    return layer if isinstance(layer, TransformedLayer) else None
 
 
 # Operations that commute with ReLU and ReLU6 and cost the same on the values left signed:
@@ -285,8 +261,9 @@ def _decide(site: Site) -> None:
                 for layer, answer in zip(readers, answers, strict=True)
                 if isinstance(answer, tuple)
             ]
-            if sole is not None and id(sole) not in site.repeated:
-                site.overwriting.append(sole.input_quantizer)
+            if sole is not None and id(sole[0]) not in site.repeated:
+                if not hooked(site.module, *sole):  # no hook keeps the tensor overwritten
+                    site.overwriting.append(sole[0].input_quantizer)
 
 
 def _bind(sites: list[Site]) -> None:

@@ -400,7 +400,7 @@ def test_a_quantizer_writes_over_an_input_nothing_else_reads() -> None:
     ReLU6 skipped, `b`'s quantizer writes over it, and the outputs are the reference's. The
     other skipped calls' inputs are read by more than one reader (`shared`'s input by the
     addition, `fork`'s output by `f` and `g`): their quantizers write results of their own.
-    Off again after the candidate."""
+    Off again after the candidate, and not where a hook could keep the tensor."""
     torch.manual_seed(0)
     model = quantized(EveryCase(), torch.randn(8, 3, 8, 8))
     x = torch.randn(4, 3, 8, 8) * 20
@@ -409,6 +409,12 @@ def test_a_quantizer_writes_over_an_input_nothing_else_reads() -> None:
     found = overwritten(model, x)
     assert [name for name, over in found.items() if over] == ["b"]
     assert not any(layer.input_quantizer.overwrites for layer in model.layers.values())
+    kept = []  # a hook that keeps `a`'s product: then it is not written over
+    hook = model.layers["a"].register_forward_hook(lambda *args: kept.append(args[2]))
+    found = overwritten(model, x)
+    hook.remove()
+    with torch.no_grad():
+        assert not any(found.values()) and torch.equal(kept[-1], model.layers["a"](x))
 
 
 class OnTheInput(nn.Module):
@@ -443,7 +449,7 @@ def test_no_quantizer_writes_over_the_models_input_or_a_view(monkeypatch) -> Non
 
     def any_reader(model, node):  # noqa: ANN001, ANN202 - the planted rule
         (user,) = node.users
-        return model.get_submodule(user.target)
+        return model.get_submodule(user.target), None
 
-    monkeypatch.setattr(elision_module, "_sole_reader", any_reader)
+    monkeypatch.setattr(elision_module, "sole_reader", any_reader)
     assert overwritten(model, x)["first"] and not torch.equal(x, kept)
