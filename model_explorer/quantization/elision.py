@@ -249,7 +249,7 @@ def _decide(site: Site) -> None:
     (`bounds`), from the quantizers' settings now."""
     ceiling = ELIDABLE[type(site.module)]
     site.skipped, site.bounds, site.overwriting = [], [], []
-    for readers, sole in zip(site.readers, site.sole or [None] * len(site.readers), strict=True):
+    for readers, sole in zip(site.readers, site.sole, strict=True):
         answers = [
             _taking_over(layer, ceiling, id(layer) not in site.repeated) for layer in readers or ()
         ]
