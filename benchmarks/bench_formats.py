@@ -15,6 +15,8 @@ the eager steps (as with MODEL_EXPLORER_COMPILE=0). The process keeps freed memo
 as a search does (memory.keep_freed_memory).
 
     python benchmarks/bench_formats.py [--model resnet18] [--batch 8] [--repeats 7]
+
+(`--model digits_cnn --batch 120`: a digits model's batch, its own sample shape.)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import copy
 import os
 
 import torch
-from bench_quantized_forward import build, interleaved_medians
+from bench_quantized_forward import build, interleaved_medians, sample_shape
 
 from model_explorer.formats import parse_format
 from model_explorer.formats.blocks import (
@@ -155,10 +157,11 @@ def sizes_table(repeats: int) -> None:
 
 def model_table(model_name: str, batch: int, size: int, repeats: int) -> None:
     float_model = build(model_name)
-    x = torch.randn(batch, 3, size, size)
+    x = torch.randn(batch, *sample_shape(model_name, size))
     quantized = QuantizedModel(copy.deepcopy(float_model))
     quantized.calibrate([x], method="max")
-    print(f"\n{model_name}, batch {batch} x 3x{size}x{size}: forward with every quantizer in")
+    shape = "x".join(str(n) for n in x.shape[1:])
+    print(f"\n{model_name}, batch {batch} x {shape}: forward with every quantizer in")
     variants = {"float": (lambda: float_model(x), None)}
     for name in FORMATS:
         chosen = parse_format(name)
