@@ -8,7 +8,9 @@ the packed input projection (`in_proj`; `q_proj`/`k_proj`/`v_proj` when keys and
 other widths) and `out_proj` are quantized layers like any linear one, and the two products of
 activations, Q·Kᵀ (`matmul_0`) and A·V (`matmul_1`), get quantizers when the workload asks for
 them (`quantization.attention_matmuls`, as modelopt's BMM quantizers). With quantizers off it
-equals torch's MultiheadAttention (tested against it).
+equals torch's MultiheadAttention (tested against it). The products' quantizers write their
+results over the operands made for them alone (a contiguous copy of an operand split by heads,
+the softmax weights nobody asked for), where no hook could see those.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from model_explorer.quantization.layers import (
     layer_forward,
     place_quantizers,
 )
+from model_explorer.quantization.overwriting import hooked
 from model_explorer.quantization.quantizer import TensorQuantizer
 
 MakeQuantizers = Callable[[], tuple[TensorQuantizer, TensorQuantizer]]
@@ -62,11 +65,32 @@ class ActivationProduct(nn.Module):
         self.weight_quantizer = right
         place_quantizers(self)
 
-    def forward(self, left: Tensor, right: Tensor, equation: str | None = None) -> Tensor:
-        """`left @ right`, or `einsum(equation, left, right)`, of the quantized operands."""
+    def forward(
+        self,
+        left: Tensor,
+        right: Tensor,
+        equation: str | None = None,
+        fresh: tuple[bool, bool] = (False, False),
+    ) -> Tensor:
+        """`left @ right`, or `einsum(equation, left, right)`, of the quantized operands.
+        `fresh`: whether each operand is a tensor made for this product alone (attention's
+        copy of an operand split by heads, its softmax weights), which its quantizer then
+        writes its result over where no hook could see the tensor."""
         with layer_forward():
-            left, right = self.input_quantizer(left), self.weight_quantizer(right)
+            left = self._quantize(self.input_quantizer, left, fresh[0])
+            right = self._quantize(self.weight_quantizer, right, fresh[1])
             return product(left, right, equation)
+
+    def _quantize(self, quantizer: nn.Module, x: Tensor, fresh: bool) -> Tensor:
+        if not fresh or type(quantizer) is not TensorQuantizer or quantizer.overwrites:
+            return quantizer(x)
+        if hooked(self, quantizer):
+            return quantizer(x)
+        quantizer.overwrites = True
+        try:
+            return quantizer(x)
+        finally:
+            quantizer.overwrites = False
 
     @staticmethod
     def product_macs(args: tuple[Any, ...], output: Tensor) -> int:
@@ -119,16 +143,33 @@ def attention(
         )
         return out, None
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    transposed = key.transpose(-2, -1)
-    scores = products[0](query, transposed) if products else torch.matmul(query, transposed)
-    scores = scores * scale
+    if not products:
+        scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+        weights = _weights(scores, mask, dropout_p)
+        return torch.matmul(weights, value), weights if need_weights else None
+    # The operands split by heads are copied contiguous (torch.matmul would copy them after
+    # their quantizers anyway): a copy, like the softmax weights nobody else reads, is the
+    # product's alone, and its quantizer writes over it rather than into a new tensor.
+    (query, own_query), (keys, own_keys) = _own(query), _own(key.transpose(-2, -1))
+    scores = products[0](query, keys, fresh=(own_query, own_keys)) * scale
+    weights = _weights(scores, mask, dropout_p)
+    value, own_value = _own(value)
+    out = products[1](weights, value, fresh=(not need_weights, own_value))
+    return out, weights if need_weights else None
+
+
+def _weights(scores: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """Attention weights from scaled scores: the mask added, softmax, dropout."""
     if mask is not None:
         scores = scores + mask
     weights = torch.softmax(scores, dim=-1)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    out = products[1](weights, value) if products else torch.matmul(weights, value)
-    return out, weights if need_weights else None
+    return F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
+
+
+def _own(x: Tensor) -> tuple[Tensor, bool]:
+    """`x` contiguous, and whether that is a copy (which nothing else reads)."""
+    copy = x.contiguous()
+    return copy, copy is not x
 
 
 class QuantInProjection(TransformedLayer, nn.Linear):

@@ -82,8 +82,9 @@ class TensorQuantizer(Opaque, nn.Module):
         self.block_axis = -1
         self.bounds: tuple[float, float] | None = None
         # True while nothing reads the tensors it is handed after it (an activation before it
-        # skipped, its input read by that activation alone: elision.py): the integer format's
-        # kernel writes its result over them.
+        # skipped, its input read by that activation alone: elision.py; an attention product's
+        # own copy of its operand: attention.py): the integer format's kernel writes its
+        # result over them.
         self.overwrites = False
         # Parameters per (bits, signedness, range, axis), valid until amax is set anew: with a
         # calibrator the amax of each width is fixed, so switching widths back and forth during
