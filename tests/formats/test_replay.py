@@ -5,6 +5,8 @@ from changed, where the kernels are off or watched, or where a gradient is neede
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 
 import pytest
@@ -167,3 +169,19 @@ def test_a_call_split_across_threads_is_not_recorded() -> None:
         torch.set_num_threads(threads)
     assert replay is None
     assert same_bits(out, _own_call(quantizer, x).numpy())
+
+
+def test_a_replay_keeps_the_numbers_it_points_to(replays) -> None:  # noqa: ANN001
+    """The kernels' caches of parameters may be emptied (they are bounded): a replay keeps
+    what its arguments point into, whatever takes the freed memory."""
+    quantizer = _quantizer("nvfp4", amax=3.0)
+    x = _activations(6)
+    with torch.inference_mode():
+        quantizer(x)
+        kernels._parameters.clear()
+        gc.collect()
+        taken = [(ctypes.c_float * 3)(9.0, 9.0, 9.0) for _ in range(2000)]
+        out = quantizer(x)
+        assert len(replays) == 1
+        assert same_bits(out, _own_call(quantizer, x).numpy())
+    assert taken
