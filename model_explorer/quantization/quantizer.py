@@ -265,8 +265,8 @@ class TensorQuantizer(Opaque, nn.Module):
         def call() -> Tensor:
             return chosen.quantize(x, amax, self.placement, self.bounds)
 
-        if amax is not None and amax.dim():  # per channel: a weight's, quantized once
-            return call()
+        if not chosen.entry.replayable or (amax is not None and amax.dim()):
+            return call()  # a family of yours; a per-channel amax (a weight's, kept)
         if not kernels.takes(x) or not x.is_contiguous():
             return call()
         if x.requires_grad and torch.is_grad_enabled():

@@ -14,6 +14,11 @@ import torch
 from format_values import Watching, hard_values, same_bits
 
 from model_explorer.formats import kernels, parse_format
+from model_explorer.formats.blocks import mx_fake_quantize
+from model_explorer.formats.elements import ELEMENTS
+from model_explorer.formats.families import NoOptions
+from model_explorer.formats.registry import FORMATS as REGISTRY
+from model_explorer.formats.registry import FormatFamily
 from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.quantization.quantizer import TensorQuantizer
 
@@ -185,3 +190,39 @@ def test_a_replay_keeps_the_numbers_it_points_to(replays) -> None:  # noqa: ANN0
         assert len(replays) == 1
         assert same_bits(out, _own_call(quantizer, x).numpy())
     assert taken
+
+
+class HalvedMX(FormatFamily):
+    """A family of a user's: MXFP4's kernel, its result then halved in place, which a replay
+    of the kernel alone would miss."""
+
+    name = "halved_mxfp4"
+
+    def bits(self, options: object) -> float:
+        return 4.25
+
+    def element_bits(self, options: object) -> int:
+        return 4
+
+    def quantize(self, x, options, amax, placement):  # noqa: ANN001, ANN201
+        return mx_fake_quantize(x, ELEMENTS["e2m1"], 32, placement.block_axis).mul_(0.5)
+
+
+@pytest.fixture
+def halved():  # noqa: ANN201
+    REGISTRY.register(HalvedMX.name, options=NoOptions)(HalvedMX())
+    try:
+        yield
+    finally:
+        REGISTRY._entries.pop(HalvedMX.name)
+
+
+def test_a_family_that_does_not_say_it_is_replayable_is_not_replayed(halved, replays) -> None:  # noqa: ANN001
+    quantizer = _quantizer("mxfp4")
+    quantizer.format = parse_format("halved_mxfp4")
+    x = _activations(7)
+    with torch.inference_mode():
+        expected = mx_fake_quantize(x, ELEMENTS["e2m1"], 32, 1) * 0.5
+        for _ in range(3):
+            assert same_bits(quantizer(x), expected.numpy())
+    assert replays == []
