@@ -84,7 +84,7 @@ class ActivationProduct(nn.Module):
     def _quantize(self, quantizer: nn.Module, x: Tensor, fresh: bool) -> Tensor:
         if not fresh or type(quantizer) is not TensorQuantizer or quantizer.overwrites:
             return quantizer(x)
-        if hooked(self, quantizer):
+        if hooked(self, quantizer):  # a hook may keep the tensor it is handed
             return quantizer(x)
         quantizer.overwrites = True
         try:

@@ -260,10 +260,10 @@ class TensorQuantizer(Opaque, nn.Module):
         """`chosen`'s quantization of `x`. Where it was one kernel call, it is replayed
         (kernels.Replay) on the next tensor of the same shape, while nothing it is worked out
         from changes: the format, placement, bounds and amax are its key."""
-        amax = self.format_amax()
+        amax, placement = self.format_amax(), self.placement
 
         def call() -> Tensor:
-            return chosen.quantize(x, amax, self.placement, self.bounds)
+            return chosen.quantize(x, amax, placement, self.bounds)
 
         if not chosen.entry.replayable or (amax is not None and amax.dim()):
             return call()  # a family of yours; a per-channel amax (a weight's, kept)
@@ -272,7 +272,6 @@ class TensorQuantizer(Opaque, nn.Module):
         if x.requires_grad and torch.is_grad_enabled():
             return call()
         value = None if amax is None else float(amax)
-        placement = (self.axis, self.block_axis, self.unsigned, self.narrow_range)
         key = ("replay", chosen, x.shape, self.bounds, value, placement)
         replay = self._params.get(key)
         if replay is not None:
