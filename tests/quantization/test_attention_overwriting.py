@@ -147,3 +147,25 @@ def test_the_callers_contiguous_operands_are_left_as_they_were() -> None:
         expected = [t.reshape(2, 5, 2, 8).transpose(1, 2) for t in parts]
     for kept, made in zip((q, k, v), expected, strict=True):
         assert torch.equal(kept, made)
+
+
+def test_torchvisions_vision_transformer_gives_the_same_outputs_written_over(written_over) -> None:  # noqa: ANN001
+    """Material of torchvision's: ViT-B/16's twelve attentions with their products quantized
+    write over their operands, with the outputs of the same model with hooks on the products."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.vit_b_16(image_size=32, num_classes=10).eval()
+    nn.init.normal_(model.heads.head.weight, std=0.02)  # zero-initialised: outputs all 0
+    x = torch.randn(2, 3, 32, 32)
+    quantized = _quantized(model, x)
+    hooked = copy.deepcopy(quantized)
+    for product in _products(hooked):
+        product.register_forward_hook(lambda module, args, out: None)
+    with torch.no_grad():
+        quantized(x), hooked(x)  # the weights quantized and kept
+        written_over.clear()
+        found = quantized(x)
+        assert written_over.count(True) == 4 * 12
+        expected = hooked(x)
+    assert torch.equal(found, expected)
