@@ -55,7 +55,7 @@ def run_setting(path: str, name: str, seed: int) -> tuple[Run, tuple[float, floa
     calibrate_workload(context, if_missing=True)
     minimum = minimum_accuracy(workload.problem.options, measure_baseline(context))
     problem = build_problem(context, minimum)
-    cost = next(o.name for o in problem.objectives if o.name != "accuracy")
+    cost = next(o.name for o in problem.objectives if o.name not in ("accuracy", "kl"))
     top = [int(v.upper) for v in problem.variables]
     reference = (min(minimum), problem.known_values(top)[cost])
     spec = workload.exploration

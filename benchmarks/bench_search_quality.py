@@ -138,7 +138,7 @@ def judged_problem(workload, context):  # noqa: ANN001, ANN201
     higher = higher_is_better(workload.metric)
     minimum = minimum_accuracy(workload.problem.options, measure_baseline(context), higher)
     problem = build_problem(context, minimum)
-    cost = next(o.name for o in problem.objectives if o.name != "accuracy")
+    cost = next(o.name for o in problem.objectives if o.name not in ("accuracy", "kl"))
     top = problem.known_values([int(v.upper) for v in problem.variables])[cost]
     limit = min(minimum) if higher else max(minimum)
     return problem, cost, Reference(limit, top, higher)
@@ -579,6 +579,7 @@ def main() -> None:
                 {
                     "reference": reference,
                     "runs": {k: [r.points for r in v] for k, v in runs.items()},
+                    "genomes": {k: [r.genomes for r in v] for k, v in runs.items()},
                     "held_out": {k: [r.held_out for r in v] for k, v in runs.items()},
                     "held_out_baseline": held_baseline,
                 },

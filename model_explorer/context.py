@@ -38,6 +38,7 @@ class WorkloadContext:
         self.workload = workload
         self.device = torch.device(device) if device is not None else workload_device(workload)
         self._caches: dict[str, TensorCache] = {}
+        self._outputs: dict[str, torch.Tensor] = {}
         self._checked: set[str] = set()
 
     def dataset(self, role: str) -> tuple[DatasetSpec, str]:
@@ -77,6 +78,19 @@ class WorkloadContext:
                 cache = TensorCache(cache.inputs, targets, cache.batch_size)
             self._caches[key] = cache
         return self._caches[key]
+
+    def float_outputs(self, role: str) -> torch.Tensor:
+        """The float model's first output on every sample of the role's subset, in order,
+        computed once: what a divergence from the float model is measured against."""
+        key = f"float outputs of {self.cache_key(role)}"
+        if key not in self._outputs:
+            cache = self.batches(role)
+            if needs_reference(self.workload.metric):
+                targets = cache.targets
+                self._outputs[key] = targets[0] if isinstance(targets, (list, tuple)) else targets
+            else:
+                self._outputs[key] = reference_outputs(self.build_model(), cache)[0]
+        return self._outputs[key]
 
     def cache_key(self, role: str) -> str:
         """Which cache serves a role: its own."""

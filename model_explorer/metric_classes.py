@@ -19,9 +19,22 @@ class Metric:
 
     higher_is_better: ClassVar[bool] = True
     needs_reference: ClassVar[bool] = False
+    # Set to keep each sample's outcome (`outcomes`): a metric that is a mean over samples
+    # keeps what it averages, so that intervals and paired tests can be computed from them.
+    keep_outcomes: bool = False
 
     def reset(self) -> None:
         raise NotImplementedError
+
+    def outcomes(self) -> Tensor | None:
+        """Each sample's outcome since the last reset (a hit, or the value averaged), where
+        `keep_outcomes` was set and the metric is a mean over samples; None otherwise."""
+        kept = getattr(self, "_kept", None)
+        return torch.cat(kept) if kept else None
+
+    def _keep(self, values: Tensor) -> None:
+        if self.keep_outcomes:
+            self.__dict__.setdefault("_kept", []).append(values.detach().reshape(-1).cpu())
 
     def update(self, output: Tensor, target: Tensor) -> None:
         raise NotImplementedError
@@ -46,9 +59,11 @@ class MeanOverSamples(Metric):
     def reset(self) -> None:
         self.total = 0.0
         self.count = 0
+        self._kept: list[Tensor] = []
 
     def update(self, output: Tensor, target: Tensor) -> None:
         values = self.per_sample(output.float(), target.float())
+        self._keep(values)
         self.total += float(values.double().sum())
         self.count += int(values.numel())
 
@@ -79,9 +94,12 @@ class TopKAccuracy(Metric):
     def reset(self) -> None:
         self.correct = 0
         self.total = 0
+        self._kept: list[Tensor] = []
 
     def update(self, output: Tensor, target: Tensor) -> None:
-        self.correct += int(topk_correct(output, target, self.k).sum())
+        hits = topk_correct(output, target, self.k)
+        self._keep(hits)
+        self.correct += int(hits.sum())
         self.total += int(target.shape[0])
 
     def compute(self) -> float:
@@ -168,6 +186,14 @@ class Cosine(MeanOverSamples):
         return torch.nn.functional.cosine_similarity(flat, expected, dim=1, eps=1e-12)
 
 
+def kl_per_sample(output: Tensor, reference: Tensor) -> Tensor:
+    """KL(float || quantized) of the softmax over dim 1 of each sample (averaged over the
+    positions of a dense output), in nats; at least 0 (rounding left below it is cut off)."""
+    log_p, log_q = reference.float().log_softmax(dim=1), output.float().log_softmax(dim=1)
+    divergence = (log_p.exp() * (log_p - log_q)).sum(dim=1)
+    return divergence.reshape(divergence.shape[0], -1).mean(dim=1).clamp_min(0.0)
+
+
 class KLDivergence(MeanOverSamples):
     """Mean KL divergence KL(float || quantized) of the softmax outputs over dim 1, in nats:
     lower is better, 0 when the outputs agree."""
@@ -177,6 +203,4 @@ class KLDivergence(MeanOverSamples):
     best = 0.0
 
     def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
-        log_p, log_q = reference.log_softmax(dim=1), output.log_softmax(dim=1)
-        divergence = (log_p.exp() * (log_p - log_q)).sum(dim=1)
-        return divergence.reshape(divergence.shape[0], -1).mean(dim=1)
+        return kl_per_sample(output, reference)

@@ -165,13 +165,37 @@ def output_list(output: Any) -> list[Tensor]:
 @dataclass
 class Outcome:
     """What scoring a model over a subset found. `complete` is False when scoring stopped early
-    because some accuracy could no longer reach its minimum; then `accuracies` holds the upper
-    bounds reached. `finite` is False when an output held NaN or infinity."""
+    because some accuracy could no longer reach its minimum (or the divergence its ceiling);
+    then `accuracies` holds the upper bounds reached. `finite` is False when an output held NaN
+    or infinity. Where asked for (`keep_outcomes`) and scored in full: `outcomes`, each
+    output's per-sample outcomes (hits, or the values a mean is taken of; None for a metric
+    that is no mean over samples). Where a `reference` was given: `divergence`, the mean KL
+    divergence from it (the lowest still reachable where scoring stopped early), and its
+    per-sample values in `divergences`."""
 
     accuracies: list[float]
     complete: bool = True
     finite: bool = True
     samples: int = 0
+    outcomes: list[Tensor | None] | None = None
+    divergence: float | None = None
+    divergences: Tensor | None = None
+
+    def __eq__(self, other: object) -> bool:
+        """Equal where every figure is, and every per-sample outcome to the bit."""
+        if not isinstance(other, Outcome):
+            return NotImplemented
+        plain = ("accuracies", "complete", "finite", "samples", "divergence")
+        if any(getattr(self, name) != getattr(other, name) for name in plain):
+            return False
+        mine = [*(self.outcomes or []), self.divergences]
+        theirs = [*(other.outcomes or []), other.divergences]
+        return len(mine) == len(theirs) and all(
+            (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+            for a, b in zip(mine, theirs, strict=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def all_finite(output: Any) -> bool:
@@ -194,6 +218,9 @@ def score(
     device: torch.device | str | None = None,
     minimum: list[float] | None = None,
     check_finite: bool = False,
+    reference: Tensor | None = None,
+    ceiling: float | None = None,
+    keep_outcomes: bool = False,
 ) -> Outcome:
     """Accuracy of `model` over `batches`, one value per model output.
 
@@ -201,6 +228,10 @@ def score(
     that know their `num_samples` (a TensorCache), scoring stops as soon as an accuracy's exact
     best case no longer meets its limit.
     With `check_finite`, a non-finite output stops scoring with accuracy 0.
+    With `reference` (the float model's first output on every sample of `batches`, in order),
+    the KL divergence from it is measured beside the metric, and with `ceiling` scoring also
+    stops once its lowest reachable mean is above the ceiling.
+    With `keep_outcomes`, each sample's outcome is kept (Outcome.outcomes, .divergences).
     """
     if any(module.training for module in model.modules()):  # a search scores thousands of times
         model.eval()
@@ -210,25 +241,75 @@ def score(
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
     device = torch.device(device)
-    total = getattr(batches, "num_samples", None) if minimum is not None else None
-    metrics: list[Metric] = []
-    seen = 0
+    bounded = minimum is not None or ceiling is not None
+    total = getattr(batches, "num_samples", None) if bounded else None
+    tally = _Tally(metric, first, reference, keep_outcomes)
     for inputs, targets in batches:
         inputs = to_device(inputs, device)
         targets = to_device(targets, device)
         outputs = output_list(run_on(model, inputs))
-        if not metrics:
-            metrics = [first] + [create_metric(metric) for _ in outputs[1:]]
         if check_finite and not all(all_finite(o) for o in outputs):
-            return Outcome([0.0] * len(outputs), complete=False, finite=False, samples=seen)
+            return Outcome([0.0] * len(outputs), complete=False, finite=False, samples=tally.seen)
+        tally.update(outputs, targets)
+        remaining = total - tally.seen if total is not None else 0
+        if remaining > 0 and tally.stops(minimum, ceiling, remaining):
+            return tally.bounds(remaining)
+    return tally.outcome()
+
+
+class _Tally:
+    """The metric of each output and the divergence from `reference`, over the batches seen."""
+
+    def __init__(
+        self, metric: MetricSpec | str, first: Metric, reference: Tensor | None, keep: bool
+    ) -> None:
+        self.metric, self.first, self.keep = metric, first, keep
+        self.metrics: list[Metric] = []
+        self.reference = reference
+        self.divergence: Metric | None = None
+        if reference is not None:
+            self.divergence = KLDivergence()
+            self.divergence.keep_outcomes = keep
+        self.seen = 0
+
+    def update(self, outputs: list[Tensor], targets: Any) -> None:
+        if not self.metrics:
+            self.metrics = [self.first] + [create_metric(self.metric) for _ in outputs[1:]]
+            for state in self.metrics:
+                state.keep_outcomes = self.keep
         paired = targets if isinstance(targets, (list, tuple)) else [targets] * len(outputs)
-        for metric_state, output, target in zip(metrics, outputs, paired, strict=True):
-            metric_state.update(output, target)
-        seen += len(paired[0])
-        if total is not None and seen < total and _out_of_reach(metrics, minimum, total - seen):
-            bounds = [m.upper_bound(total - seen) for m in metrics]
-            return Outcome([float(b) for b in bounds], complete=False, samples=seen)
-    return Outcome([m.compute() for m in metrics], samples=seen)
+        for state, output, target in zip(self.metrics, outputs, paired, strict=True):
+            state.update(output, target)
+        count = len(paired[0])
+        if self.divergence is not None:
+            assert self.reference is not None
+            self.divergence.update(outputs[0], self.reference[self.seen : self.seen + count])
+        self.seen += count
+
+    def stops(self, minimum: list[float] | None, ceiling: float | None, remaining: int) -> bool:
+        """Whether the candidate can no longer meet its limits: a metric its limit, or the
+        divergence's lowest reachable mean its ceiling."""
+        if minimum is not None and _out_of_reach(self.metrics, minimum, remaining):
+            return True
+        if self.divergence is None or ceiling is None:
+            return False
+        return _out_of_reach([self.divergence], [ceiling], remaining)
+
+    def bounds(self, remaining: int) -> Outcome:
+        """A candidate stopped early: the best values it could still reach."""
+        accuracies = [float(m.upper_bound(remaining)) for m in self.metrics]  # type: ignore[arg-type]
+        lowest = self.divergence.upper_bound(remaining) if self.divergence is not None else None
+        return Outcome(accuracies, complete=False, samples=self.seen, divergence=lowest)
+
+    def outcome(self) -> Outcome:
+        divergence = self.divergence
+        return Outcome(
+            [m.compute() for m in self.metrics],
+            samples=self.seen,
+            outcomes=[m.outcomes() for m in self.metrics] if self.keep else None,
+            divergence=divergence.compute() if divergence is not None else None,
+            divergences=divergence.outcomes() if divergence is not None else None,
+        )
 
 
 def _out_of_reach(metrics: list[Metric], limits: list[float], remaining: int) -> bool:

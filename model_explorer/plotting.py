@@ -24,11 +24,12 @@ def save(figure: Any, path: str | os.PathLike[str]) -> Path:
 
 
 def cost_objective(result: ExplorationResult) -> str:
-    """The objective plotted against accuracy: the first one that is not an accuracy."""
-    for name, _ in result.objectives:
+    """The objective plotted against accuracy: the first one that is not an accuracy (nor the
+    divergence that ranked it)."""
+    for name, _ in result.judged:
         if not name.startswith("accuracy"):
             return name
-    return result.objectives[0][0]
+    return result.judged[0][0]
 
 
 def metric_label(result: ExplorationResult, name: str) -> str:
@@ -41,8 +42,9 @@ def metric_label(result: ExplorationResult, name: str) -> str:
 
 
 def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float, float]]:
-    """The Pareto front in the (x, y) plane, sorted by x."""
-    front = result.pareto_front([x, y])
+    """The Pareto front in the (x, y) plane, sorted by x: chosen as the result ranks (by the
+    divergence, where it ranked the accuracy), at its x and y values."""
+    front = result.pareto_front(result.ranking([x, y]))
     return sorted((i.values[x], i.values[y]) for i in front if i.feasible)
 
 
@@ -78,6 +80,7 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
             xs, ys, where="post", color="tab:red", marker="o", label="Pareto front", gid="front"
         )
     if y == "accuracy":
+        _intervals(axes, result, x)
         _held_out(axes, result, x)
     label = metric_label(result, y)
     for constraint in result.problem.get("constraints", []):
@@ -98,6 +101,34 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
     axes.grid(alpha=0.3)
     figure.tight_layout()
     return figure
+
+
+def _intervals(axes: Any, result: ExplorationResult, x: str) -> None:
+    """Each front member's accuracy interval (results/confidence.py) on the data it was
+    selected on, and on the held-out data, as error bars."""
+    from model_explorer.results.confidence import front_confidence
+
+    front = [i for i in result.pareto_front() if i.feasible]
+    figures = front_confidence(result, front)
+    for which, colour, gid in (
+        ("accuracy", "tab:red", "intervals"),
+        ("held_out", "tab:purple", "held-out-intervals"),
+    ):
+        shown = [(m, getattr(f, which)) for m, f in zip(front, figures, strict=True)]
+        shown = [(m, e) for m, e in shown if e is not None]
+        if not shown:
+            continue
+        axes.errorbar(
+            [m.values[x] for m, _ in shown],
+            [e.value for _, e in shown],
+            yerr=[[e.value - e.low for _, e in shown], [e.high - e.value for _, e in shown]],
+            fmt="none",
+            ecolor=colour,
+            alpha=0.5,
+            capsize=2,
+            label=f"95% interval{' (held out)' if which == 'held_out' else ''}",
+            gid=gid,
+        )
 
 
 def _held_out(axes: Any, result: ExplorationResult, x: str) -> None:

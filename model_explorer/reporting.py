@@ -9,13 +9,17 @@ from model_explorer.exploration.initialization import auto_takes_the_start
 from model_explorer.fileio import atomic_path
 from model_explorer.plan import FORMAT_OF, layer_formats
 from model_explorer.results import ExplorationResult
+from model_explorer.results.confidence import front_confidence, indistinct_pairs
 
 
 def front_along(result: ExplorationResult, objectives: list[str] | None = None) -> list[Any]:
     """The Pareto front's individuals along the front: by the first cost objective, else by the
     last objective."""
-    names = [name for name, _ in result.objectives]
-    cost = next((name for name, maximize in result.objectives if not maximize), names[-1])
+    names = [name for name, _ in result.judged]
+    cost = next(
+        (name for name, maximize in result.judged if not maximize and name != "accuracy"),
+        names[-1],
+    )
     return sorted(result.pareto_front(objectives), key=lambda individual: individual.values[cost])
 
 
@@ -28,6 +32,11 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     columns = ["id", "generation", *names]
     if "accuracy" not in names:
         columns.append("accuracy")
+    # each member's intervals from its per-sample outcomes (results/confidence.py)
+    confidence = dict(zip([i.id for i in front], front_confidence(result, front), strict=True))
+    intervals = any(figures.accuracy is not None for figures in confidence.values())
+    if intervals:
+        columns.insert(columns.index("accuracy") + 1, "interval")
     # the front's latency as timed whole after the search (operations/latency.check_front)
     timed = any("latency" in individual.extra for individual in front)
     if timed:
@@ -36,13 +45,18 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     held = any("held_out" in individual.extra for individual in front)
     if held:
         columns.append("held_out")
+        if any(figures.held_out is not None for figures in confidence.values()):
+            columns.append("held_out_interval")
     columns.append("feasible")
     rows = []
     for individual in front:
+        figures = confidence[individual.id]
         row = {
             "id": individual.id,
             "generation": individual.generation,
             "feasible": individual.feasible,
+            "interval": _interval(figures.accuracy),
+            "held_out_interval": _interval(figures.held_out),
         }
         if timed:
             row["measured_latency"] = individual.extra.get("latency", {}).get("median_ms")
@@ -58,6 +72,30 @@ def pareto_table(result: ExplorationResult, objectives: list[str] | None = None)
     return "\n".join(lines)
 
 
+def _interval(estimate: Any) -> str:
+    return "-" if estimate is None else f"[{estimate.low:.4f},{estimate.high:.4f}]"
+
+
+def confidence_lines(result: ExplorationResult) -> list[str]:
+    """What the per-sample outcomes say of the front: the level of its intervals, and each
+    member its samples cannot tell apart from the cheaper one before it, with the samples
+    that would."""
+    front = [i for i in front_along(result) if i.feasible]
+    confidence = front_confidence(result, front)
+    if not any(figures.accuracy is not None for figures in confidence):
+        return []
+    metric = result.problem.get("metric", "accuracy")
+    ranked = (
+        f"the front is ranked by the KL divergence from the float model (selection: "
+        f"{result.selection}), {metric} is reported"
+        if result.selection != "accuracy"
+        else f"the front is ranked by {metric}"
+    )
+    lines = [f"intervals: 95%, from each member's per-sample outcomes; {ranked}"]
+    cost = next((n for n, m in result.judged if not m and n != "accuracy"), None)
+    return lines + indistinct_pairs(front, confidence, metric, cost)
+
+
 def front_command(workload: str | Path = "WORKLOAD", result: str | Path = "RESULT") -> str:
     """The command that scores a result's front on its workload's reevaluation data."""
     return f"model-explorer evaluate-individual {workload} {result} --front"
@@ -68,7 +106,7 @@ def selection_note(result: ExplorationResult, command: str | None = None) -> str
     the search selected them on (the exploration data): the best of many candidates scored on
     the same samples is an optimistic figure of how it does elsewhere. `command` is the one
     that scores the front on the workload's reevaluation data; None otherwise."""
-    senses = dict(result.objectives)
+    senses = dict(result.judged)
     if not result.baseline or "accuracy" not in senses:
         return None
     baseline, maximize = result.baseline[0], senses["accuracy"]
@@ -98,7 +136,7 @@ def selection_note(result: ExplorationResult, command: str | None = None) -> str
 def front_judged(result: ExplorationResult, command: str | None = None) -> list[str]:
     """The lines a search prints below its front: the front on held-out data, the selection
     note (`command`: see `selection_note`), the front's latency timed whole."""
-    lines = []
+    lines = list(confidence_lines(result))
     held = held_out_summary(result)
     if held is not None:
         lines.append(f"held-out data: {held}")

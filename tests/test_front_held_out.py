@@ -126,3 +126,52 @@ def test_held_out_data_that_cannot_be_read_leaves_the_search_standing(
         assert score_front_held_out(context, problem, result) is None
     assert "the front was not scored on the held-out data" in caplog.text
     assert "no.npz" in caplog.text and "held_out" not in result.stats
+
+
+def test_the_splits_are_never_mixed(trained_digits, tmp_path: Path) -> None:  # noqa: ANN001
+    """Every sample any module sees while the search runs is an exploration sample, never a
+    held-out one; the judgement after it sees held-out samples only (and the float model's
+    exploration samples before it: the baseline), found by each forwarded row's bytes."""
+    import yaml
+
+    from model_explorer.datasets.digits import digits_tensors
+    from model_explorer.exploration import explorer as explorer_module
+
+    workload_file, _ = trained_digits
+    data = yaml.safe_load(workload_file.read_text())
+    data["workload"]["calibration"]["file"] = str(tmp_path / "calibration.pt")
+    data["workload"]["exploration"]["nsga"].update(pop_size=6, offsprings=6, generations=2)
+    path = tmp_path / "split.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["calibrate", str(path)]) == 0
+    rows = {
+        split: {row.numpy().tobytes() for row in digits_tensors(split)[0]}
+        for split in ("train", "validation", "test")
+    }
+    seen: dict[str, set[bytes]] = {"search": set(), "after": set()}
+    phase = ["before"]
+
+    def record(module: torch.nn.Module, args: tuple) -> None:
+        if phase[0] in seen and args and isinstance(args[0], torch.Tensor):
+            if args[0].dim() == 4 and tuple(args[0].shape[1:]) == (1, 8, 8):
+                seen[phase[0]].update(row.numpy().tobytes() for row in args[0])
+
+    real_run = explorer_module.Explorer.run
+
+    def run(self):  # noqa: ANN001, ANN202
+        phase[0] = "search"
+        try:
+            return real_run(self)
+        finally:
+            phase[0] = "after"
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    explorer_module.Explorer.run = run  # type: ignore[method-assign]
+    try:
+        assert main(["explore", str(path), "--output", str(tmp_path / "r.pkl")]) == 0
+    finally:
+        explorer_module.Explorer.run = real_run  # type: ignore[method-assign]
+        handle.remove()
+    assert seen["search"] and seen["search"] <= rows["validation"]
+    assert not seen["search"] & rows["test"]
+    assert seen["after"] and seen["after"] <= rows["test"]

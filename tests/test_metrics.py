@@ -156,3 +156,57 @@ def test_a_non_finite_output_stops_scoring_with_accuracy_zero() -> None:
         assert not outcome.finite and outcome.accuracies == [0.0] and outcome.samples == 4
     outcome = score(Planted(5.0), batches, "top1", check_finite=True)
     assert outcome.finite and outcome.samples == 12
+
+
+class Fixed(nn.Module):
+    """Returns the scores stored for each input row (inputs are row indices)."""
+
+    def __init__(self, scores: torch.Tensor) -> None:
+        super().__init__()
+        self.scores = scores
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, index: torch.Tensor) -> torch.Tensor:
+        return self.scores[index.long()]
+
+
+def kl_by_torch(candidate: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """KL(reference || candidate) of the softmaxes per sample, by torch's own kl_div."""
+    log_q, log_p = candidate.log_softmax(1), reference.log_softmax(1)
+    return nn.functional.kl_div(log_q, log_p, log_target=True, reduction="none").sum(1)
+
+
+def test_per_sample_outcomes_and_the_divergence_beside_the_metric() -> None:
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(50, 6, generator=generator)
+    candidate = reference + 0.5 * torch.randn(50, 6, generator=generator)
+    labels = torch.randint(0, 6, (50,), generator=generator)
+    batches = TensorCache(torch.arange(50), labels, 16)  # uneven batches: 16, 16, 16, 2
+    found = score(Fixed(candidate), batches, "top1", reference=reference, keep_outcomes=True)
+    assert found.outcomes is not None
+    assert torch.equal(found.outcomes[0], candidate.argmax(1) == labels)
+    expected = kl_by_torch(candidate, reference)
+    assert torch.allclose(found.divergences, expected, atol=1e-6)
+    assert found.divergence == pytest.approx(float(expected.mean()), abs=1e-7)
+    assert found.accuracies[0] == pytest.approx(
+        float((candidate.argmax(1) == labels).float().mean())
+    )
+    # nothing kept unless asked for
+    assert score(Fixed(candidate), batches, "top1").outcomes is None
+
+
+def test_scoring_stops_once_the_divergence_cannot_come_under_its_ceiling() -> None:
+    """Per-sample divergence is never negative, so the lowest reachable mean after n of N
+    samples is their sum / N: scoring stops once that is above the ceiling, not at a tie."""
+    generator = torch.Generator().manual_seed(1)
+    reference = torch.randn(40, 5, generator=generator)
+    candidate = reference + torch.randn(40, 5, generator=generator)
+    labels = reference.argmax(1)
+    batches = TensorCache(torch.arange(40), labels, 10)
+    per_sample = kl_by_torch(candidate, reference)
+    first = float(per_sample[:10].sum()) / 40  # the lowest reachable after one batch
+    stopped = score(Fixed(candidate), batches, "top1", reference=reference, ceiling=first * 0.999)
+    assert not stopped.complete and stopped.samples == 10
+    assert stopped.divergence == pytest.approx(first, rel=1e-5)
+    tie = score(Fixed(candidate), batches, "top1", reference=reference, ceiling=first * 1.0001)
+    assert tie.samples > 10  # at the ceiling it may still join: it goes on

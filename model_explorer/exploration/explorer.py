@@ -141,6 +141,9 @@ class Explorer:
         algorithm = make_algorithm(
             self.problem, self.nsga, self.strategy, self.seed, self.algorithm
         )
+        from model_explorer.exploration.surrogate import Fits
+
+        self._fits = Fits()  # the surrogates' kernels, kept from generation to generation
         bounds = Bounds(self.problem)
         generations = self.nsga.generations
         algorithm.setup(
@@ -195,6 +198,7 @@ class Explorer:
             self.strategy.evaluations,
             self.seed,
             self.strategy.optimism,
+            self._fits,
         )
         return sorted(seen + [new[i] for i in picked])
 
@@ -294,7 +298,28 @@ class Explorer:
             data["plan"] = plan
         return data
 
+    def _keep_front_outcomes(self) -> None:
+        """Per-sample outcomes (`extra["outcomes"]`, for intervals and paired tests) stay
+        only with the feasible individuals no feasible one dominates: the front, which is what
+        reports compare; a dominated individual never rejoins it, so dropping them loses
+        nothing a later generation needs and keeps the file small."""
+        feasible = [r for r in self.result.records if r["feasible"]]
+        holding = [r for r in self.result.records if "outcomes" in (r.get("extra") or {})]
+        if not holding:
+            return
+        if feasible:
+            everyone = np.array([self.problem.objective_vector(r["values"]) for r in feasible])
+        for record in holding:
+            dominated = not record["feasible"]
+            if not dominated:
+                row = self.problem.objective_vector(record["values"])
+                no_worse = np.all(everyone <= row, axis=1)
+                dominated = bool(np.any(no_worse & np.any(everyone < row, axis=1)))
+            if dominated:
+                del record["extra"]["outcomes"]
+
     def _close_generation(self, generation: int, algorithm: Algorithm) -> None:
+        self._keep_front_outcomes()
         population = algorithm.pop.get("X")
         survivors = {configuration_key(self.problem.configuration(x)) for x in population}
         self.result.generations.append(

@@ -3,7 +3,17 @@
 A Gaussian process per measured quantity (accuracy, and any objective the problem cannot
 compute without the model) over the genes scaled to [0, 1], refitted every generation from the
 recorded evaluations; costs the problem knows without the model (`Problem.known_values`) are
-used as they are. A candidate's promise is the hypervolume its optimistic prediction (mean plus
+used as they are.
+
+What keeps a long search cheap (a GP's fit grows with the cube of its records, and optimising
+its kernel's hyperparameters takes dozens of fits): it learns from at most `WINDOW` records,
+those of the best non-domination ranks in the objectives (where the proposals come from, the
+population's neighbourhood), the most recent first among equals; and its hyperparameters are
+optimised again only when the record has grown by `REOPTIMISE` since they last were, starting
+from those, and kept as they are in between (`Fits`). Both depend only on the records, so a
+resumed search, which replays its generations, fits the same surrogates.
+
+A candidate's promise is the hypervolume its optimistic prediction (mean plus
 `optimism` standard deviations) adds to the front of the recorded, fully scored individuals;
 candidates are picked one at a time, each pick joining the front at its predicted mean.
 Predictions only choose what to evaluate: nothing predicted is ever recorded.
@@ -21,6 +31,39 @@ from model_explorer.problems.base import FINITE, Problem
 from model_explorer.results.front import non_dominated
 
 MINIMUM_RECORDS = 4
+# The most records a surrogate learns from, and the growth of the record after which its
+# kernel's hyperparameters are optimised again (docs/performance.md, "A long search").
+WINDOW = 256
+REOPTIMISE = 1.25
+
+
+class Fits:
+    """What one search's surrogates keep between generations: per quantity, the kernel whose
+    hyperparameters were last optimised and the number of records they were optimised at."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[str, Any] = {}
+        self.optimised_at: dict[str, int] = {}
+
+    def due(self, name: str, records: int) -> bool:
+        """Whether the hyperparameters of `name` are to be optimised at `records` records."""
+        return name not in self.kernels or records >= REOPTIMISE * self.optimised_at[name]
+
+
+def window(problem: Problem, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most WINDOW of `records`: the best non-domination ranks in the problem's objectives
+    first (constraints aside, so that the cheap side of the feasibility limit stays in view),
+    the most recent first within a rank."""
+    if len(records) <= WINDOW:
+        return records
+    from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+    objectives = np.array([problem.objective_vector(r["values"]) for r in records])
+    rank = np.empty(len(records), dtype=int)
+    for level, members in enumerate(NonDominatedSorting().do(objectives)):
+        rank[members] = level
+    order = sorted(range(len(records)), key=lambda i: (rank[i], -i))[:WINDOW]
+    return [records[i] for i in sorted(order)]
 
 
 def _unknown_quantities(problem: Problem, known: dict[str, float]) -> list[str]:
@@ -53,24 +96,39 @@ class Surrogate:
     def _scaled(self, genomes: Sequence[Sequence[float]]) -> np.ndarray:
         return (np.asarray(genomes, dtype=float) - self.lower) / self.span
 
-    def fit(self, records: list[dict[str, Any]], names: list[str]) -> bool:
-        """Fit one regression per name on the finite records; False when too few."""
+    def fit(
+        self, records: list[dict[str, Any]], names: list[str], fits: Fits | None = None
+    ) -> bool:
+        """Fit one regression per name on the finite records (at most WINDOW of them); False
+        when too few. `fits`: the search's kernels so far, whose hyperparameters are taken as
+        they are until the record has grown enough to optimise them again."""
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
+        fits = fits if fits is not None else Fits()
         usable = [r for r in records if r["extra"].get("finite", True)]
         if len(usable) < MINIMUM_RECORDS:
             return False
+        count = len(usable)
+        usable = window(self.problem, usable)
         inputs = self._scaled([r["genome"] for r in usable])
         for name in names:
-            kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
+            optimise = fits.due(name, count)
+            kernel = fits.kernels.get(name) or ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
                 np.ones(inputs.shape[1]), (1e-2, 1e3), nu=2.5
             ) + WhiteKernel(1e-2, (1e-3, 1.0))
-            model = GaussianProcessRegressor(kernel, normalize_y=True, random_state=self.seed)
+            model = GaussianProcessRegressor(
+                kernel,
+                normalize_y=True,
+                random_state=self.seed,
+                optimizer="fmin_l_bfgs_b" if optimise else None,
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model.fit(inputs, np.array([r["values"][name] for r in usable], dtype=float))
+            if optimise:
+                fits.kernels[name], fits.optimised_at[name] = model.kernel_, count
             self.models[name] = model
         return True
 
@@ -95,15 +153,17 @@ def select(
     count: int,
     seed: int,
     optimism: float = 1.0,
+    fits: Fits | None = None,
 ) -> list[int]:
     """Positions of the `count` most promising genomes (in the order they were picked);
-    `configurations`: theirs, as the Explorer decoded them."""
+    `configurations`: theirs, as the Explorer decoded them; `fits`: what the search's
+    surrogates kept from earlier generations (none: every fit optimised afresh)."""
     if len(genomes) <= count:
         return list(range(len(genomes)))
     known = [problem.known_values(configuration) for configuration in configurations]
     names = _unknown_quantities(problem, known[0])
     surrogate = Surrogate(problem, seed)
-    if not surrogate.fit(records, names):
+    if not surrogate.fit(records, names, fits):
         return list(range(count))
     predicted = surrogate.predict(genomes)
     # Each candidate at QUANTILES of its predictive distribution (all unknown quantities at the

@@ -3,12 +3,19 @@ form and run by each runtime on the data the search scored it on, beside the fak
 model and the accuracy the result recorded.
 
 Each runtime runs the file as its user will, at its default settings; another setting
-(`onnxruntime:basic`) runs only beside the default, when asked. The check fails where a
-runtime's default accuracy lies more than `TOLERANCE` from the recorded one, or a setting's
-from its runtime's default, and says the cause in one sentence: the runtime's other settings
-are tried until one scores what the search recorded, which names what the default adds. What a
-file was checked under goes into its `metadata_props` (export.write_metadata), with the audit of
-each layer's asked and executed precision (deployment/audit.py).
+(`onnxruntime:basic`) runs only beside the default, when asked. Every runtime scores the same
+samples as the fake-quantized model, so each comparison is paired, sample by sample
+(results/statistics.py: McNemar's exact test for a metric counting hits, the paired t-test for a
+mean of per-sample values): the check fails where a runtime's default is distinctly off the
+fake-quantized model (p < ALPHA), or a setting off its runtime's default, and not where a few
+near-tie samples flip one way (3 of 96, all one way: p = 0.25). It says the cause in one
+sentence: the runtime's other settings are tried until one is not distinct from the
+fake-quantized model, which names what the default adds. Where the metric keeps no per-sample
+outcomes, or a value compared has none, a difference over `TOLERANCE` decides, as it did for
+every check before. The fake-quantized model itself must score what the search recorded (the
+same computation: any difference means other data, weights or calibration). What a file was
+checked under goes into its `metadata_props` (export.write_metadata), with the audit of each
+layer's asked and executed precision (deployment/audit.py).
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from model_explorer.deployment.audit import FidelityAudit, audit_export
 from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
 from model_explorer.errors import UserError
 from model_explorer.fileio import read_torch_file
+from model_explorer.operations.verdicts import TOLERANCE, differs, paired, paired_text, scored
+from model_explorer.results.confidence import Outcomes
+from model_explorer.results.statistics import Paired
 from model_explorer.runtimes import (
     Kernel,
     Runtime,
@@ -42,9 +52,6 @@ if TYPE_CHECKING:
 
 # The search scores individuals on this role; the check scores the runtimes on the same data.
 ROLE = "exploration"
-# How far (in accuracy, 0.005 = half a point) a runtime may score from the recorded accuracy,
-# and a runtime's setting from its default, before the check fails.
-TOLERANCE = 0.005
 
 
 @dataclass
@@ -62,6 +69,11 @@ class RuntimeScore:
     settings: str = ""
     version: str = ""
     kernels: list[Kernel] = field(default_factory=list)
+    # each sample's outcome (hits or values of the metric), for paired comparisons, and the
+    # paired test the check decided on (against the fake-quantized model, or a setting's
+    # against its runtime's default)
+    outcomes: Outcomes | None = None
+    test: Paired | None = None
 
     @property
     def default(self) -> bool:
@@ -97,6 +109,8 @@ class DeploymentCheck:
             row[f"{score.runtime}_accuracy"] = score.accuracy
             row[f"{score.runtime}_agreement"] = score.agreement
             row[f"{score.runtime}_integer_layers"] = len(score.integer_layers)
+            if score.test is not None:
+                row[f"{score.runtime}_p_value"] = score.test.p_value
         if self.audit is not None:
             row["float_layers_asked_int8"] = len(self.audit.warnings)
         row["check"] = "passed" if self.passed else " ".join(self.failures)
@@ -114,6 +128,7 @@ class DeploymentCheck:
                     "agreement": round(score.agreement, 6),
                     "recorded_accuracy": self.recorded,
                     "samples": self.samples,
+                    **({"paired_p_value": score.test.p_value} if score.test else {}),
                 }
             )
             for score in self.runtimes
@@ -247,14 +262,14 @@ class Scorer:
         self.context, self.path = context, path
         self.layers = getattr(model, "layers", {})
         reference = Recorded(model)
-        self.fake_quant = float(context.evaluate(reference, ROLE))  # type: ignore[arg-type]
+        self.fake_quant, self.outcomes = scored(context, reference)
         self.expected = torch.cat(reference.classes)
 
     def score(self, name: str) -> RuntimeScore:
         runtime = open_runtime(name, self.path, "--check")
         try:
             recorded = Recorded(RuntimeModule(runtime))
-            accuracy = float(self.context.evaluate(recorded, ROLE))  # type: ignore[arg-type]
+            accuracy, outcomes = scored(self.context, recorded)
             found = runtime.kernels()
         finally:
             runtime.deactivate()
@@ -269,6 +284,7 @@ class Scorer:
             runtime.described(),
             runtime.version,
             found,
+            outcomes,
         )
 
 
@@ -310,8 +326,10 @@ def check_individual(
 
 
 def judge(check: DeploymentCheck, scorer: Scorer) -> list[str]:
-    """One sentence per failure: the fake-quantized model or a runtime's default off the
-    recorded accuracy, or a setting off its runtime's default, by more than TOLERANCE."""
+    """One sentence per failure: the fake-quantized model off the recorded accuracy (by more
+    than rounding), a runtime's default distinctly off the fake-quantized model, or a setting
+    distinctly off its runtime's default, each runtime paired with what it is compared to on
+    the same samples (`differs`)."""
     failures = []
     target = check.fake_quant if check.recorded is None else check.recorded
     if abs(check.fake_quant - target) > TOLERANCE:
@@ -321,30 +339,35 @@ def judge(check: DeploymentCheck, scorer: Scorer) -> list[str]:
         )
     defaults = {score.runtime: score for score in check.runtimes if score.default}
     for score in check.runtimes:
-        if score.default and abs(score.accuracy - target) > TOLERANCE:
-            failures.append(_off_default(score, target, scorer))
-        elif not score.default:
-            default = defaults[score.runtime.partition(":")[0]]
-            if abs(score.accuracy - default.accuracy) > TOLERANCE:
-                failures.append(
-                    f"{score.runtime} ({score.settings}) scores {score.accuracy:.4f} where "
-                    f"{default.runtime} at its defaults scores {default.accuracy:.4f}."
-                )
+        if score.default:
+            test = score.test = paired(score.outcomes, scorer.outcomes)
+            if differs(score.accuracy, check.fake_quant, test):
+                failures.append(_off_default(score, check.fake_quant, scorer, test))
+            continue
+        default = defaults[score.runtime.partition(":")[0]]
+        test = score.test = paired(score.outcomes, default.outcomes)
+        if differs(score.accuracy, default.accuracy, test):
+            failures.append(
+                f"{score.runtime} ({score.settings}) scores {score.accuracy:.4f} where "
+                f"{default.runtime} at its defaults scores {default.accuracy:.4f} "
+                f"({paired_text(test, 'the default')})."
+            )
     return failures
 
 
-def _off_default(score: RuntimeScore, target: float, scorer: Scorer) -> str:
-    """Why a runtime's default scores off the target: the first of its other settings that
-    scores within TOLERANCE of it names what the default adds; else the runtime computes the
-    file otherwise than the fake quantizers."""
+def _off_default(score: RuntimeScore, target: float, scorer: Scorer, test: Paired | None) -> str:
+    """Why a runtime's default scores distinctly off the fake-quantized model: the first of
+    its other settings that does not names what the default adds; else the runtime computes
+    the file otherwise than the fake quantizers."""
     said = (
         f"{score.runtime} at its default settings ({score.settings}) scores "
-        f"{score.accuracy:.4f} against the recorded {target:.4f}"
+        f"{score.accuracy:.4f} against the fake-quantized model's {target:.4f} "
+        f"({paired_text(test)})"
     )
     runtime, _ = runtime_setting(score.runtime, "--check")
     for setting in [name for name in runtime.settings if name != "default"]:
         other = scorer.score(f"{score.runtime}:{setting}")
-        if abs(other.accuracy - target) <= TOLERANCE:
+        if not differs(other.accuracy, target, paired(other.outcomes, scorer.outcomes)):
             return (
                 f"{said}; at {other.runtime} ({runtime.settings[setting]}) it scores "
                 f"{other.accuracy:.4f}, so what the default does beyond that setting causes "

@@ -20,7 +20,7 @@ from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
 from model_explorer.memory import keep_freed_memory
 from model_explorer.metrics import higher_is_better
-from model_explorer.operations.held_out import judge_front
+from model_explorer.operations.held_out import baseline_outcomes, judge_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
 from model_explorer.operations.result_file import (
     SearchDefinition,
@@ -336,6 +336,8 @@ def _search(
         algorithm=spec.algorithm,
     )
     explorer.result.owner = this_process()
+    if baseline is not None:  # the float model's outcomes, to pair the front's with
+        explorer.result.stats.update(baseline_outcomes(context, built))
     seeded = sensitivity_start(built, workload)  # after the Explorer has checked its algorithm
     try:
         if seeded:

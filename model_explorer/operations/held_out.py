@@ -20,8 +20,42 @@ def judge_front(context: WorkloadContext, problem: Any, result: Any) -> bool:
     """Score the front on the held-out data and time it where the problem has a latency
     table; True where either added to the result (which then needs saving)."""
     timed = check_front(context, problem, result) is not None
-    scored = score_front_held_out(context, problem, result) is not None
-    return timed or scored
+    held = score_front_held_out(context, problem, result) is not None
+    return timed or held
+
+
+def keeps_outcomes(metric: Any) -> bool:
+    """Whether the metric scores sample by sample (not the caller's function of the whole
+    model, which gives one figure and is not called again for outcomes it cannot give)."""
+    from model_explorer.metrics import create_metric
+
+    return not hasattr(create_metric(metric), "of_model")
+
+
+def baseline_outcomes(context: WorkloadContext, problem: Any) -> dict[str, Any]:
+    """The float model's per-sample outcomes on the exploration data, which the front's are
+    paired with (`stats["baseline_outcomes"]`); none for a metric that keeps none."""
+    if not keeps_outcomes(context.workload.metric):
+        return {}
+    _, outcomes = scored(context, context.build_model(), problem, "exploration")
+    return {"baseline_outcomes": outcomes} if outcomes else {}
+
+
+def scored(
+    context: WorkloadContext, model: Any, problem: Any, role: str = "reevaluate"
+) -> tuple[float, dict[str, str]]:
+    """A model's accuracy on a role's data and its per-sample outcomes (with the divergence
+    from the float model where the problem ranks by it), as results keep them."""
+    from model_explorer.metrics import score
+    from model_explorer.results.statistics import pack_outcome
+
+    ranked = getattr(problem, "selection", "accuracy") != "accuracy"
+    reference = context.float_outputs(role) if ranked else None
+    batches = context.batches(role)
+    outcome = score(
+        model, batches, context.workload.metric, reference=reference, keep_outcomes=True
+    )
+    return one_accuracy(outcome.accuracies), pack_outcome(outcome)
 
 
 def score_front_held_out(
@@ -45,13 +79,18 @@ def score_front_held_out(
         return None
     for member in members:
         problem.apply_plan(member.plan)
-        member.extra["held_out"] = one_accuracy(context.evaluate(problem.model, "reevaluate"))
+        member.extra["held_out"], outcomes = scored(context, problem.model, problem)
+        if outcomes:
+            member.extra["held_out_outcomes"] = outcomes
     described = context.describe("reevaluate")
+    baseline, outcomes = scored(context, context.build_model(), problem)
     held_out = {
-        "baseline": one_accuracy(context.evaluate(context.build_model(), "reevaluate")),
+        "baseline": baseline,
         "data": f"{described['type']} ({described['where']})",
         "samples": described["samples"],
         "members": len(members),
     }
+    if outcomes:
+        held_out["outcomes"] = outcomes
     result.stats["held_out"] = held_out
     return held_out

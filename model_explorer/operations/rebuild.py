@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from model_explorer.errors import UserError
-from model_explorer.problems.base import Problem
+from model_explorer.problems.base import ModelProblem, Problem
 from model_explorer.problems.registry import PROBLEMS
 
 if TYPE_CHECKING:
@@ -39,7 +39,33 @@ def build_problem(
     options = spec.options if name == spec.problem_function else None
     if options is None and entry.options is not None:
         options = entry.options()
-    return entry.builder(context, options, minimum_accuracy)
+    problem = entry.builder(context, options, minimum_accuracy)
+    rank(context, problem)
+    return problem
+
+
+# The metrics that count labels, whose problems `selection: auto` ranks by divergence.
+LABEL_METRICS = frozenset({"top1", "top5", "topk", "pixel_accuracy", "mean_iou"})
+
+
+def rank(context: WorkloadContext, problem: Problem) -> None:
+    """Rank a model problem's candidates as its `selection` says (problems/options.py): by the
+    divergence from the float model's outputs on the exploration data, or by the metric."""
+    options = getattr(problem, "options", None)
+    choice = getattr(options, "selection", "accuracy")
+    if choice == "accuracy" or not isinstance(problem, ModelProblem):
+        return
+    metric = context.workload.metric
+    outputs = getattr(problem, "outputs", 1)
+    if choice == "auto":
+        if metric.type not in LABEL_METRICS or outputs != 1:
+            return
+    elif outputs != 1:
+        raise UserError(
+            f"{options.key('selection')}: kl ranks by the divergence of one output, and the "
+            f"model has {outputs}; set selection: accuracy"
+        )
+    problem.rank_by_divergence(lambda: context.float_outputs("exploration"))
 
 
 def recipe_problem(recipe: ProblemRecipe) -> Problem:

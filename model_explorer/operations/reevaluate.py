@@ -25,9 +25,10 @@ def check_same_model(workload: Workload, result: ExplorationResult) -> None:
 
 
 def primary_cost(result: ExplorationResult) -> str:
-    """The first objective that is minimised (e.g. weighted_bits)."""
-    for name, maximize in result.objectives:
-        if not maximize:
+    """The first objective that is minimised (e.g. weighted_bits), not the accuracy (nor the
+    divergence that ranked it)."""
+    for name, maximize in result.judged:
+        if not maximize and name != "accuracy":
             return name
     raise UserError("the result has no cost objective to rank individuals by")
 

@@ -22,6 +22,7 @@ from model_explorer.problems.objectives import (
     PlanCosts,
     computed_objectives,
 )
+from model_explorer.problems.ranking import DIVERGENCE, DivergenceRanking
 
 FINITE = "outputs_finite"
 
@@ -182,10 +183,16 @@ class Problem(ABC):
         }
 
 
-class ModelProblem(Problem):
+class ModelProblem(DivergenceRanking, Problem):
     """A problem that scores `self.model` on `self.batches` with `self.metric`, stopping early
     (when `self.early_reject`) once `self.minimum_accuracy` is out of reach. Its variables are
-    settings of layers, named as plan.py says, so every configuration has a plan."""
+    settings of layers, named as plan.py says, so every configuration has a plan.
+
+    Ranked by divergence (`rank_by_divergence`, the workload's `problem.selection: kl`), its
+    accuracy objective is replaced by `kl`, the mean KL divergence of the candidate's outputs
+    from the float model's on the same samples: what the search optimises, surrogates predict
+    and fronts are chosen by. The metric is still measured, constrained and recorded as
+    `accuracy`, and judged (hypervolumes, reports) on the front the divergence chose."""
 
     batches: Any
     metric: Any
@@ -257,6 +264,7 @@ class ModelProblem(Problem):
             for name, layer in layers.items()
         }
         description = {**super().describe(), "metric": metric, "layer_types": types}
+        description["selection"] = self.selection
         if self.coverage is not None:
             description["coverage"] = self.coverage
         reference = self.hypervolume_reference()
@@ -277,7 +285,7 @@ class ModelProblem(Problem):
         except Exception:  # noqa: BLE001 - a problem whose genes do not decode so: no reference
             return None
         reference: dict[str, float] = {}
-        for objective in self.objectives:
+        for objective in self.judged_objectives:
             if objective.maximize:
                 reference[objective.name] = float(min(self.minimum_accuracy))
             elif objective.name in known:
@@ -287,37 +295,25 @@ class ModelProblem(Problem):
         return reference
 
     def score(self, known: dict[str, float] | None = None) -> Any:
-        """The metric's Outcome for the configuration currently applied. `known`: the values
-        measured without the model (costs), with which scoring also stops once the candidate
-        cannot join `self.front`."""
+        """The metric's Outcome for the configuration currently applied, each sample's outcome
+        kept. `known`: the values measured without the model (costs), with which scoring also
+        stops once the candidate cannot join `self.front`."""
         from model_explorer.metrics import score
 
         minimum = self.minimum_accuracy if self.early_reject else None
+        ceiling = None
         if minimum is not None and known is not None:
-            minimum = self.entry_minimum(minimum, known)
-        return score(self.model, self.batches, self.metric, minimum=minimum, check_finite=True)
-
-    def entry_minimum(self, minimum: list[float], known: dict[str, float]) -> list[float]:
-        """The accuracy a candidate needs to join `self.front`, given its other objectives
-        (`known`): the best accuracy of a front member at least as good in all of them (for a
-        divergence metric, where lower is better, the lowest: `minimum` is then a maximum).
-        Only for a single accuracy objective, with every other objective known."""
-        others = [o for o in self.objectives if o.name != "accuracy"]
-        accuracy = [o for o in self.objectives if o.name == "accuracy"]
-        if len(minimum) != 1 or len(accuracy) != 1:
-            return minimum
-        if any(o.name not in known for o in others):
-            return minimum
-        rivals = [
-            member["accuracy"]
-            for member in self.front
-            if all(
-                member[o.name] >= known[o.name] if o.maximize else member[o.name] <= known[o.name]
-                for o in others
-            )
-        ]
-        best = max if accuracy[0].maximize else min
-        return [best([minimum[0], *rivals])]
+            minimum, ceiling = self.entry_limits(minimum, known)
+        return score(
+            self.model,
+            self.batches,
+            self.metric,
+            minimum=minimum,
+            check_finite=True,
+            reference=self.reference,
+            ceiling=ceiling,
+            keep_outcomes=True,
+        )
 
     @staticmethod
     def evaluation(
@@ -329,6 +325,14 @@ class ModelProblem(Problem):
         named = {"accuracy": sum(accuracies) / len(accuracies)}
         if len(accuracies) > 1:
             named.update({f"accuracy_{i}": a for i, a in enumerate(accuracies)})
+        divergence = getattr(outcome, "divergence", None)
+        if divergence is not None:
+            named[DIVERGENCE] = float(divergence)
+        from model_explorer.results.statistics import pack_outcome
+
+        kept = pack_outcome(outcome)
+        if kept:
+            extra = {**extra, "outcomes": kept}
         return Evaluation(
             {**named, **values},
             accuracies,

@@ -60,6 +60,15 @@ class ProblemOptions(Spec):
     have."""
     early_reject: bool = True
     """Stop scoring a candidate once it cannot reach the minimum accuracy (an exact bound)."""
+    selection: Literal["auto", "accuracy", "kl"] = "auto"
+    """What ranks candidates in the accuracy objective's place, for the search and for the
+    front it reports: `kl`, the mean KL divergence of a candidate's softmax from the float
+    model's on the same samples (every sample counts, by how far it moved, with no labels: far
+    less noise than a count of top-1 hits on a few hundred samples, so the front holds better
+    on data the search never saw); `accuracy`, the metric itself. The metric is measured,
+    constrained and reported either way. `auto`: `kl` where the metric counts labels (top1,
+    top5, topk, pixel_accuracy, mean_iou) of a model with one output, else `accuracy` (a
+    metric that compares with the float model already, or your own)."""
     _written: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("objectives")

@@ -133,6 +133,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         example = leading(next(iter(batches))[0])
         with torch.no_grad():
             outputs = len(output_list(run_on(model, example)))
+        self.outputs = outputs
         self.minimum_accuracy = per_output_minimum(
             minimum_accuracy, outputs, options.key("minimum_accuracy")
         )

@@ -40,9 +40,11 @@ def ideal_box(senses: list[tuple[str, bool]], reference: dict[str, float]) -> fl
 
 
 def by_generation(result: Any, reference: dict[str, float], normalised: bool) -> list:
-    """(generation, hypervolume of every feasible individual evaluated up to it)."""
+    """(generation, hypervolume of the front of every feasible individual evaluated up to it,
+    chosen as the result ranks: `ExplorationResult.ranking`)."""
     senses = result._senses(list(reference))
     names = [name for name, _ in senses]
+    ranking = result.ranking(names)
     measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
     history = []
@@ -50,6 +52,9 @@ def by_generation(result: Any, reference: dict[str, float], normalised: bool) ->
     found = [i for i in result.individuals if "repaired_from" not in i.extra]
     for generation in sorted({i.generation for i in found}):
         chosen = [i for i in found if i.generation <= generation and i.feasible]
+        if chosen and ranking != names:
+            kept = non_dominated(result.objective_matrix(chosen, ranking))
+            chosen = [i for i, keep in zip(chosen, kept, strict=True) if keep]
         value = float(measure(result.objective_matrix(chosen, names))) if chosen else 0.0
         history.append((generation, value / scale))
     return history
@@ -62,18 +67,24 @@ def by_samples(
     evaluation, in the order they were recorded (`individual` builds one from a record,
     `samples_of` counts a record's sample-forwards)."""
     senses = result._senses(list(reference))
+    names = [n for n, _ in senses]
+    ranking = result.ranking(names)
     measure = indicator(senses, reference)
     scale = (result.hypervolume_box(reference) if normalised else 1.0) or 1.0
     # what the search spent before its first evaluation (a sensitivity table) counts first
     spent = result.stats.get("sensitivity_forwards", 0)
-    history, front = [], np.empty((0, len(senses)))
+    # the front as the result ranks it (its rows in those quantities) and at the measured ones
+    history = []
+    ranked, front = np.empty((0, len(senses))), np.empty((0, len(senses)))
     for record in result.records:
         if "repaired_from" in (record.get("extra") or {}):
             continue  # repaired after the search (debug --target): not what it bought
         spent += samples_of(record)
         if record["feasible"]:
-            row = result.objective_matrix([individual(**record)], [n for n, _ in senses])
-            front = np.vstack([front, row])
-            front = front[non_dominated(front)]
+            member = individual(**record)
+            ranked = np.vstack([ranked, result.objective_matrix([member], ranking)])
+            front = np.vstack([front, result.objective_matrix([member], names)])
+            kept = non_dominated(ranked)
+            ranked, front = ranked[kept], front[kept]
         history.append((spent, float(measure(front)) / scale if len(front) else 0.0))
     return history

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from model_explorer.errors import UserError, first_line
-from model_explorer.plan import THRESHOLD, Plan, plan_of, variable_setting
+from model_explorer.plan import Plan, plan_of
 from model_explorer.results.front import (
     by_generation,
     by_samples,
@@ -115,8 +115,39 @@ class ExplorationResult:
 
     @property
     def objectives(self) -> list[tuple[str, bool]]:
-        """(name, maximize) of each objective, in the problem's order."""
+        """(name, maximize) of each objective, in the problem's order: what the search
+        optimised and the front is chosen by (`kl` in accuracy's place where the problem's
+        `selection` ranked candidates by divergence)."""
         return [(o["name"], o["maximize"]) for o in self.problem["objectives"]]
+
+    @property
+    def selection(self) -> str:
+        """What ranked candidates in the accuracy objective's place: `accuracy` (the metric)
+        or `kl` (the divergence from the float model); older files ranked by the metric."""
+        return str(self.problem.get("selection", "accuracy"))
+
+    @property
+    def judged(self) -> list[tuple[str, bool]]:
+        """The objectives as a front is judged: `accuracy` in the place of the divergence
+        that ranked it (its direction the metric's)."""
+        if self.selection == "accuracy":
+            return self.objectives
+        higher = next(
+            (
+                c.get("minimum") is not None
+                for c in self.problem.get("constraints", [])
+                if c["name"] == "accuracy"
+            ),
+            True,
+        )
+        return [("accuracy", higher) if n == self.selection else (n, m) for n, m in self.objectives]
+
+    def ranking(self, names: list[str]) -> list[str]:
+        """The quantities a front judged in `names` is chosen by: the ranking divergence in
+        the accuracy's place, every other name as it is."""
+        if self.selection == "accuracy":
+            return list(names)
+        return [self.selection if name == "accuracy" else name for name in names]
 
     @property
     def individuals(self) -> list[Individual]:
@@ -146,8 +177,8 @@ class ExplorationResult:
         return [i for i in self.individuals if i.feasible]
 
     def _senses(self, objectives: list[str] | None) -> list[tuple[str, bool]]:
-        known = dict(self.objectives)
-        names = objectives or list(known)
+        known = {**dict(self.judged), **dict(self.objectives)}
+        names = objectives or [name for name, _ in self.objectives]
         senses = []
         for name in names:
             if name in known:
@@ -191,12 +222,14 @@ class ExplorationResult:
         self, reference: dict[str, float] | list[float], objectives: list[str] | None = None
     ) -> float:
         """Hypervolume of the feasible front against a reference point in natural units
-        (e.g. {'accuracy': 0.9, 'weighted_bits': 100}); uses pymoo's HV indicator."""
-        senses = self._senses(
-            objectives or (list(reference) if isinstance(reference, dict) else None)
-        )
+        (e.g. {'accuracy': 0.9, 'weighted_bits': 100}); uses pymoo's HV indicator. The front
+        is the one these quantities' ranking chose (`ranking`: by the divergence where it
+        ranked the accuracy), measured at their values."""
+        if objectives is None and not isinstance(reference, dict):
+            objectives = [name for name, _ in self.judged]
+        senses = self._senses(objectives or list(reference))  # type: ignore[arg-type]
         names = [n for n, _ in senses]
-        front = self.pareto_front(names)
+        front = self.pareto_front(self.ranking(names))
         if not front or not any(i.feasible for i in front):
             return 0.0
         return float(indicator(senses, reference)(self.objective_matrix(front, names)))
@@ -204,9 +237,10 @@ class ExplorationResult:
     def default_reference(self, objectives: list[str] | None = None) -> dict[str, float]:
         """The reference point of hypervolumes: the problem's own (`hypervolume_reference` in
         its description: the minimum accuracy, each cost at every gene's upper bound) where the
-        search recorded one for these objectives; else per objective the worst feasible value
-        (for accuracy the constraint's minimum when there is one), 10% beyond it for costs."""
-        senses = self._senses(objectives)
+        search recorded one for these objectives (by default the judged ones: accuracy and
+        costs); else per objective the worst feasible value (for accuracy the constraint's
+        minimum when there is one), 10% beyond it for costs."""
+        senses = self._senses(objectives or [name for name, _ in self.judged])
         recorded = self.problem.get("hypervolume_reference") or {}
         if all(name in recorded for name, _ in senses):
             return {name: float(recorded[name]) for name, _ in senses}
@@ -269,51 +303,17 @@ class ExplorationResult:
 
     def layer_statistics(self, individuals: list[Individual] | None = None):  # noqa: ANN201
         """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
-        front): mean, min and max of the configuration that ran (for a gene choosing formats:
-        of their bits per element, scales counted, with the most frequent format beside them).
-        Quantizer names are split into layer and kind (input / weight) so that input and
-        weight bits sit side by side."""
-        import pandas as pd
+        front): mean, min and max of the configuration that ran (results/tables.py)."""
+        from model_explorer.results.tables import layer_statistics
 
-        chosen = individuals if individuals is not None else self.pareto_front()
-        rows = []
-        for index, name in enumerate(self.variable_names):
-            settings = [i.configuration[index] for i in chosen]
-            values = [_gene_value(value) for value in settings]
-            layer, setting = variable_setting(name)
-            kind = "threshold" if setting == THRESHOLD else setting.split("_")[0]
-            row = {
-                "variable": name,
-                "layer": layer,
-                "kind": kind,
-                "mean": float(np.mean(values)) if values else float("nan"),
-                "min": min(values) if values else float("nan"),
-                "max": max(values) if values else float("nan"),
-            }
-            if any(isinstance(value, str) for value in settings):
-                row["format"] = max(set(settings), key=settings.count)
-            rows.append(row)
-        return pd.DataFrame(rows)
+        return layer_statistics(self, individuals)
 
-    def to_dataframe(self):  # noqa: ANN201 - pandas is imported here, not at module import
+    def to_dataframe(self):  # noqa: ANN201 - pandas is imported there, not at module import
         """One row per individual: id, generation, feasibility, every value (objectives,
         accuracies, costs) and one column per variable with the configuration that ran."""
-        import pandas as pd
+        from model_explorer.results.tables import individuals_table
 
-        rows = []
-        names = self.variable_names
-        for record in self.records:
-            row = {
-                "id": record["id"],
-                "generation": record["generation"],
-                "feasible": record["feasible"],
-                "complete": record["complete"],
-                "seconds": record["seconds"],
-                **record["values"],
-                **dict(zip(names, record["configuration"], strict=True)),
-            }
-            rows.append(row)
-        return pd.DataFrame(rows)
+        return individuals_table(self)
 
     # -- files ----------------------------------------------------------------------------
     def to_data(self) -> dict[str, Any]:
@@ -376,16 +376,6 @@ class ExplorationResult:
             data.get("partial"),
             data.get("owner"),
         )
-
-
-def _gene_value(value: Any) -> float:
-    """A gene's setting as a number: a bit width or threshold as it is, a format by its bits
-    per element (the format registry imports no torch)."""
-    if isinstance(value, str):
-        from model_explorer.formats import format_bits
-
-        return format_bits(value)
-    return float(value)
 
 
 def load_individual(reference: str, where: str) -> tuple[ExplorationResult, Individual]:

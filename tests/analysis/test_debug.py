@@ -268,7 +268,9 @@ def test_debugs_bad_input_is_one_sentence_and_changes_nothing(
         "--output",
         str(tmp_path / "d"),
     ]
-    line = _bad([*common, "--target", str(individual.values["accuracy"] - 0.01)], capsys)
+    # well below what its samples assure (paired with the float model, about 2 points below
+    # what it scores on 360 samples)
+    line = _bad([*common, "--target", str(individual.values["accuracy"] - 0.04)], capsys)
     assert "already reaches" in line and "unchanged" in line
     line = _bad([*common, "--target", str(result.baseline[0] + 0.01)], capsys)
     assert "beyond the float model's accuracy" in line
@@ -287,3 +289,43 @@ def test_debugs_bad_input_is_one_sentence_and_changes_nothing(
     result.save(tmp_path / "sparse.pkl")
     line = _bad(["debug", f"{tmp_path / 'sparse.pkl'}#0", "--workload", str(workload)], capsys)
     assert "set no quantizer" in line
+
+
+def test_the_repair_decides_on_what_the_samples_assure() -> None:
+    """A genome's accuracy for the repair is the float model's plus the lower end of the
+    paired difference's 95% interval (by hand: b samples only the genome gets right, c only
+    the float model, n in all: (b - c)/n - 1.96 sqrt(b + c - (b - c)^2/n)/n)."""
+    import math
+
+    import numpy as np
+
+    from model_explorer.analysis.debug.individual import assured_accuracy
+    from model_explorer.problems import Evaluation
+    from model_explorer.results.statistics import pack_hits
+
+    n = 360
+    float_hits = np.ones(n, dtype=bool)
+    float_hits[:6] = False  # 354 right: 0.98333
+    genome_hits = float_hits.copy()
+    genome_hits[6:14] = False  # 8 lost
+    genome_hits[:2] = True  # 2 gained
+
+    class Problem:
+        def configuration(self, genome):  # noqa: ANN001, ANN202
+            return list(genome)
+
+        def measure(self, configuration):  # noqa: ANN001, ANN202
+            outcomes = {"hits": pack_hits(genome_hits)}
+            return Evaluation(
+                {"accuracy": float(genome_hits.mean())}, [], extra={"outcomes": outcomes}
+            )
+
+    result = ExplorationResult({}, {"name": "q", "variables": [], "objectives": []})
+    result.stats["baseline_outcomes"] = {"hits": pack_hits(float_hits)}
+    b, c = 2, 8
+    half = 1.959964 * math.sqrt(b + c - (b - c) ** 2 / n) / n
+    expected = 354 / n + (b - c) / n - half
+    assert assured_accuracy(Problem(), result, True)((0,)) == pytest.approx(expected, abs=1e-6)
+    assert expected < genome_hits.mean()
+    del result.stats["baseline_outcomes"]  # a result from before: the accuracy as measured
+    assert assured_accuracy(Problem(), result, True)((0,)) == pytest.approx(genome_hits.mean())

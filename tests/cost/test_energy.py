@@ -133,6 +133,7 @@ def test_energy_aware_problem_runs_on_digits(trained_digits, tmp_path: Path, cap
     assert main(["explore", str(path), "--output", str(tmp_path / "r.pkl")]) == 0
     result = ExplorationResult.load(tmp_path / "r.pkl")
     assert result.problem["name"] == "energy_aware_quant_problem"
-    assert [name for name, _ in result.objectives] == ["accuracy", "energy"]
+    assert [name for name, _ in result.judged] == ["accuracy", "energy"]
+    assert [name for name, _ in result.objectives] == ["kl", "energy"]  # ranked by divergence
     energies = [i.values["energy"] for i in result.individuals]
     assert 0 < min(energies) < max(energies) < 10.744  # uJ, below the 16-bit total of 10.744 uJ

@@ -268,6 +268,7 @@ class Measured(Scorer):
     def __init__(self, accuracies: dict[str, float]) -> None:
         self.accuracies = accuracies
         self.asked: list[str] = []
+        self.outcomes = None  # no per-sample outcomes: the tolerance decides
 
     def score(self, runtime: str) -> RuntimeScore:
         self.asked.append(runtime)
@@ -304,7 +305,8 @@ def test_the_check_fails_where_a_default_differs_and_names_the_setting_that_hold
     else:
         assert "no setting of it does better" in failures[0] and "70.00%" in failures[0]
     assert failures[1:] == [
-        "onnxruntime:basic (basic) scores 0.8950 where onnxruntime at its defaults scores 0.9025."
+        "onnxruntime:basic (basic) scores 0.8950 where onnxruntime at its defaults scores 0.9025 "
+        "(more than 0.005 apart, with no per-sample outcomes to pair)."
     ]
     assert all("\n" not in failure for failure in failures)
 
@@ -365,3 +367,70 @@ def test_a_file_a_checked_runtime_cannot_read_is_never_written(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"cannot read '{target}'" in line and f"{target} was not written" in line
     assert list(tmp_path.iterdir()) == []  # neither the file nor the staged copy
+
+
+def hits(right: int, samples: int = 96, first: int = 0) -> np.ndarray:
+    """Per-sample hits: `right` samples right, from position `first` on (wrapping)."""
+    found = np.zeros(samples, dtype=bool)
+    found[(first + np.arange(right)) % samples] = True
+    return found
+
+
+class Paired(Scorer):
+    """The fake-quantized model's per-sample outcomes, and a runtime's other settings given."""
+
+    def __init__(self, fake: np.ndarray, others: dict[str, np.ndarray]) -> None:
+        from model_explorer.results.confidence import Outcomes
+
+        self.fake_quant, self.outcomes = float(fake.mean()), Outcomes(hits=fake)
+        self.others, self.asked = others, []
+
+    def score(self, runtime: str) -> RuntimeScore:
+        from model_explorer.results.confidence import Outcomes
+
+        self.asked.append(runtime)
+        found = self.others[runtime]
+        return RuntimeScore(
+            runtime, float(found.mean()), 1.0, settings=runtime, outcomes=Outcomes(hits=found)
+        )
+
+
+def test_the_check_decides_on_the_samples_paired_not_on_half_a_point(planted) -> None:
+    """On 96 samples, a default that gets 3 near-tie samples right which the fake-quantized
+    model gets wrong, all one way (0.7917 against 0.7604: McNemar p = 0.25), passes, though
+    over three points apart; one that loses 12 samples and gains none (p = 0.00049) fails,
+    naming the paired counts, and the setting that scores as the fake-quantized model does."""
+    from model_explorer.results.confidence import Outcomes
+
+    fake = hits(73)  # 0.7604
+    summary = ExportSummary(Path("model.onnx"), 0, 0, 0, 0, 0)
+    flipped = fake.copy()
+    flipped[[80, 81, 82]] = True  # 76 right: 0.7917
+    check = DeploymentCheck(
+        0,
+        float(fake.mean()),
+        float(fake.mean()),
+        summary,
+        [RuntimeScore("onnxruntime", float(flipped.mean()), 0.97, outcomes=Outcomes(hits=flipped))],
+    )
+    assert judge(check, Paired(fake, {})) == []
+    assert check.runtimes[0].test.p_value == pytest.approx(0.25)
+    assert abs(flipped.mean() - fake.mean()) > TOLERANCE  # the rule before would have failed
+    lost = fake.copy()
+    lost[:12] = False  # 61 right
+    scorer = Paired(fake, {"planted:exact": fake})
+    check = DeploymentCheck(
+        0,
+        float(fake.mean()),
+        float(fake.mean()),
+        summary,
+        [RuntimeScore("planted", float(lost.mean()), 0.875, outcomes=Outcomes(hits=lost))],
+    )
+    failures = judge(check, scorer)
+    assert len(failures) == 1 and scorer.asked == ["planted:exact"]
+    assert (
+        "0 samples only the runtime gets right against 12 only the fake-quantized model"
+        in (failures[0])
+    )
+    assert "at planted:exact (computes the model) it scores 0.7604" in failures[0]
+    assert check.row()["planted_p_value"] == pytest.approx(2 * 0.5**12)

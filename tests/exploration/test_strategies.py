@@ -159,11 +159,34 @@ def test_entry_minimum_by_hand() -> None:
         {"accuracy": 0.99, "bits": 40.0},
     ]
     # At 35 bits the members at 20 and 30 bits are no costlier: it must beat 0.95.
-    assert problem.entry_minimum([0.6], {"bits": 35.0}) == [0.95]
-    assert problem.entry_minimum([0.6], {"bits": 40.0}) == [0.99]
-    assert problem.entry_minimum([0.6], {"bits": 10.0}) == [0.6]  # cheaper than all of them
-    assert problem.entry_minimum([0.97], {"bits": 25.0}) == [0.97]  # the constraint is higher
-    assert problem.entry_minimum([0.6], {}) == [0.6]  # its cost is not known
+    assert problem.entry_limits([0.6], {"bits": 35.0}) == ([0.95], None)
+    assert problem.entry_limits([0.6], {"bits": 40.0}) == ([0.99], None)
+    assert problem.entry_limits([0.6], {"bits": 10.0}) == ([0.6], None)  # cheaper than all
+    assert problem.entry_limits([0.97], {"bits": 25.0}) == ([0.97], None)  # constraint higher
+    assert problem.entry_limits([0.6], {}) == ([0.6], None)  # its cost is not known
+
+
+def test_entry_ceiling_of_a_problem_ranked_by_divergence_by_hand() -> None:
+    """Ranked by divergence, a candidate must come at or below the lowest divergence of a
+    member at most as costly; the accuracy keeps only its constraint."""
+
+    class Costs(ModelProblem):
+        objectives = [Objective("accuracy", maximize=True), Objective("bits")]
+
+        def measure(self, configuration):  # noqa: ANN001, ANN202
+            raise NotImplementedError
+
+    problem = Costs()
+    problem.rank_by_divergence(lambda: None)
+    assert [o.name for o in problem.objectives] == ["kl", "bits"]
+    problem.front = [
+        {"accuracy": 0.9, "kl": 0.03, "bits": 20.0},
+        {"accuracy": 0.99, "kl": 0.02, "bits": 30.0},  # a higher accuracy does not matter
+        {"accuracy": 0.95, "kl": 0.01, "bits": 40.0},
+    ]
+    assert problem.entry_limits([0.6], {"bits": 35.0}) == ([0.6], 0.02)
+    assert problem.entry_limits([0.6], {"bits": 45.0}) == ([0.6], 0.01)
+    assert problem.entry_limits([0.6], {"bits": 10.0}) == ([0.6], None)
 
 
 def test_hypervolume_by_samples_by_hand() -> None:

@@ -130,7 +130,7 @@ def test_an_objective_registered_from_outside_is_searched_and_recorded(
 
     try:
         result = explored(tiny, tmp_path, capsys, ["accuracy", "widest_weight"])
-        assert dict(result.objectives) == {"accuracy": True, "widest_weight": False}
+        assert dict(result.judged) == {"accuracy": True, "widest_weight": False}
         for individual in result.individuals:
             plan = result.plan_of(individual)
             expected = max(settings[WEIGHT_BITS] for settings in plan.values())
@@ -181,7 +181,7 @@ def test_a_users_objective_with_its_own_input_is_one_module(
     latency_module: None, tiny: dict, tmp_path: Path, capsys
 ) -> None:
     result = explored(tiny, tmp_path, capsys, ["accuracy", "latency_objective:latency_ns"])
-    assert dict(result.objectives) == {"accuracy": True, "latency_objective:latency_ns": False}
+    assert dict(result.judged) == {"accuracy": True, "latency_objective:latency_ns": False}
     tables = sys.modules["latency_objective"].TABLES
     assert len(tables) == 1  # the input is computed once per problem
     table = {name: index + 1.0 for index, name in enumerate(tables[0].model.layers)}

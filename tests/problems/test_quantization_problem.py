@@ -158,4 +158,4 @@ def test_stopping_at_the_front_follows_the_metrics_direction(
     problem = object.__new__(Bare)
     problem.objectives = [Objective("accuracy", maximize), Objective("weighted_bits", False)]
     problem.front = [{"accuracy": a, "weighted_bits": c} for a, c in front]
-    assert problem.entry_minimum([bound], {"weighted_bits": 45}) == [expected]
+    assert problem.entry_limits([bound], {"weighted_bits": 45}) == ([expected], None)

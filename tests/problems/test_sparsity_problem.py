@@ -49,11 +49,14 @@ def test_sparsity_search_trades_accuracy_for_blocks_and_reevaluates_exactly(work
     first = [i.configuration for i in result.individuals if i.generation == 0]
     assert [0.0] * 5 in first and [0.05] * 5 in first and [0.1] * 5 in first
     assert len(first) == 10
-    # The front trades accuracy for created blocks.
+    # The front trades the divergence from the float model, which ranks it (the metric is
+    # top-1: selection auto), for created blocks; top-1 is recorded beside it.
+    assert result.selection == "kl"
     front = sorted(result.pareto_front(), key=lambda i: i.values["created_blocks"])
     assert len(front) >= 2
-    accuracies = [i.values["accuracy"] for i in front]
-    assert accuracies == sorted(accuracies, reverse=True) and accuracies[0] > accuracies[-1]
+    divergences = [i.values["kl"] for i in front]
+    assert divergences == sorted(divergences) and divergences[0] < divergences[-1]
+    assert all(0.0 <= i.values["accuracy"] <= 1.0 for i in front)
     # Re-evaluating a recorded individual reproduces its accuracy and block counts exactly.
     context = WorkloadContext(workload, device="cpu")
     problem = build_problem(context, None, "sparsity_problem")

@@ -205,8 +205,7 @@ def repair_individual(
     upper = [int(v.upper) for v in problem.variables]
     cost_name = _cost_name(result, problem.known_values(problem.configuration(parent)))
 
-    def measure(genome: tuple[int, ...]) -> float:
-        return problem.measure(problem.configuration(list(genome))).values["accuracy"]
+    measure = assured_accuracy(problem, result, higher)
 
     def cost(genome: tuple[int, ...]) -> float:
         values = problem.known_values(problem.configuration(list(genome)))
@@ -216,13 +215,15 @@ def repair_individual(
         found = repair(measure, cost, parent, upper, target, higher)
     except AlreadyMeets as met:
         raise UserError(
-            f"{where}: individual {individual.id} already reaches {met.accuracy:.4f} against "
-            f"the target {target:.4f}; nothing to repair, the result is unchanged"
+            f"{where}: individual {individual.id} already reaches {met.accuracy:.4f} (as far as "
+            f"its samples assure it) against the target {target:.4f}; nothing to repair, the "
+            "result is unchanged"
         ) from None
     except Unreachable as short:
         raise UserError(
             f"{where}: even with every quantizer at the widest choice the search allows, "
-            f"individual {individual.id} reaches {short.accuracy:.4f}, short of the target "
+            f"individual {individual.id} reaches {short.accuracy:.4f} as far as its samples "
+            "assure it (paired with the float model), short of the target "
             f"{target:.4f}; `model-explorer debug` names the layers to keep in float"
         ) from None
     record = _record(problem, result, individual, found, target)
@@ -232,6 +233,30 @@ def repair_individual(
             "repaired": _held_out(context, problem, problem.configuration(list(found.genome))),
         }
     return found, record, cost_name
+
+
+def assured_accuracy(problem: Any, result: ExplorationResult, higher: bool) -> Any:
+    """What the repair decides its target on: a genome's accuracy as far as its samples assure
+    it, paired with the float model on the same samples (results/statistics.py): the float
+    model's accuracy plus the end of the paired difference's 95% interval towards worse. A
+    handful of samples that happen to flip the right way do not reach a target, as they would
+    not hold on other data. Where the result keeps no per-sample outcomes of the float model
+    (a file from before), or the metric none, the accuracy as measured."""
+    from model_explorer.results.confidence import Outcomes
+
+    baseline = Outcomes.of(result.stats.get("baseline_outcomes"))
+    float_accuracy = baseline.accuracy() if baseline is not None else None
+
+    def measure(genome: tuple[int, ...]) -> float:
+        evaluation = problem.measure(problem.configuration(list(genome)))
+        accuracy = float(evaluation.values["accuracy"])
+        outcomes = Outcomes.of(evaluation.extra.get("outcomes"))
+        test = outcomes.against(baseline) if outcomes is not None else None
+        if test is None or float_accuracy is None:
+            return accuracy
+        return float_accuracy.value + (test.low if higher else test.high)
+
+    return measure
 
 
 def _held_out(context: Any, problem: Any, configuration: list[Any]) -> float:

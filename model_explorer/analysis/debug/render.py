@@ -120,8 +120,9 @@ def repair_text(repaired: Any, report: Any) -> str:
     raised = ", ".join(f"{name} {a}->{b}" for name, (a, b) in record["extra"]["raised"].items())
     return "\n".join(
         [
-            f"repaired: individual {repaired.id} (from {report.individual}) reaches "
-            f"{values['accuracy']:.4f} against the target {repaired.target:.4f} "
+            f"repaired: individual {repaired.id} (from {report.individual}) scores "
+            f"{values['accuracy']:.4f}, {search.accuracy:.4f} as far as its samples assure "
+            f"it (paired with the float model), against the target {repaired.target:.4f} "
             f"({report.accuracy:.4f} before), found in {search.evaluations} evaluations",
             f"raised {len(search.raised)} quantizers: {raised}",
             f"its costs: {costs}",
