@@ -84,8 +84,11 @@ class Run:
 
     points: list[tuple[int, float, float, bool]] = field(default_factory=list)
     genomes: list[tuple[int, ...] | None] = field(default_factory=list)
-    held_out: list[tuple[float, float, float]] = field(default_factory=list)
+    held_out: list[tuple[float, float, float, float | None]] = field(default_factory=list)
     scored_held_out: dict[tuple[int, ...], float | None] | None = None
+    # what ranked each point where the method chose its front by something else than the
+    # accuracy (lower is better: the divergence from the float model); None elsewhere
+    ranks: list[float | None] = field(default_factory=list)
 
     def add(
         self,
@@ -94,10 +97,35 @@ class Run:
         cost: float,
         feasible: bool,
         genome: tuple[int, ...] | None = None,
+        rank: float | None = None,
     ) -> None:
         spent = (self.points[-1][0] if self.points else 0) + samples
         self.points.append((spent, accuracy, cost, feasible))
         self.genomes.append(genome)
+        self.ranks.append(rank)
+
+    @property
+    def ranked(self) -> bool:
+        return any(rank is not None for rank in self.ranks)
+
+    def chosen(self, count: int | None = None, higher: bool = True) -> list[int]:
+        """The positions of the front the method chose among its first `count` points (all by
+        default): the feasible ones no other beats in cost and in what ranked them (the
+        divergence where the run is ranked, else the accuracy)."""
+        sign = 1.0 if higher else -1.0
+        ranks = self.ranks or [None] * len(self.points)
+        keys = []
+        for index, ((_, accuracy, cost, ok), rank) in enumerate(
+            zip(self.points[:count], ranks, strict=False)
+        ):
+            if ok:
+                keys.append((cost, rank if self.ranked else -sign * accuracy, index))
+        front, best = [], None
+        for _cost, key, index in sorted(keys):
+            if best is None or key < best:
+                front.append(index)
+                best = key
+        return front
 
     @property
     def forwards(self) -> int:
@@ -126,9 +154,15 @@ def hypervolume(points, reference: Reference) -> float:  # noqa: ANN001
     return float(indicator(senses, point)(feasible)) / ideal_box(senses, point)
 
 
+def run_hypervolume(run: Run, reference: Reference, count: int | None = None) -> float:
+    """Hypervolume of the front the run chose among its first `count` points, at their
+    accuracies where selected (for a run ranked by accuracy: of every feasible point)."""
+    return hypervolume([run.points[i] for i in run.chosen(count, reference.higher)], reference)
+
+
 def within(run: Run, forwards: float, reference: Reference) -> float:
     """Hypervolume of what the run found with at most `forwards` sample-forwards."""
-    return hypervolume([p for p in run.points if p[0] <= forwards], reference)
+    return run_hypervolume(run, reference, sum(1 for p in run.points if p[0] <= forwards))
 
 
 def judged_problem(workload, context):  # noqa: ANN001, ANN201
@@ -147,23 +181,26 @@ def judged_problem(workload, context):  # noqa: ANN001, ANN201
 def forwards_to_reach(run: Run, target: float, reference: Reference) -> float | None:
     """The sample-forwards after which the run's hypervolume first reaches `target`."""
     for count in range(1, len(run.points) + 1):
-        if hypervolume(run.points[:count], reference) >= target - 1e-12:
+        if run_hypervolume(run, reference, count) >= target - 1e-12:
             return run.points[count - 1][0]
     return None
 
 
 class Scorer:
-    """Evaluates genomes of the problem on the full subset, recording each into a Run."""
+    """Evaluates genomes of the problem on the full subset, recording each into a Run (with
+    its divergence as what ranks it where `ranked`; a peer's or a baseline's proposals are
+    chosen by their accuracy, as the peer or the baseline chooses)."""
 
-    def __init__(self, problem, cost: str) -> None:  # noqa: ANN001
-        self.problem, self.cost, self.run = problem, cost, Run()
+    def __init__(self, problem, cost: str, ranked: bool = False) -> None:  # noqa: ANN001
+        self.problem, self.cost, self.run, self.ranked = problem, cost, Run(), ranked
 
     def __call__(self, genome) -> None:  # noqa: ANN001
         _, evaluation = self.problem.evaluate(np.asarray(genome, dtype=float))
         values = evaluation.values
         feasible = self.problem.feasible(values) and evaluation.complete
         samples, accuracy = evaluation.extra["samples"], values["accuracy"]
-        self.run.add(samples, accuracy, values[self.cost], feasible, as_genome(genome))
+        rank = values.get("kl") if self.ranked else None
+        self.run.add(samples, accuracy, values[self.cost], feasible, as_genome(genome), rank)
 
 
 def search(  # noqa: ANN201
@@ -187,11 +224,16 @@ def search(  # noqa: ANN201
     built = build_strategy(StrategySpec.model_validate(strategy))
     result = Explorer(problem, nsga, seed=seed, strategy=built, algorithm=algorithm).run()
     problem.seeds = []
+    ranked = getattr(problem, "selection", "accuracy") == "kl"
     for record in result.records:
         values, genome = record["values"], as_genome(record["genome"])
-        run.add(
-            record["extra"]["samples"], values["accuracy"], values[cost], record["feasible"], genome
+        samples, accuracy, feasible = (
+            record["extra"]["samples"],
+            values["accuracy"],
+            record["feasible"],
         )
+        rank = values.get("kl") if ranked else None
+        run.add(samples, accuracy, values[cost], feasible, genome, rank)
     return run
 
 
@@ -199,21 +241,18 @@ def as_genome(genome) -> tuple[int, ...]:  # noqa: ANN001
     return tuple(int(round(float(g))) for g in genome)
 
 
-def front_members(run: Run, higher: bool) -> list[tuple[float, float, tuple[int, ...]]]:
-    """The run's feasible front where it was selected (cost up, accuracy strictly better than
-    every cheaper member's): (cost, accuracy, genome)."""
-    sign = 1.0 if higher else -1.0
-    feasible = sorted(
-        (c, -sign * a, g)
-        for (_, a, c, ok), g in zip(run.points, run.genomes, strict=True)
-        if ok and g is not None
-    )
-    front, best = [], None
-    for cost, negated, genome in feasible:
-        if best is None or negated < best:
-            front.append((cost, -sign * negated, genome))
-            best = negated
-    return front
+def front_members(
+    run: Run, higher: bool
+) -> list[tuple[float, float, tuple[int, ...], float | None]]:
+    """The run's feasible front where it was selected (cost up, what ranked it, the accuracy
+    or the divergence, strictly better than every cheaper member's): (cost, accuracy, genome,
+    rank)."""
+    ranks = run.ranks or [None] * len(run.points)
+    return [
+        (run.points[i][2], run.points[i][1], run.genomes[i], ranks[i])
+        for i in run.chosen(None, higher)
+        if run.genomes[i] is not None
+    ]
 
 
 def judge_fronts(runs: dict[str, list[Run]], score: Callable, higher: bool) -> None:
@@ -223,13 +262,13 @@ def judge_fronts(runs: dict[str, list[Run]], score: Callable, higher: bool) -> N
     for group in runs.values():
         for run in group:
             run.held_out = []
-            for cost, accuracy, genome in front_members(run, higher):
+            for cost, accuracy, genome, rank in front_members(run, higher):
                 if run.scored_held_out is not None:
                     held = run.scored_held_out.get(genome)
                 else:
                     held = score(genome)
                 if held is not None:
-                    run.held_out.append((cost, accuracy, held))
+                    run.held_out.append((cost, accuracy, held, rank))
 
 
 def judge_held_out(  # noqa: ANN201
@@ -464,6 +503,7 @@ def in_effective_bits(runs: dict[str, list[Run]], model, genes) -> dict[str, lis
                     cost = costs[genome]
                 again.points.append((point[0], point[1], cost, point[3]))
                 again.genomes.append(genome)
+            again.ranks = list(run.ranks)
             converted[name].append(again)
     return converted
 
@@ -579,6 +619,7 @@ def main() -> None:
                 {
                     "reference": reference,
                     "runs": {k: [r.points for r in v] for k, v in runs.items()},
+                    "ranks": {k: [r.ranks for r in v] for k, v in runs.items()},
                     "genomes": {k: [r.genomes for r in v] for k, v in runs.items()},
                     "held_out": {k: [r.held_out for r in v] for k, v in runs.items()},
                     "held_out_baseline": held_baseline,
@@ -600,9 +641,15 @@ def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference, float
         held = saved.get("held_out", {})
         for name, group in saved["runs"].items():
             judged = held.get(name, [[] for _ in group])
+            ranks = saved.get("ranks", {}).get(name, [[] for _ in group])
             runs.setdefault(name, []).extend(
-                Run([tuple(p) for p in points], [None] * len(points), [tuple(h) for h in front])
-                for points, front in zip(group, judged, strict=True)
+                Run(
+                    [tuple(p) for p in points],
+                    [None] * len(points),
+                    [(*h, None)[:4] for h in front],
+                    ranks=list(ranked),
+                )
+                for points, front, ranked in zip(group, judged, ranks, strict=True)
             )
     return runs, reference, baseline
 
@@ -670,18 +717,20 @@ def held_out_hypervolume(run: Run, reference: Reference) -> float:
     higher = reference.higher
     points = [
         (0, h, c, h >= reference.accuracy if higher else h <= reference.accuracy)
-        for c, _, h in run.held_out
+        for c, _, h, _ in run.held_out
     ]
     return hypervolume(points, reference)
 
 
 def picked_within(run: Run, budget: float, higher: bool) -> float | None:
     """The held-out accuracy of the member a user of the method would pick within `budget`:
-    the one best where it was selected."""
-    inside = [(a, h) for c, a, h in run.held_out if c <= budget]
+    the one best where it was selected (in what ranked it: the divergence, where it did)."""
+    inside = [(c, a, h, rank) for c, a, h, rank in run.held_out if c <= budget]
     if not inside:
         return None
-    return (max(inside) if higher else min(inside))[1]
+    if any(rank is not None for *_, rank in inside):
+        return min(inside, key=lambda member: member[3])[2]
+    return (max(inside, key=lambda m: m[1:3]) if higher else min(inside, key=lambda m: m[1:3]))[2]
 
 
 def summarise(
@@ -691,7 +740,7 @@ def summarise(
     held_baseline: float | None = None,
 ) -> None:
     nsga = runs.get("nsga2")
-    target = statistics.mean(hypervolume(r.points, reference) for r in nsga) if nsga else None
+    target = statistics.mean(run_hypervolume(r, reference) for r in nsga) if nsga else None
     third = statistics.mean(r.forwards for r in nsga) / 3 if nsga else None
     if nsga:
         print(f"NSGA-II: mean final HV {target:.4f}; a third of its sample-forwards: {third:,.0f}")
@@ -703,7 +752,7 @@ def summarise(
     for name, group in runs.items():
         evaluations = statistics.mean(len(r.points) for r in group)
         forwards = statistics.mean(r.forwards for r in group)
-        final = mean_sd([hypervolume(r.points, reference) for r in group])
+        final = mean_sd([run_hypervolume(r, reference) for r in group])
         at_third = mean_sd([within(r, third, reference) for r in group]) if third else ""
         reach, reached = "", ""
         if target is not None:
@@ -723,7 +772,7 @@ def summarise(
     print("|---|" + "---|" * len(budgets))
     seeds: list[str] = []
     for name, group in runs.items():
-        found = [[best_within(r.points, b, reference.higher) for r in group] for b in budgets]
+        found = [[run_best_within(r, b, reference.higher) for r in group] for b in budgets]
         print(f"| {name} | " + " | ".join(mean_sd(cell) for cell in found) + " |")
         for budget, cell in zip(budgets, found, strict=True):
             if len(cell) > 1:
@@ -748,7 +797,7 @@ def held_out_tables(
     print("|---|---|---|" + "---|" * len(budgets))
     seeds: list[str] = []
     for name, group in runs.items():
-        selected = mean_sd([hypervolume(r.points, reference) for r in group])
+        selected = mean_sd([run_hypervolume(r, reference) for r in group])
         held = mean_sd([held_out_hypervolume(r, reference) for r in group])
         found = [[picked_within(r, b, reference.higher) for r in group] for b in budgets]
         cells = " | ".join(mean_sd(cell) for cell in found)
@@ -757,6 +806,15 @@ def held_out_tables(
             if len(cell) > 1:
                 seeds.append(f"{name}, cost <= {budget:g}, held-out: {each_seed(cell)}")
     print("\nPer seed, held-out:\n" + "\n".join(seeds))
+
+
+def run_best_within(run: Run, budget: float, higher: bool = True) -> float | None:
+    """The accuracy where selected of the member the run would pick within `budget`: of its
+    front as chosen, the best in what ranked it."""
+    if not run.ranked:
+        return best_within(run.points, budget, higher)
+    inside = [i for i in run.chosen(None, higher) if run.points[i][2] <= budget]
+    return run.points[min(inside, key=lambda i: run.ranks[i])][1] if inside else None
 
 
 def best_within(points, budget: float, higher: bool = True) -> float | None:  # noqa: ANN001

@@ -149,12 +149,36 @@ def test_a_peer_s_own_scores_are_judged_without_rescoring(benchmarks) -> None:
         raise AssertionError(f"{genome} re-scored")
 
     bench.judge_fronts({"peer": [run]}, never, higher=True)
-    assert run.held_out == [(16.0, 0.97, 0.96)]  # [4, 4]'s held-out score was not measured
+    assert run.held_out == [(16.0, 0.97, 0.96, None)]  # [4, 4]'s held-out score not measured
     ours = bench.Run()
     for genome, accuracy in (((4, 4), 0.95), ((8, 8), 0.97)):
         ours.add(10, accuracy, sum(genome), True, genome)
     bench.judge_fronts({"ours": [ours]}, lambda genome: sum(genome) / 100, higher=True)
-    assert ours.held_out == [(8, 0.95, 0.08), (16, 0.97, 0.16)]
+    assert ours.held_out == [(8, 0.95, 0.08, None), (16, 0.97, 0.16, None)]
+
+
+def test_a_run_ranked_by_divergence_is_judged_on_the_front_it_chose(benchmarks) -> None:
+    """A run that ranked by the divergence chose [4, 4] at 8 bits (divergence 0.02) over the
+    luckier [5, 3] (top-1 0.99, divergence 0.05): its hypervolume where selected, its pick and
+    its held-out front are [4, 4]'s; ranked by top-1 the same points give [5, 3]'s."""
+    bench = importlib.import_module("bench_search_quality")
+    points = (((4, 4), 0.97, 0.02), ((5, 3), 0.99, 0.05), ((8, 8), 0.98, 0.01))
+    ranked, plain = bench.Run(), bench.Run()
+    for genome, accuracy, rank in points:
+        ranked.add(10, accuracy, sum(genome), True, genome, rank)
+        plain.add(10, accuracy, sum(genome), True, genome)
+    reference = bench.Reference(0.9, 20.0)
+    # by hand: [4, 4] from 8 to 16 bits at 0.97, [8, 8] from 16 to 20 at 0.98; over 20 x 0.1
+    hand = ((16 - 8) * (0.97 - 0.9) + (20 - 16) * (0.98 - 0.9)) / (20 * 0.1)
+    assert bench.run_hypervolume(ranked, reference) == pytest.approx(hand)
+    assert bench.run_hypervolume(plain, reference) == pytest.approx(12 * 0.09 / 2)
+    assert bench.run_best_within(ranked, 8.0) == 0.97
+    assert bench.run_best_within(plain, 8.0) == 0.99
+    held = {(4, 4): 0.96, (5, 3): 0.93, (8, 8): 0.97}
+    bench.judge_fronts({"ranked": [ranked], "plain": [plain]}, held.get, higher=True)
+    assert [m[:3] for m in ranked.held_out] == [(8, 0.97, 0.96), (16, 0.98, 0.97)]
+    assert bench.picked_within(ranked, 10.0, True) == 0.96
+    assert bench.picked_within(plain, 10.0, True) == 0.93
 
 
 def test_the_peers_score_with_the_workloads_metric(benchmarks) -> None:
