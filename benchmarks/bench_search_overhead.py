@@ -1,9 +1,10 @@
 """The search's own work against its evaluations as a search grows longer: wall time of the
 whole search, the seconds its evaluations took (the model's forwards), and the rest (the
-surrogate's fits, NSGA-II, the result file), for the `surrogate` strategy at several
+surrogate's fits and picks, NSGA-II, the result file), for the `surrogate` strategy at several
 generation counts, with the surrogate as it is and, in the same process, as it was before it
-kept a window of records and its kernels between generations (every fit on every record, its
-hyperparameters optimised afresh).
+kept a window of records and its kernels between generations and computed two objectives'
+gains in closed form (every fit on every record, its hyperparameters optimised afresh, pymoo's
+indicator called for each gain).
 
     python benchmarks/bench_search_overhead.py [WORKLOAD] [--generations 25,100,300]
         [--evaluations 4] [--seed 0] [--without-before]
@@ -29,13 +30,14 @@ from model_explorer.operations.rebuild import build_problem
 
 @contextmanager
 def as_before():
-    """The surrogate before its window and kept kernels: every record, optimised each time."""
-    window, reoptimise = surrogate.WINDOW, surrogate.REOPTIMISE
-    surrogate.WINDOW, surrogate.REOPTIMISE = 10**9, 0.0
+    """The surrogate before its window, kept kernels and closed-form gains: every record, its
+    hyperparameters optimised each time, pymoo's indicator called for each point's gain."""
+    kept = surrogate.WINDOW, surrogate.REOPTIMISE, surrogate.CLOSED_FORM
+    surrogate.WINDOW, surrogate.REOPTIMISE, surrogate.CLOSED_FORM = 10**9, 0.0, False
     try:
         yield
     finally:
-        surrogate.WINDOW, surrogate.REOPTIMISE = window, reoptimise
+        surrogate.WINDOW, surrogate.REOPTIMISE, surrogate.CLOSED_FORM = kept
 
 
 def timed_search(problem, nsga, strategy, seed: int) -> dict:  # noqa: ANN001

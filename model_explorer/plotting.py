@@ -105,29 +105,31 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
 
 def _intervals(axes: Any, result: ExplorationResult, x: str) -> None:
     """Each front member's accuracy interval (results/confidence.py) on the data it was
-    selected on, and on the held-out data, as error bars."""
+    selected on, and on the held-out data beside it (moved right by a hair), as error bars."""
     from model_explorer.results.confidence import front_confidence
 
     front = [i for i in result.pareto_front() if i.feasible]
     figures = front_confidence(result, front)
-    for which, colour, gid in (
-        ("accuracy", "tab:red", "intervals"),
-        ("held_out", "tab:purple", "held-out-intervals"),
-    ):
-        shown = [(m, getattr(f, which)) for m, f in zip(front, figures, strict=True)]
-        shown = [(m, e) for m, e in shown if e is not None]
-        if not shown:
+    costs = [member.values[x] for member in front]
+    nudge = 0.008 * (max(costs) - min(costs)) if costs else 0.0
+    shown = (("accuracy", "tab:red", 0.0, ""), ("held_out", "tab:purple", nudge, " (held out)"))
+    for which, colour, shift, label in shown:
+        bars = [
+            (m.values[x] + shift, getattr(f, which)) for m, f in zip(front, figures, strict=True)
+        ]
+        bars = [(at, e) for at, e in bars if e is not None]
+        if not bars:
             continue
         axes.errorbar(
-            [m.values[x] for m, _ in shown],
-            [e.value for _, e in shown],
-            yerr=[[e.value - e.low for _, e in shown], [e.high - e.value for _, e in shown]],
+            [at for at, _ in bars],
+            [e.value for _, e in bars],
+            yerr=[[e.value - e.low for _, e in bars], [e.high - e.value for _, e in bars]],
             fmt="none",
             ecolor=colour,
             alpha=0.5,
             capsize=2,
-            label=f"95% interval{' (held out)' if which == 'held_out' else ''}",
-            gid=gid,
+            label=f"95% interval{label}",
+            gid=f"intervals{label.replace(' (held out)', '-held-out')}",
         )
 
 

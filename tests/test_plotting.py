@@ -325,3 +325,32 @@ def test_compare_figures_show_top_k_and_every_bar() -> None:
     }
     assert cells[(0, 1)] == "1.000" and cells[(1, 0)] == "0.540"
     assert plot_timing(comparison).axes[0].get_yscale() == "log"
+
+
+def test_the_front_plot_and_report_show_each_members_interval(digits_result: Path) -> None:
+    """The default search keeps its front's per-sample outcomes: the plot draws each member's
+    Wilson interval (checked against scipy's) on the data it was selected on and on the
+    held-out data, and the report's table has both interval columns."""
+    from scipy import stats
+
+    from model_explorer.reporting import pareto_table
+    from model_explorer.results.statistics import unpack_hits
+
+    result = ExplorationResult.load(digits_result)
+    front = sorted(
+        [i for i in result.pareto_front() if i.feasible], key=lambda i: i.values["weighted_bits"]
+    )
+    assert front and all("outcomes" in member.extra for member in front)
+    figure = plotting.plot_front(result)
+    (bars,) = [a for a in artists(figure, "intervals") if hasattr(a, "get_segments")]
+    drawn = sorted(tuple(segment[:, 1]) for segment in bars.get_segments())
+    expected = []
+    for member in front:
+        hits = unpack_hits(member.extra["outcomes"]["hits"])
+        interval = stats.binomtest(int(hits.sum()), len(hits)).proportion_ci(method="wilson")
+        expected.append((interval.low, interval.high))
+    flat = [value for pair in drawn for value in pair]
+    assert flat == pytest.approx([value for pair in sorted(expected) for value in pair], abs=1e-9)
+    assert artists(figure, "intervals-held-out")
+    header = pareto_table(result).splitlines()[0].split()
+    assert "interval" in header and "held_out_interval" in header

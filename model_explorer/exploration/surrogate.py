@@ -35,6 +35,9 @@ MINIMUM_RECORDS = 4
 # kernel's hyperparameters are optimised again (docs/performance.md, "A long search").
 WINDOW = 256
 REOPTIMISE = 1.25
+# Two objectives' gains in closed form (`hypervolume_gains`); off: pymoo's indicator for each
+# point, as before (benchmarks/bench_search_overhead.py measures both)
+CLOSED_FORM = True
 
 
 class Fits:
@@ -202,18 +205,14 @@ def _greedy(
     reference = (high - low) / scale + 0.1  # just beyond the worst point, in scaled units
     front = (front - low) / scale
     points = (points - low) / scale
-    from pymoo.indicators.hv import HV
-
-    indicator = HV(ref_point=reference)
     chosen: list[int] = []
     while len(chosen) < count:
         front = front[non_dominated(front)] if len(front) else front
-        base = indicator(front) if len(front) else 0.0  # the front's, once per pick
+        gains = hypervolume_gains(front, points.reshape(-1, points.shape[-1]), reference)
+        gains = np.where(feasible, gains.reshape(feasible.shape), 0.0)
         scores = [
-            -np.inf
-            if index in chosen
-            else _promise(front, base, points[index], feasible[index], indicator)
-            for index in range(len(points))
+            -np.inf if index in chosen else _promise(front, gains[index], points[index], ok)
+            for index, ok in enumerate(feasible)
         ]
         best = int(np.argmax(scores))
         chosen.append(best)
@@ -223,20 +222,41 @@ def _greedy(
     return chosen
 
 
+def hypervolume_gains(front: np.ndarray, points: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """The hypervolume each point (a row, all objectives minimised) adds to the non-dominated
+    `front` against `reference`. Two objectives in closed form for every point at once: the
+    front's staircase S(x) (the lowest second objective of the members at most x along the
+    first), and a point's gain the integral of max(0, S(x) - y) from its x to the reference;
+    more objectives through pymoo's indicator, a point at a time."""
+    if points.shape[1] != 2 or not CLOSED_FORM:
+        from pymoo.indicators.hv import HV
+
+        indicator = HV(ref_point=reference)
+        base = indicator(front) if len(front) else 0.0
+        return np.array([indicator(np.vstack([front, p[None]])) - base for p in points])
+    inside = np.all(points < reference, axis=1)
+    x, y = np.minimum(points[:, 0], reference[0]), np.minimum(points[:, 1], reference[1])
+    members = front[np.all(front < reference, axis=1)] if len(front) else front
+    members = members[np.argsort(members[:, 0], kind="stable")] if len(members) else members
+    # segments [start, end) of the first objective, each with the staircase's height
+    starts = np.concatenate([[-np.inf], members[:, 0]])
+    ends = np.concatenate([members[:, 0], [reference[0]]])
+    heights = np.minimum.accumulate(np.concatenate([[reference[1]], members[:, 1]]))
+    width = np.clip(ends[None, :] - np.maximum(starts[None, :], x[:, None]), 0.0, None)
+    depth = np.clip(heights[None, :] - y[:, None], 0.0, None)
+    return np.where(inside, np.sum(width * depth, axis=1), 0.0)
+
+
 def _promise(
-    front: np.ndarray, base: float, points: np.ndarray, feasible: np.ndarray, indicator: Any
+    front: np.ndarray, gains: np.ndarray, points: np.ndarray, feasible: np.ndarray
 ) -> float:
-    """Mean hypervolume gain (over `base`, the front's) of a candidate's outcomes; when none
-    gains, minus how far its most optimistic feasible outcome is from joining the front (and
-    far below that when none of its outcomes is feasible)."""
+    """Mean hypervolume gain of a candidate's outcomes (`gains`, each outcome's, none for an
+    infeasible one); when none gains, minus how far its most optimistic feasible outcome is
+    from joining the front (and far below that when none of its outcomes is feasible)."""
     if not feasible.any():
         return -1e6
     if not len(front):
         return float(feasible.mean())
-    gains = [
-        indicator(np.vstack([front, point[None]])) - base if ok else 0.0
-        for point, ok in zip(points, feasible, strict=True)
-    ]
     expected = float(np.mean(gains))
     if expected > 1e-12:
         return expected

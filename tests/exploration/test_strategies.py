@@ -241,3 +241,30 @@ def test_a_result_without_the_new_counts_still_loads_and_reports(tmp_path) -> No
 
     written = write_report(old, tmp_path / "report")
     assert (tmp_path / "report" / "report.md") in written
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hypervolume_gains_in_closed_form_match_pymoo(seed: int) -> None:
+    """The surrogate's two-objective gains against pymoo's indicator, point by point: random
+    fronts (duplicates, members beyond the reference) and points inside, on and beyond it."""
+    from pymoo.indicators.hv import HV
+
+    from model_explorer.exploration.surrogate import hypervolume_gains
+    from model_explorer.results.front import non_dominated
+
+    rng = np.random.default_rng(seed)
+    reference = np.array([1.1, 1.1])
+    front = np.vstack([rng.random((12, 2)) * 1.2, [[0.5, 0.5], [0.5, 0.5]]])
+    front = front[non_dominated(front)]
+    points = np.vstack([rng.random((40, 2)) * 1.2, front[:3], [[1.1, 0.2], [0.3, 1.1]]])
+    indicator = HV(ref_point=reference)
+    inside = front[np.all(front < reference, axis=1)]
+    base = indicator(inside) if len(inside) else 0.0
+    expected = [
+        indicator(np.vstack([inside, p[None]])) - base if np.all(p < reference) else 0.0
+        for p in points
+    ]
+    assert hypervolume_gains(front, points, reference) == pytest.approx(expected, abs=1e-12)
+    assert hypervolume_gains(front[:0], points[:2], reference) == pytest.approx(
+        [np.prod(reference - p) if np.all(p < reference) else 0.0 for p in points[:2]]
+    )
