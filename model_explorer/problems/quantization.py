@@ -190,12 +190,10 @@ class LayerwiseQuantizationProblem(ModelProblem):
             allowed[int(index)] for allowed, index in zip(self.allowed, configuration, strict=True)
         ]
 
-    # Why `seed_from_sensitivity` cannot seed this problem's genes: None, it seeds bit widths
-    # and formats alike (other problems may say why not).
+    # Why `seed_from_sensitivity` cannot seed this problem's genes: None (other problems say)
     sensitivity_refusal: str | None = None
 
-    def initial_genomes(self) -> list[list[float]]:
-        """Seeds for the first population (`seed_from_sensitivity`), else none."""
+    def initial_genomes(self) -> list[list[float]]:  # the sensitivity seeds, else none
         return [list(map(float, genome)) for genome in self.seeds]
 
     def seed_from_sensitivity(
@@ -271,7 +269,8 @@ class LayerwiseQuantizationProblem(ModelProblem):
 
         kept = FormatTable.from_plain(record["formats"]) if "formats" in record else None
         choices = dict(zip(names, self.allowed, strict=True))
-        table = format_sensitivity(self.model, self.batches, self.metric, choices, kept, keeping)
+        batches, metric = self.sensitivity_scoring()
+        table = format_sensitivity(self.model, batches, metric, choices, kept, keeping)
         bits = [[format_bits(f) for f in allowed] for allowed in self.allowed]
         _, path = format_path(table, names, self._format_costs(bits), bits)
         return path, 1 + sum(len(allowed) for allowed in self.allowed)
@@ -302,19 +301,31 @@ class LayerwiseQuantizationProblem(ModelProblem):
         tables = record.setdefault("tables", {})
         low = min(low for low, _ in bounds)
         if str(low) not in tables:
-            measured = layer_sensitivity(self.model, self.batches, self.metric, low)
+            batches, metric = self.sensitivity_scoring()
+            measured = layer_sensitivity(self.model, batches, metric, low)
             tables[str(low)] = measured.to_plain()
             keep(record)
         table = SensitivityTable.from_plain(tables[str(low)])
         if low + 2 >= max(high for _, high in bounds):
             return table, SensitivityTable(table.baseline, low + 2, [], table.higher)
         if str(low + 2) not in tables:
+            batches, metric = self.sensitivity_scoring()
             wider = layer_sensitivity(
-                self.model, self.batches, self.metric, low + 2, resolvable(table), table.baseline
+                self.model, batches, metric, low + 2, resolvable(table), table.baseline
             )
             tables[str(low + 2)] = wider.to_plain()
             keep(record)
         return table, SensitivityTable.from_plain(tables[str(low + 2)])
+
+    def sensitivity_scoring(self) -> tuple[Any, Any]:
+        """The data and metric the sensitivity tables measure damage with: for a problem ranked
+        by divergence, the KL divergence from the float model (every damage resolved)."""
+        if self.selection == "accuracy":
+            return self.batches, self.metric
+        from model_explorer.datasets import TensorCache
+
+        cache = TensorCache(self.batches.inputs, self.reference, self.batches.batch_size)
+        return cache, "kl"
 
     def _bit_weights(self, bounds: list[tuple[int, int]]) -> list[float] | None:
         """What one bit less on each quantizer saves of the first cost objective known
