@@ -72,6 +72,7 @@ from model_explorer.operations.explore import (
 from model_explorer.operations.rebuild import build_problem
 from model_explorer.quantization.sensitivity import layer_sensitivity
 from model_explorer.results.front import ideal_box, indicator
+from model_explorer.results.statistics import pack_values, unpack_values
 
 
 @dataclass
@@ -84,7 +85,9 @@ class Run:
 
     points: list[tuple[int, float, float, bool]] = field(default_factory=list)
     genomes: list[tuple[int, ...] | None] = field(default_factory=list)
-    held_out: list[tuple[float, float, float, float | None]] = field(default_factory=list)
+    # the front as selected: (cost, accuracy where selected, held-out accuracy, what ranked
+    # it or None, genome)
+    held_out: list[tuple] = field(default_factory=list)
     scored_held_out: dict[tuple[int, ...], float | None] | None = None
     # what ranked each point where the method chose its front by something else than the
     # accuracy (lower is better: the divergence from the float model); None elsewhere
@@ -268,7 +271,7 @@ def judge_fronts(runs: dict[str, list[Run]], score: Callable, higher: bool) -> N
                 else:
                     held = score(genome)
                 if held is not None:
-                    run.held_out.append((cost, accuracy, held, rank))
+                    run.held_out.append((cost, accuracy, held, rank, genome))
 
 
 def judge_held_out(  # noqa: ANN201
@@ -281,17 +284,28 @@ def judge_held_out(  # noqa: ANN201
     """Every run's front scored on the workload's reevaluation data, which no search selects
     on (each distinct configuration once, across calls sharing `scores`); returns the float
     model's score there."""
+    from model_explorer.metrics import score as scored
+
     scores = {} if scores is None else scores
+    batches, metric = context.batches("reevaluate"), context.workload.metric
 
     def score(genome: tuple[int, ...]) -> float:
         if genome not in scores:
             problem.apply(problem.configuration(np.asarray(genome, dtype=float)))
-            scores[genome] = float(context.evaluate(problem.model, "reevaluate"))
+            outcome = scored(problem.model, batches, metric, keep_outcomes=True)
+            scores[genome] = float(np.mean(outcome.accuracies))
+            if outcome.outcomes and outcome.outcomes[0] is not None:
+                HITS[genome] = outcome.outcomes[0].numpy()  # hits, or per-sample values
         return scores[genome]
 
     judge_fronts(runs, score, higher)
     print(f"held-out data: {len(scores)} distinct front configurations scored")
     return float(context.evaluate(context.build_model(), "reevaluate"))
+
+
+# Each configuration's per-sample outcomes on the held-out data, as this project scored it:
+# what the picks of two methods are paired on (`paired_picks`)
+HITS: dict[tuple[int, ...], np.ndarray] = {}
 
 
 def integer_program(problem, cost: str, minimum: float, steps: int = 8) -> Run:  # noqa: ANN001
@@ -623,9 +637,21 @@ def main() -> None:
                     "genomes": {k: [r.genomes for r in v] for k, v in runs.items()},
                     "held_out": {k: [r.held_out for r in v] for k, v in runs.items()},
                     "held_out_baseline": held_baseline,
+                    "held_out_outcomes": {
+                        ",".join(map(str, genome)): pack_values(hits.astype(float))
+                        for genome, hits in HITS.items()
+                    },
                 },
                 stream,
             )
+
+
+def _entry(saved: list) -> tuple:
+    """A held-out entry as a file saved it (older files: without rank and genome)."""
+    cost, accuracy, held, *rest = saved
+    rank = rest[0] if rest else None
+    genome = tuple(rest[1]) if len(rest) > 1 and rest[1] is not None else None
+    return (cost, accuracy, held, rank, genome)
 
 
 def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference, float | None]:
@@ -638,6 +664,10 @@ def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference, float
             saved = json.load(stream)
         reference = reference or Reference(*saved["reference"])
         baseline = baseline if baseline is not None else saved.get("held_out_baseline")
+        for key, packed in saved.get("held_out_outcomes", {}).items():
+            values = unpack_values(packed)
+            is_hits = set(np.unique(values)) <= {0.0, 1.0}
+            HITS[tuple(int(g) for g in key.split(","))] = values.astype(bool) if is_hits else values
         held = saved.get("held_out", {})
         for name, group in saved["runs"].items():
             judged = held.get(name, [[] for _ in group])
@@ -646,7 +676,7 @@ def saved_runs(paths: list[str]) -> tuple[dict[str, list[Run]], Reference, float
                 Run(
                     [tuple(p) for p in points],
                     [None] * len(points),
-                    [(*h, None)[:4] for h in front],
+                    [_entry(h) for h in front],
                     ranks=list(ranked),
                 )
                 for points, front, ranked in zip(group, judged, ranks, strict=True)
@@ -717,7 +747,7 @@ def held_out_hypervolume(run: Run, reference: Reference) -> float:
     higher = reference.higher
     points = [
         (0, h, c, h >= reference.accuracy if higher else h <= reference.accuracy)
-        for c, _, h, _ in run.held_out
+        for c, _, h, *_ in run.held_out
     ]
     return hypervolume(points, reference)
 
@@ -725,12 +755,58 @@ def held_out_hypervolume(run: Run, reference: Reference) -> float:
 def picked_within(run: Run, budget: float, higher: bool) -> float | None:
     """The held-out accuracy of the member a user of the method would pick within `budget`:
     the one best where it was selected (in what ranked it: the divergence, where it did)."""
-    inside = [(c, a, h, rank) for c, a, h, rank in run.held_out if c <= budget]
+    member = picked_member(run, budget, higher)
+    return None if member is None else member[2]
+
+
+def picked_member(run: Run, budget: float, higher: bool) -> tuple | None:
+    """The held-out entry (cost, accuracy, held-out accuracy, rank, genome) of the member a
+    user of the method would pick within `budget` (see `picked_within`)."""
+    inside = [member for member in run.held_out if member[0] <= budget]
     if not inside:
         return None
-    if any(rank is not None for *_, rank in inside):
-        return min(inside, key=lambda member: member[3])[2]
-    return (max(inside, key=lambda m: m[1:3]) if higher else min(inside, key=lambda m: m[1:3]))[2]
+    if any(member[3] is not None for member in inside):
+        return min(inside, key=lambda member: member[3])
+    key = lambda member: member[1:3]  # noqa: E731
+    return max(inside, key=key) if higher else min(inside, key=key)
+
+
+def paired_picks(runs: dict[str, list[Run]], budgets: list[float], higher: bool) -> list[str]:
+    """Per method with several seeds and per budget, its picks paired on the held-out samples
+    with the best single-run peer's pick there (the highest held-out pick of the rows re-scored
+    here): the mean difference in samples, and the seeds a paired test (McNemar's exact test on
+    the samples only one of the two gets right) finds distinctly behind or ahead."""
+    from model_explorer.results.statistics import mcnemar, paired_means
+
+    peers = {name: group[0] for name, group in runs.items() if "re-scored" in name}
+    lines = []
+    for name, group in runs.items():
+        if len(group) < 2 or not peers:
+            continue
+        for budget in budgets:
+            held = {p: picked_member(run, budget, higher) for p, run in peers.items()}
+            held = {p: m for p, m in held.items() if m is not None and m[4] in HITS}
+            if not held:
+                continue
+            best = (max if higher else min)(held, key=lambda p: held[p][2])
+            theirs = HITS[held[best][4]]
+            tests = []
+            for run in group:
+                mine = picked_member(run, budget, higher)
+                if mine is not None and mine[4] in HITS:
+                    compare = mcnemar if theirs.dtype == bool else paired_means
+                    tests.append(compare(HITS[mine[4]], theirs))
+            if not tests:
+                continue
+            samples = [t.difference * t.samples for t in tests]
+            behind = sum(t.distinct and t.difference < 0 for t in tests)
+            ahead = sum(t.distinct and t.difference > 0 for t in tests)
+            lines.append(
+                f"| {name} | {budget:g} | {best} | {np.mean(samples):+.1f} "
+                f"({', '.join(f'{d:+.0f}' for d in samples)}) | {behind} | {ahead} | "
+                f"{min(t.p_value for t in tests):.2g} |"
+            )
+    return lines
 
 
 def summarise(
@@ -806,6 +882,16 @@ def held_out_tables(
             if len(cell) > 1:
                 seeds.append(f"{name}, cost <= {budget:g}, held-out: {each_seed(cell)}")
     print("\nPer seed, held-out:\n" + "\n".join(seeds))
+    paired = paired_picks(runs, budgets, reference.higher)
+    if paired:
+        print(
+            "\nEach pick against the best peer's pick at its budget, paired on the held-out "
+            "samples (difference in samples, each seed's; seeds distinctly behind or ahead, "
+            "p < 0.05):"
+        )
+        print("| method | budget | best peer there | difference | behind | ahead | smallest p |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(paired))
 
 
 def run_best_within(run: Run, budget: float, higher: bool = True) -> float | None:

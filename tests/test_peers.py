@@ -149,12 +149,13 @@ def test_a_peer_s_own_scores_are_judged_without_rescoring(benchmarks) -> None:
         raise AssertionError(f"{genome} re-scored")
 
     bench.judge_fronts({"peer": [run]}, never, higher=True)
-    assert run.held_out == [(16.0, 0.97, 0.96, None)]  # [4, 4]'s held-out score not measured
+    # [4, 4]'s held-out score was not measured
+    assert run.held_out == [(16.0, 0.97, 0.96, None, (8, 8))]
     ours = bench.Run()
     for genome, accuracy in (((4, 4), 0.95), ((8, 8), 0.97)):
         ours.add(10, accuracy, sum(genome), True, genome)
     bench.judge_fronts({"ours": [ours]}, lambda genome: sum(genome) / 100, higher=True)
-    assert ours.held_out == [(8, 0.95, 0.08, None), (16, 0.97, 0.16, None)]
+    assert ours.held_out == [(8, 0.95, 0.08, None, (4, 4)), (16, 0.97, 0.16, None, (8, 8))]
 
 
 def test_a_run_ranked_by_divergence_is_judged_on_the_front_it_chose(benchmarks) -> None:
@@ -390,3 +391,31 @@ def test_aimet_s_child_convolutions_take_the_layer_they_were_made_from(benchmark
         "plain": "plain",
         "unquantized": "unquantized",
     }
+
+
+def test_picks_are_paired_with_the_best_peers_pick_on_the_held_out_samples(benchmarks) -> None:
+    """Two seeds' picks within 8 bits against the peer whose pick there is best: the first
+    loses 12 samples the peer gets right and gains none (McNemar p = 2 x 0.5^12: distinctly
+    behind), the second differs from it on one sample (p = 1); by hand."""
+    bench = importlib.import_module("bench_search_quality")
+    n = 100
+    peer_hits = np.ones(n, dtype=bool)
+    behind, level = peer_hits.copy(), peer_hits.copy()
+    behind[:12] = False
+    level[0] = False
+    bench.HITS.clear()
+    bench.HITS.update({(4, 4): peer_hits, (3, 5): behind, (5, 3): level, (2, 2): ~peer_hits})
+    peer, worse = bench.Run(), bench.Run()
+    peer.held_out = [(8, 0.99, 1.0, None, (4, 4))]
+    worse.held_out = [(8, 0.99, 0.0, None, (2, 2))]
+    ours = [bench.Run(), bench.Run()]
+    ours[0].held_out = [(8, 0.9, 0.88, 0.01, (3, 5))]
+    ours[1].held_out = [(8, 0.9, 0.99, 0.02, (5, 3))]
+    runs = {"ours": ours, "P (re-scored here)": [peer], "W (re-scored here)": [worse]}
+    (line,) = bench.paired_picks(runs, [8.0], higher=True)
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[:3] == ["ours", "8", "P (re-scored here)"]
+    assert cells[3] == "-6.5 (-12, -1)"
+    assert cells[4:6] == ["1", "0"]
+    assert float(cells[6]) == pytest.approx(2 * 0.5**12, rel=1e-2)
+    bench.HITS.clear()

@@ -231,8 +231,9 @@ class LayerwiseQuantizationProblem(ModelProblem):
             table, wider = self._sensitivity_tables(bounds, record, keep)
             rates = decay_rates(table, wider)
             path = allocation_path(table, bounds, self._bit_weights(bounds), rates)
-            forwards = len(table.rows) + len(wider.rows) + 1
-        spent = [forwards * self.batches.num_samples]
+            wide = self.sensitivity_scoring(wider=True)[0].num_samples
+            forwards = (len(table.rows) + 1) * self.batches.num_samples + len(wider.rows) * wide
+        spent = [forwards]
 
         def accepts(configuration: list[int]) -> bool:
             _, evaluation = self.evaluate(configuration)
@@ -251,8 +252,8 @@ class LayerwiseQuantizationProblem(ModelProblem):
         self, record: dict[str, Any], keep: Callable[[dict[str, Any]], None]
     ) -> tuple[list[list[int]], int]:
         """The formats search's allocation path (quantization/format_sensitivity.py) and the
-        forward passes its table took: one per quantizer and format, and the float one. The
-        table is read from `record` as far as it was kept, and kept after each quantizer."""
+        sample-forwards of its table (a pass per quantizer and format, and the float one),
+        read from `record` as far as it was kept there, and kept after each quantizer."""
         from model_explorer.formats import format_bits
         from model_explorer.quantization.format_sensitivity import (
             FormatTable,
@@ -273,7 +274,7 @@ class LayerwiseQuantizationProblem(ModelProblem):
         table = format_sensitivity(self.model, batches, metric, choices, kept, keeping)
         bits = [[format_bits(f) for f in allowed] for allowed in self.allowed]
         _, path = format_path(table, names, self._format_costs(bits), bits)
-        return path, 1 + sum(len(allowed) for allowed in self.allowed)
+        return path, (1 + sum(len(allowed) for allowed in self.allowed)) * self.batches.num_samples
 
     def _format_costs(self, bits: list[list[float]]) -> list[list[float]]:
         """Per quantizer and choice, the first cost objective known without the model with
@@ -309,23 +310,13 @@ class LayerwiseQuantizationProblem(ModelProblem):
         if low + 2 >= max(high for _, high in bounds):
             return table, SensitivityTable(table.baseline, low + 2, [], table.higher)
         if str(low + 2) not in tables:
-            batches, metric = self.sensitivity_scoring()
+            batches, metric = self.sensitivity_scoring(wider=True)
             wider = layer_sensitivity(
                 self.model, batches, metric, low + 2, resolvable(table), table.baseline
             )
             tables[str(low + 2)] = wider.to_plain()
             keep(record)
         return table, SensitivityTable.from_plain(tables[str(low + 2)])
-
-    def sensitivity_scoring(self) -> tuple[Any, Any]:
-        """The data and metric the sensitivity tables measure damage with: for a problem ranked
-        by divergence, the KL divergence from the float model (every damage resolved)."""
-        if self.selection == "accuracy":
-            return self.batches, self.metric
-        from model_explorer.datasets import TensorCache
-
-        cache = TensorCache(self.batches.inputs, self.reference, self.batches.batch_size)
-        return cache, "kl"
 
     def _bit_weights(self, bounds: list[tuple[int, int]]) -> list[float] | None:
         """What one bit less on each quantizer saves of the first cost objective known

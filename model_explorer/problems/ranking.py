@@ -4,7 +4,9 @@
 Ranked so, a problem's accuracy objective is replaced by `kl`, the mean KL divergence of a
 candidate's outputs from the float model's on the same samples: what the search optimises, its
 surrogate predicts, early stopping at the front bounds (per-sample divergence is never
-negative, so the mean's lowest reachable value is exact) and the front is chosen by. The metric
+negative, so the mean's lowest reachable value is exact), the sensitivity start's tables
+measure (`sensitivity_scoring`: every quantizer's damage resolved, where a count of top-1 hits
+on a few hundred samples leaves many at zero) and the front is chosen by. The metric
 is still measured, constrained and recorded as `accuracy`, and a front is judged in it
 (`judged_objectives`; results hold the same as `ExplorationResult.judged`).
 """
@@ -24,6 +26,7 @@ class DivergenceRanking:
     objectives: list[Any]
     front: Sequence[dict[str, float]]
     metric: Any
+    batches: Any
     # "accuracy": the metric ranks candidates; "kl": the divergence from `reference` does.
     selection: str = "accuracy"
     _reference: Any = None
@@ -87,3 +90,18 @@ class DivergenceRanking:
             return minimum, min(rivals) if rivals else None
         best = max if objective[0].maximize else min
         return [best([minimum[0], *rivals])], None
+
+    def sensitivity_scoring(self, wider: bool = False) -> tuple[Any, Any]:
+        """The data and metric the sensitivity tables measure damage with: for a problem ranked
+        by divergence the KL divergence from the float model, which resolves every damage, the
+        wider table (a rate per bit) on the first third of the samples."""
+        if self.selection == "accuracy":
+            return self.batches, self.metric
+        from model_explorer.datasets import TensorCache
+
+        count = -(-self.batches.num_samples // 3) if wider else self.batches.num_samples
+        inputs = self.batches.inputs
+        inputs = (
+            [x[:count] for x in inputs] if isinstance(inputs, (list, tuple)) else inputs[:count]
+        )
+        return TensorCache(inputs, self.reference[:count], self.batches.batch_size), "kl"

@@ -169,3 +169,37 @@ def test_window_keeps_the_best_ranks_and_the_newest_among_equals() -> None:
     assert all(rank[i] > worst_kept - 1 for i in range(600) if i not in positions)
     assert all(rank[p] <= rank[i] for p in positions for i in range(600) if i not in positions)
     assert surrogate.window(Two(), records[:10]) == records[:10]
+
+
+def test_the_sensitivity_table_of_a_problem_ranked_by_divergence_resolves_every_quantizer(
+    trained_digits, tmp_path
+) -> None:  # noqa: ANN001
+    """On the default workload at 2 bits, the top-1 table leaves quantizers at no drop it can
+    resolve; the divergence's table gives each a positive damage, each the mean KL of the model
+    with only that quantizer on against the float model, computed here with torch's kl_div."""
+    from model_explorer.operations.explore import measure_baseline, minimum_accuracy
+    from model_explorer.operations.rebuild import build_problem
+    from model_explorer.quantization.sensitivity import layer_sensitivity
+    from tests_support import calibrated_digits
+
+    context, _ = calibrated_digits(trained_digits, tmp_path)
+    minimum = minimum_accuracy(context.workload.problem.options, measure_baseline(context))
+    problem = build_problem(context, minimum)
+    assert problem.selection == "kl"
+    batches, metric = problem.sensitivity_scoring()
+    assert metric == "kl"
+    table = layer_sensitivity(problem.model, batches, metric, 2)
+    plain = layer_sensitivity(problem.model, problem.batches, problem.metric, 2)
+    assert any(row.drop <= 0 for row in plain.rows)
+    assert all(row.drop > 0 for row in table.rows)
+    inputs = problem.batches.inputs
+    with torch.no_grad():
+        reference = context.build_model()(inputs).log_softmax(1)
+        for row in table.rows[:3]:
+            with problem.model.preserved_settings():
+                problem.model.set_enabled(False)
+                quantizer = problem.model.quantizers[row.name]
+                quantizer.num_bits, quantizer.enabled = 2, True
+                log_q = problem.model(inputs).log_softmax(1)
+            expected = nn.functional.kl_div(log_q, reference, log_target=True, reduction="none")
+            assert row.drop == pytest.approx(float(expected.sum(1).mean()), rel=1e-4)
