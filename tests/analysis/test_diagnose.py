@@ -688,6 +688,9 @@ def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     data, body = _variant(clean)
     body["exploration"]["initialization"] = "sensitivity"
     body["exploration"]["nsga"].update(pop_size=8, offsprings=4, generations=2)
+    # tables of top-1 drops, as computed here (ranked by divergence, they measure it:
+    # tests/exploration/test_selection.py)
+    body.setdefault("problem", {})["selection"] = "accuracy"
     workload = Workload.load(write_workload(data, tmp_path / "seeded.yaml"))
     calibrate_workload(WorkloadContext(workload), if_missing=True)
     result, _ = explore(workload, ExploreOptions(output=str(tmp_path / "seeded.pkl")))
