@@ -268,3 +268,40 @@ def test_hypervolume_gains_in_closed_form_match_pymoo(seed: int) -> None:
     assert hypervolume_gains(front[:0], points[:2], reference) == pytest.approx(
         [np.prod(reference - p) if np.all(p < reference) else 0.0 for p in points[:2]]
     )
+
+
+def test_a_surrogate_with_a_window_and_kept_kernels_resumes_to_the_same_result(
+    tmp_path, monkeypatch
+) -> None:
+    """With a window smaller than the record (so that the fits learn from some of it) and the
+    kernels optimised again only as the record grows, a search stopped midway resumes to the
+    uninterrupted result: both depend only on the records, which the replay rebuilds."""
+    from model_explorer.exploration import surrogate
+
+    monkeypatch.setattr(surrogate, "WINDOW", 12)
+    monkeypatch.setattr(surrogate, "REOPTIMISE", 1.5)
+    nsga = NSGASpec(pop_size=10, offsprings=10, generations=6)
+    chosen = strategy("surrogate", candidates=24, evaluations=3)
+    fitted: list[int] = []
+    real_fit = surrogate.Surrogate.fit
+
+    def counting(self, records, names, fits=None):  # noqa: ANN001, ANN202
+        fitted.append(len(surrogate.window(self.problem, records)))
+        return real_fit(self, records, names, fits)
+
+    monkeypatch.setattr(surrogate.Surrogate, "fit", counting)
+    whole = Explorer(Synthetic(), nsga, seed=2, strategy=chosen).run()
+    assert max(fitted) == 12 and len(whole) > 12  # the window bound
+    path = tmp_path / "checkpoint.pkl"
+    explorer = Explorer(Synthetic(), nsga, seed=2, result_path=path, strategy=chosen)
+
+    def stop(generation: int, result: ExplorationResult) -> None:
+        if generation == 3:
+            raise KeyboardInterrupt
+
+    explorer.on_generation = stop
+    with pytest.raises(KeyboardInterrupt):
+        explorer.run()
+    resumed = Explorer(Synthetic(), nsga, seed=2, strategy=chosen)
+    resumed.restore(ExplorationResult.load(path))
+    assert without_times(resumed.run()) == without_times(whole)
