@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from model_explorer.errors import UserError
 from model_explorer.operations.latency import check_front
-from model_explorer.operations.reevaluate import one_accuracy
+from model_explorer.operations.verdicts import scored_packed
 
 if TYPE_CHECKING:
     from model_explorer.context import WorkloadContext
@@ -46,16 +46,8 @@ def scored(
 ) -> tuple[float, dict[str, str]]:
     """A model's accuracy on a role's data and its per-sample outcomes (with the divergence
     from the float model where the problem ranks by it), as results keep them."""
-    from model_explorer.metrics import score
-    from model_explorer.results.statistics import pack_outcome
-
     ranked = getattr(problem, "selection", "accuracy") != "accuracy"
-    reference = context.float_outputs(role) if ranked else None
-    batches = context.batches(role)
-    outcome = score(
-        model, batches, context.workload.metric, reference=reference, keep_outcomes=True
-    )
-    return one_accuracy(outcome.accuracies), pack_outcome(outcome)
+    return scored_packed(context, model, role, divergence=ranked)
 
 
 def score_front_held_out(

@@ -1,6 +1,9 @@
 """Whether two accuracies of the same samples differ: the one rule of every check that
 compares a model with another on the same data (the deployment check of `export --check` and
-`evaluate-individual --backend`, the repair's target of `debug --target`).
+`evaluate-individual --backend`); and a model scored with its per-sample outcomes, which those
+checks, the held-out judgement of a front and the float model's baseline all pair (the repair
+of `debug --target` decides on the lower end of the same paired interval,
+analysis/debug/individual.py).
 
 Both are scored on the same samples, so they are compared sample by sample
 (results/statistics.py): McNemar's exact test for a metric counting hits, the paired t-test for
@@ -28,17 +31,28 @@ if TYPE_CHECKING:
 TOLERANCE = 0.005
 
 
-def scored(
-    context: WorkloadContext, model: nn.Module, role: str = "exploration"
-) -> tuple[float, Outcomes | None]:
+def scored_packed(
+    context: WorkloadContext, model: nn.Module, role: str = "exploration", divergence: bool = False
+) -> tuple[float, dict[str, str]]:
     """A model's accuracy on a role's data (by default the data the search scored) and each
-    sample's outcome (None for a metric that keeps none, or a model of several outputs)."""
+    sample's outcome as results keep them (none for a metric that keeps none, or a model of
+    several outputs); with `divergence`, the KL divergence from the float model's outputs too."""
     from model_explorer.metrics import score
     from model_explorer.operations.reevaluate import one_accuracy
     from model_explorer.results.statistics import pack_outcome
 
-    outcome = score(model, context.batches(role), context.workload.metric, keep_outcomes=True)
-    return one_accuracy(outcome.accuracies), Outcomes.of(pack_outcome(outcome))
+    reference = context.float_outputs(role) if divergence else None
+    batches, metric = context.batches(role), context.workload.metric
+    outcome = score(model, batches, metric, reference=reference, keep_outcomes=True)
+    return one_accuracy(outcome.accuracies), pack_outcome(outcome)
+
+
+def scored(
+    context: WorkloadContext, model: nn.Module, role: str = "exploration"
+) -> tuple[float, Outcomes | None]:
+    """`scored_packed`'s accuracy and outcomes, these ready to pair."""
+    accuracy, packed = scored_packed(context, model, role)
+    return accuracy, Outcomes.of(packed)
 
 
 def differs(first: float, second: float, test: Paired | None) -> bool:
