@@ -283,8 +283,8 @@ def write_report(
     written = _write_figures(result, out)
     lines = [*_summary(result, source), "", f"## {front_heading(result)}", ""]
     lines += [_markdown_table(result), ""]
-    lines += [f"- {line[0].upper()}{line[1:]}." for line in confidence_lines(result)]
-    lines += [""] if confidence_lines(result) else []
+    said = confidence_lines(result)
+    lines += [f"- {line[0].upper()}{line[1:]}." for line in said] + ([""] if said else [])
     note = selection_note(result, front_command(result=source if source is not None else "RESULT"))
     if note is not None:
         lines += [f"Note: {note}.", ""]

@@ -41,6 +41,7 @@ from model_explorer.exploration.spec import NSGASpec
 from model_explorer.exploration.strategies import Strategy
 from model_explorer.problems.base import Evaluation, Problem
 from model_explorer.results import ExplorationResult, samples_of
+from model_explorer.results.front import dominated
 
 log = logging.getLogger(__name__)
 
@@ -307,15 +308,11 @@ class Explorer:
         holding = [r for r in self.result.records if "outcomes" in (r.get("extra") or {})]
         if not holding:
             return
-        if feasible:
-            everyone = np.array([self.problem.objective_vector(r["values"]) for r in feasible])
+        rows = [self.problem.objective_vector(r["values"]) for r in feasible]
+        everyone = np.array(rows, dtype=float).reshape(len(rows), len(self.problem.objectives))
         for record in holding:
-            dominated = not record["feasible"]
-            if not dominated:
-                row = self.problem.objective_vector(record["values"])
-                no_worse = np.all(everyone <= row, axis=1)
-                dominated = bool(np.any(no_worse & np.any(everyone < row, axis=1)))
-            if dominated:
+            row = self.problem.objective_vector(record["values"])
+            if not record["feasible"] or dominated(everyone, row):
                 del record["extra"]["outcomes"]
 
     def _close_generation(self, generation: int, algorithm: Algorithm) -> None:

@@ -149,14 +149,14 @@ class Surrogate:
         return {name: model.predict(inputs, return_std=True) for name, model in self.models.items()}
 
 
-def front_matrix(problem: Problem, records: list[dict[str, Any]], vector: Any = None) -> np.ndarray:
+def front_matrix(problem: Problem, records: list[dict[str, Any]], vector: Any) -> np.ndarray:
     """The front of the feasible, fully scored records, chosen by the problem's objectives,
-    as `vector` gives each (its objective vector by default; pymoo's minimisation form)."""
+    each as `vector` gives it (pymoo's minimisation form)."""
     feasible = [r for r in records if r["feasible"]]
-    if feasible and vector is not None:
+    if feasible:
         ranked = np.array([problem.objective_vector(r["values"]) for r in feasible])
         feasible = [r for r, kept in zip(feasible, non_dominated(ranked), strict=True) if kept]
-    rows = [(vector or problem.objective_vector)(r["values"]) for r in feasible]
+    rows = [vector(r["values"]) for r in feasible]
     return np.array(rows, dtype=float).reshape(len(rows), len(problem.objectives))
 
 
@@ -201,13 +201,7 @@ def judged_vector(problem: Problem) -> Any:
     accuracy in the place of the divergence that ranks a problem ranked by it
     (problems/ranking.py), else the problem's own objectives."""
     objectives = getattr(problem, "judged_objectives", problem.objectives)
-
-    def vector(values: dict[str, float]) -> np.ndarray:
-        return np.array(
-            [-values[o.name] if o.maximize else values[o.name] for o in objectives], dtype=float
-        )
-
-    return vector
+    return lambda values: problem.objective_vector(values, objectives)
 
 
 # Standard normal quantiles at (k + 0.5) / 8: the expected gain is their mean gain.
@@ -220,12 +214,12 @@ def _greedy(
     outcomes: list[list[dict[str, float]]],
     believed: list[dict[str, float]],
     count: int,
-    vector: Any = None,
+    vector: Any,
 ) -> list[int]:
     """Pick candidates one at a time by the hypervolume they are expected to add to the front
     (those expected to add none: by how far their most optimistic outcome is from adding any);
-    each pick joins the front at its predicted mean."""
-    vector = vector or problem.objective_vector
+    each pick joins the front at its predicted mean; `vector` turns values into the objectives
+    the gains are counted in."""
     points = np.array([[vector(v) for v in row] for row in outcomes])
     feasible = np.array([[problem.feasible(v) for v in row] for row in outcomes])
     flat = points.reshape(-1, points.shape[-1])

@@ -161,10 +161,13 @@ class Problem(ABC):
         return []
 
     # -- pymoo's view ---------------------------------------------------------------------
-    def objective_vector(self, values: dict[str, float]) -> np.ndarray:
+    def objective_vector(
+        self, values: dict[str, float], objectives: Sequence[Objective] | None = None
+    ) -> np.ndarray:
+        """`values` in pymoo's minimisation form, of the problem's objectives (or others)."""
+        chosen = self.objectives if objectives is None else objectives
         return np.array(
-            [-values[o.name] if o.maximize else values[o.name] for o in self.objectives],
-            dtype=float,
+            [-values[o.name] if o.maximize else values[o.name] for o in chosen], dtype=float
         )
 
     def constraint_vector(self, values: dict[str, float]) -> np.ndarray:

@@ -7,17 +7,17 @@ from typing import Any
 import numpy as np
 
 
+def dominated(matrix: np.ndarray, row: np.ndarray) -> bool:
+    """Whether some row of `matrix` dominates `row` (all objectives minimised): no worse in
+    every objective and better in one; an equal row does not."""
+    no_worse = np.all(matrix <= row, axis=1)
+    return bool(np.any(no_worse & np.any(matrix < row, axis=1)))
+
+
 def non_dominated(matrix: np.ndarray) -> np.ndarray:
     """Boolean mask of the rows no other row dominates (all objectives minimised). Duplicate
     rows do not dominate each other, so both stay."""
-    rows = len(matrix)
-    keep = np.ones(rows, dtype=bool)
-    for i in range(rows):
-        no_worse = np.all(matrix <= matrix[i], axis=1)
-        better = np.any(matrix < matrix[i], axis=1)
-        if np.any(no_worse & better):
-            keep[i] = False
-    return keep
+    return np.array([not dominated(matrix, row) for row in matrix], dtype=bool).reshape(len(matrix))
 
 
 def indicator(senses: list[tuple[str, bool]], point: Any) -> Any:
