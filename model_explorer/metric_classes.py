@@ -52,6 +52,9 @@ class MeanOverSamples(Metric):
     """A per-sample value averaged over samples; the best case of a sample is `best`."""
 
     best: ClassVar[float] = 1.0
+    # Whether a sample's value is a hit (0 or 1) where the output holds one score vector per
+    # sample: kept as hits then, which are paired by McNemar's exact test
+    counts_hits: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.reset()
@@ -63,7 +66,7 @@ class MeanOverSamples(Metric):
 
     def update(self, output: Tensor, target: Tensor) -> None:
         values = self.per_sample(output.float(), target.float())
-        self._keep(values)
+        self._keep(values.bool() if self.counts_hits and output.dim() == 2 else values)
         self.total += float(values.double().sum())
         self.count += int(values.numel())
 
@@ -157,6 +160,7 @@ class Agreement(MeanOverSamples):
     """Share of samples (and positions, for dense outputs) with the float model's top-1."""
 
     needs_reference = True
+    counts_hits = True
 
     def per_sample(self, output: Tensor, reference: Tensor) -> Tensor:
         same = (output.argmax(dim=1) == reference.argmax(dim=1)).float()
@@ -167,6 +171,7 @@ class TopKAgreement(MeanOverSamples):
     """Share of samples whose float top-1 class is among the quantized model's top k."""
 
     needs_reference = True
+    counts_hits = True
 
     def __init__(self, k: int = 5) -> None:
         self.k = k

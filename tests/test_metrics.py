@@ -210,3 +210,22 @@ def test_scoring_stops_once_the_divergence_cannot_come_under_its_ceiling() -> No
     assert stopped.divergence == pytest.approx(first, rel=1e-5)
     tie = score(Fixed(candidate), batches, "top1", reference=reference, ceiling=first * 1.0001)
     assert tie.samples > 10  # at the ceiling it may still join: it goes on
+
+
+def test_agreement_keeps_hits_that_a_paired_test_counts() -> None:
+    """Top-1 agreement with the float model is one hit per sample for a classifier: kept as
+    hits (McNemar pairs them), and as values for a dense output, which averages positions."""
+    reference = torch.tensor([[3.0, 1.0], [0.0, 2.0], [1.0, 0.0]])
+    candidate = torch.tensor([[2.0, 1.0], [3.0, 2.0], [1.0, 0.0]])
+    metric = create_metric("agreement")
+    metric.keep_outcomes = True
+    metric.update(candidate, reference)
+    assert metric.outcomes().dtype == torch.bool
+    assert metric.outcomes().tolist() == [True, False, True]
+    dense = create_metric("agreement")
+    dense.keep_outcomes = True
+    dense.update(
+        candidate[:, :, None, None].expand(3, 2, 2, 2),
+        reference[:, :, None, None].expand(3, 2, 2, 2),
+    )
+    assert dense.outcomes().dtype == torch.float32
