@@ -80,11 +80,15 @@ BLOCKS = {  # value -> largest difference (effective_bops, kl: relative)
     "present_blocks": 3 / SAMPLES,
     "block_sparsity": 3 / SAMPLES / 1056,  # of a sample's 1,056 blocks
     "effective_bops": 1e-4,
-    # the mean divergence sums float32 per-sample values in the kernels' order; a sample whose
-    # top-1 flips moves it by far more
+    # the mean divergence sums float32 per-sample values in the kernels' order
     "kl": 1e-4,
 }
 RELATIVE = ("effective_bops", "kl")
+# An activation on a quantization level's edge that rounds the other way moves one sample's
+# output, and the mean divergence with it: by 7e-4 of itself in one of 32 measurements with
+# torch, MKL and oneDNN forced to AVX2, AVX or SSE4.2 (tests/across_kernels.py). Such a
+# measurement counts as one that flipped, and stays within this share of the recorded value.
+KL_EDGE = 1e-2
 # An accuracy may differ by one sample whose top-1 flips, and an early rejection may be decided
 # at another batch (`complete`, `samples`), in at most this share of the measurements.
 ONE_SAMPLE = 1 / SAMPLES
@@ -325,6 +329,10 @@ def test_its_measurements_hold_on_this_processor(case: str, golden_runs: dict) -
             assert name in BLOCKS, f"{case}: {difference} (a value known without the model)"
             if name in RELATIVE:
                 gap /= max(abs(difference["recorded"]), 1e-12)
+            if name == "kl" and gap > BLOCKS[name]:
+                flipped.add(where)  # a sample's output moved: see KL_EDGE
+                assert gap <= KL_EDGE, f"{case}: {difference}"
+                continue
             assert gap <= BLOCKS[name] + 1e-12, f"{case}: {difference}"
     assert len(flipped) <= MAY_FLIP * measurements.compared, (
         f"{case}: {len(flipped)} of {measurements.compared} measurements differ in an accuracy "
