@@ -18,7 +18,7 @@ LITERT_VENV ?= .venv-litert
 PURELIB := import sysconfig; print(sysconfig.get_path('purelib'))
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
-.PHONY: run test docs test-kernels clean-venv
+.PHONY: run test test-asan docs test-kernels clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,9 +61,28 @@ PYTEST_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses $(TES
 
 # In .venv-litert, typeguard (a pytest plugin of the first environment) would not import with
 # the older typing-extensions.
+# Then two lanes of the C kernels (model_explorer/native): the quantization, formats and
+# sparsity tests again with the kernels off (the torch path every machine without a C compiler
+# takes: the same values), and the kernels' bit-for-bit tests once per instruction level their
+# libraries hold that this processor runs (tests/across_kernels.py --levels).
+KERNEL_TESTS := tests/formats/test_kernels.py tests/formats/test_replay.py tests/sparsity/test_kernel.py
 test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
 	$(BIN)/python -m pytest $(PYTEST_WORKERS)
+	MODEL_EXPLORER_COMPILE=0 $(BIN)/python -m pytest $(PYTEST_WORKERS) -q -rfE tests/quantization tests/formats tests/sparsity
+	$(BIN)/python tests/across_kernels.py --levels -- $(PYTEST_WORKERS) $(KERNEL_TESTS)
 	$(if $(filter 1,$(LITERT)),$(LITERT_VENV)/bin/python -m pytest $(PYTEST_WORKERS) -p no:typeguard tests/analysis/test_litert.py)
+
+# The C kernels' tests under AddressSanitizer (docs/development.md): their libraries built with
+# -fsanitize=address (a library of their own in the kernel cache, since CC's arguments name it),
+# the sanitizer's runtime preloaded, and libstdc++ with it so that torch's C++ exceptions pass
+# its interceptor. A RuntimeWarning is an error: a library that did not build tests nothing.
+ASAN_CC ?= $(or $(CC),cc)
+test-asan: $(VENV)/.installed-$(TEST_EXTRAS)
+	CC="$(ASAN_CC) -fsanitize=address -fno-omit-frame-pointer" \
+	LD_PRELOAD="$$($(ASAN_CC) -print-file-name=libasan.so) $$($(ASAN_CC) -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0 \
+	$(BIN)/python -m pytest -W error::RuntimeWarning $(KERNEL_TESTS) tests/test_native_cache.py \
+		tests/quantization/test_elision.py tests/quantization/test_attention_overwriting.py
 
 # The suite once per kernel setting (tests/across_kernels.py: AVX2, AVX, SSE4.2, one and two
 # threads beside the native one), about 50 minutes; KERNELS=avx2,threads1 picks settings.

@@ -10,7 +10,15 @@ suite that passes under all of them holds wherever those libraries run.
 
     python tests/across_kernels.py                      # every setting, the whole suite
     python tests/across_kernels.py --settings avx2,threads1 -- tests/test_retraining.py
+    python tests/across_kernels.py --levels -- tests/formats/test_kernels.py
     make test-kernels         # the first line, then the LiteRT tests in .venv-litert
+
+`--levels` runs the tests once per instruction level this project's C kernels are built for
+(native/: with GCC on x86-64 each library holds x86-64-v4, v3 and baseline versions, and the
+processor picks one when it is loaded): each level's library is built on its own
+(`CC="cc -DNO_CLONES -march=<level>"`, a library of its own in the kernel cache), and the
+levels this processor cannot run are named and left out. `make test` runs the kernels'
+bit-for-bit tests so, on every level the machine runs.
 
 Each setting prints what the libraries report they use (so a variable they ignore shows), and
 the end is a table: per setting, the counts, the minutes, and the tests that failed.
@@ -53,6 +61,52 @@ SETTINGS: dict[str, dict[str, str]] = {
     "avx": _forced("default", "AVX", "AVX", "Sandybridge", _NUMPY_ABOVE_AVX),
     "sse4.2": _forced("default", "SSE4_2", "SSE41", "Nehalem", _NUMPY_ABOVE_AVX),
 }
+
+# x86-64 levels of the kernels' clones, with the /proc/cpuinfo flags each one needs.
+_LEVELS = {
+    "x86-64-v4": ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+    "x86-64-v3": ("avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "abm"),
+    "x86-64": (),
+}
+
+# Fails unless both libraries build and load under this environment's CC, without a warning.
+_BUILDS = """
+import warnings
+warnings.simplefilter("error")
+from model_explorer import native
+for name in ("fake_quantize", "block_sparse"):
+    assert native.library(name, name, "the torch path") is not None
+"""
+
+
+def instruction_levels() -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The kernels' instruction levels as settings (a CC that builds one version for that
+    level), and the levels left out with why: the processor lacks them, or the kernels hold
+    one version only (not x86-64, or a compiler other than GCC: its clones are GCC's)."""
+    import platform
+    import shlex
+    import shutil
+
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    version = subprocess.run(
+        [*shlex.split(compiler), "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    if platform.machine() not in ("x86_64", "AMD64") or "Free Software Foundation" not in version:
+        return {}, [f"all (one version only: {platform.machine()}, {version.splitlines()[:1]})"]
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = set()
+    if cpuinfo.exists():
+        found = [line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")]
+        flags = set(found[0].split(":", 1)[1].split()) if found else set()
+    settings, left_out = {}, []
+    for level, needs in _LEVELS.items():
+        missing = [flag for flag in needs if flag not in flags]
+        if missing:
+            left_out.append(f"{level} (this processor lacks {', '.join(missing)})")
+        else:
+            settings[level] = {"CC": f"{compiler} -DNO_CLONES -march={level}"}
+    return settings, left_out
+
 
 _PROBE = """
 import numpy, torch
@@ -103,6 +157,13 @@ def run_setting(
     print(f"== {name}: {describe(environment, python)}", flush=True)
     report = folder / f"{name}.xml"
     start = time.monotonic()
+    if "CC" in SETTINGS[name]:  # an instruction level: its kernels must build, or it tests nothing
+        built = subprocess.run(
+            [python, "-c", _BUILDS], env=environment, capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            failed = [f"(the kernels did not build: {built.stderr.strip()[-300:]})"]
+            return {"passed": 0, "failed": 1, "skipped": 0}, failed, 0.0
     subprocess.run(
         [
             python,
@@ -134,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, of {', '.join(SETTINGS)} (default: all)",
     )
     parser.add_argument(
+        "--levels",
+        action="store_true",
+        help="once per instruction level of the C kernels this processor runs, not --settings",
+    )
+    parser.add_argument(
         "--python",
         default=sys.executable,
         help="the interpreter whose environment runs the tests (default: this one)",
@@ -141,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     names = [name for name in args.settings.split(",") if name]
+    if args.levels:
+        levels, left_out = instruction_levels()
+        SETTINGS.update(levels)
+        names = list(levels)
+        for level in left_out:
+            print(f"left out: {level}")
     unknown = [name for name in names if name not in SETTINGS]
     if unknown:
         print(f"unknown setting {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")

@@ -19,7 +19,7 @@ from conftest import REPOSITORY
 
 pytestmark = pytest.mark.slow
 
-PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand")
+PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand", "platformdirs")
 
 CHECK = """
 import importlib.metadata as metadata
@@ -36,6 +36,8 @@ except WorkloadError as error:
     assert "workload.seed" in str(error), error
 else:
     raise AssertionError("a wrong seed passed")
+from model_explorer.native import cache
+assert cache.directory().name == "kernels" and "model_explorer" in str(cache.directory())
 """
 
 
@@ -47,7 +49,7 @@ def lowest(name: str) -> str:
 
 
 def test_the_lowest_declared_pure_python_versions_work(tmp_path: Path) -> None:
-    """All four at their lowest at once, in one folder (one install, one interpreter)."""
+    """All at their lowest at once, in one folder (one install, one interpreter)."""
     wanted = {name: lowest(name) for name in PURE_PYTHON}
     folder = tmp_path / "site"
     install = subprocess.run(

@@ -1,28 +1,30 @@
 """C kernels, built once per machine by the system's C compiler and loaded with ctypes.
 
 The sources are this package's `*.c` files. `library(name)` compiles `name.c` (`$CC`, which may
-hold arguments, else `cc` or `gcc`) into a shared library in the temporary directory
+hold arguments, else `cc` or `gcc`) into a shared library in this user's cache directory
 (`MODEL_EXPLORER_KERNEL_DIR` elsewhere), named by a hash of its source, flags and compiler, so
-that a second process, or the next run, loads it without compiling; a directory another user
-owns is refused. A ctypes call releases the GIL, so `in_threads` splits work across torch's
-threads. Where no C compiler works, one warning per library says so and its callers take their
-torch path: the same values, slower. `MODEL_EXPLORER_COMPILE=0` turns the kernels off.
+that a second process, or the next run, loads it without compiling. cache.py decides where, and
+refuses a directory or a library that anyone but this user could have prepared; one process
+builds while the others wait. A ctypes call releases the GIL, so `in_threads` splits work
+across torch's threads. Where no C compiler works or the cache is refused, one warning per
+library says so and its callers take their torch path: the same values, slower.
+`MODEL_EXPLORER_COMPILE=0` turns the kernels off.
 
 On x86-64 with GCC each library holds one version per instruction level (x86-64-v4, v3 and the
-baseline), chosen when it is loaded (`target_clones` in the sources).
+baseline), chosen when it is loaded (`target_clones` in the sources). `-ffp-contract=off` keeps
+the compiler from fusing a multiply and an add into one rounding (FMA) in the levels that have
+it, so every level computes what the eager steps compute (tests/across_kernels.py --levels).
 """
 
 from __future__ import annotations
 
 import ctypes
-import getpass
 import hashlib
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +34,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from model_explorer.native import cache
+
 ENVIRONMENT_SWITCH = "MODEL_EXPLORER_COMPILE"
-FLAGS = ("-O3", "-fno-math-errno", "-shared", "-fPIC")
-DIRECTORY_VARIABLE = "MODEL_EXPLORER_KERNEL_DIR"
+FLAGS = ("-O3", "-fno-math-errno", "-ffp-contract=off", "-shared", "-fPIC")
 
 # Each library loaded, by name, or None once building or loading it failed (never tried again).
 _libraries: dict[str, ctypes.CDLL | None] = {}
@@ -75,7 +78,7 @@ def library(name: str, what: str, fallback: str) -> ctypes.CDLL | None:
         compiler = _compiler()
         if compiler is None or sys.platform == "win32":
             raise RuntimeError("no C compiler found (set CC to one)")
-        loaded = ctypes.CDLL(str(_build(compiler, Path(__file__).with_name(f"{name}.c"))))
+        loaded = cache.open_library(_build(compiler, Path(__file__).with_name(f"{name}.c")))
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         loaded = None
         warnings.warn(
@@ -110,46 +113,41 @@ def _compiler() -> list[str] | None:
     return None if found is None else [found]
 
 
-def directory() -> Path:
-    """Where the libraries are kept: `MODEL_EXPLORER_KERNEL_DIR`, else a directory of this
-    user's in the temporary directory."""
-    chosen = os.environ.get(DIRECTORY_VARIABLE)
-    if chosen:
-        return Path(chosen)
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this user id (a container's)
-        user = str(os.getuid())
-    return Path(tempfile.gettempdir()) / f"model_explorer_{user}" / "kernels"
-
-
-def _build(compiler: list[str], source: Path) -> Path:
-    """The library for this source, flags and compiler, compiled once (a copy is written under
-    its own name, then renamed, so that processes building at once do not clash)."""
+def library_path(compiler: list[str], source: Path) -> Path:
+    """Where the library for this source, flags and compiler is kept, named by their hash, in
+    a directory cache.py accepts (made where missing)."""
     version = subprocess.run(
         [*compiler, "--version"], capture_output=True, text=True, check=False, timeout=60
     ).stdout
     key = hashlib.sha256(b"\0".join([source.read_bytes(), " ".join(FLAGS).encode()]))
     key.update(version.encode())
     key.update(" ".join(compiler).encode())  # CC's own arguments (-march, a sanitizer) too
-    folder = directory()
-    built = folder / f"{source.stem}_{key.hexdigest()[:16]}.so"
-    folder.mkdir(parents=True, exist_ok=True)
-    if hasattr(os, "getuid") and folder.stat().st_uid != os.getuid():
-        raise RuntimeError(f"{folder} belongs to another user (set {DIRECTORY_VARIABLE})")
+    folder = cache.private_directory(cache.directory())
+    return folder / f"{source.stem}_{key.hexdigest()[:16]}.so"
+
+
+def _build(compiler: list[str], source: Path) -> Path:
+    """The library for this source, flags and compiler (`library_path`), compiled once, under
+    a lock (a copy is written under its own name, then renamed)."""
+    built = library_path(compiler, source)
+    folder = built.parent
     if built.exists():
         return built
-    partial = built.with_suffix(f".{os.getpid()}.tmp")
-    errors = []
-    for extra in ((), ("-DNO_CLONES",)):  # a compiler without x86-64-v4 clones: one version
-        command = [*compiler, *FLAGS, *extra, "-o", str(partial), str(source)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
-        if done.returncode == 0:
-            os.replace(partial, built)
+    with cache.build_lock(folder, built.stem):
+        if built.exists():  # built by the process that held the lock
             return built
-        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-        errors.append(next((line for line in lines if "error" in line), lines[-1]).strip())
-    partial.unlink(missing_ok=True)
+        partial = built.with_suffix(f".{os.getpid()}.tmp")
+        errors = []
+        for extra in ((), ("-DNO_CLONES",)):  # a compiler without x86-64-v4 clones: one version
+            command = [*compiler, *FLAGS, *extra, "-o", str(partial), str(source)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+            if done.returncode == 0:
+                os.chmod(partial, 0o700)  # whatever the umask: nobody else writes it
+                os.replace(partial, built)
+                return built
+            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+            errors.append(next((line for line in lines if "error" in line), lines[-1]).strip())
+        partial.unlink(missing_ok=True)
     raise RuntimeError(f"{' '.join(compiler)} failed: {errors[-1]}")
 
 

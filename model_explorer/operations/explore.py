@@ -18,7 +18,6 @@ from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runn
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
-from model_explorer.memory import keep_freed_memory
 from model_explorer.metrics import higher_is_better
 from model_explorer.operations.held_out import baseline_outcomes, judge_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
@@ -169,7 +168,6 @@ def explore(
             (and closed at the end).
         context: the WorkloadContext to reuse (its cached data); a new one when None.
     """
-    keep_freed_memory()  # for the next forward pass, as the command line does (memory.py)
     options = options or ExploreOptions()
     spec: ExplorationSpec = workload.require("exploration")
     definition = SearchDefinition.of(workload)

@@ -26,6 +26,9 @@ from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import apply_quantization, asymmetric_params, quant_params
 from model_explorer.native import ENVIRONMENT_SWITCH
 
+# the kernels' own values and calls: skipped with the kernels off (tests/conftest.py)
+pytestmark = pytest.mark.kernels
+
 KERNELS = ("native_integer", "native_scaled", "native_blocks")
 
 

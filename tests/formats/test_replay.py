@@ -22,6 +22,9 @@ from model_explorer.formats.registry import FormatFamily
 from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.quantization.quantizer import TensorQuantizer
 
+# the kernels' own values and calls: skipped with the kernels off (tests/conftest.py)
+pytestmark = pytest.mark.kernels
+
 FORMATS = [
     "fp8_e4m3",
     "fp8_e5m2",

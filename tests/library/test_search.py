@@ -116,6 +116,21 @@ def _search(trained, tmp_path: Path, **arguments):  # noqa: ANN202
     )
 
 
+def test_a_search_from_python_leaves_the_processs_settings_alone(
+    trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The allocator's trim (memory.keep_freed_memory) and torch's thread count belong to the
+    process: the command line and the workers set them where they start, a search called from
+    a notebook changes neither (its host process keeps its allocator)."""
+    from model_explorer import memory
+
+    monkeypatch.setattr(memory, "_applied", None)  # as in a process that never set it
+    threads = torch.get_num_threads()
+    assert _search(trained, tmp_path).front
+    assert memory._applied is None
+    assert torch.get_num_threads() == threads
+
+
 def test_a_model_defined_here_is_searched_and_comes_back_usable(trained, tmp_path: Path) -> None:
     """A front member's model scores what the result recorded for it (torch's own count of
     correct predictions), its export scores the same in onnxruntime, the file `search` wrote

@@ -58,6 +58,7 @@ def _products(quantized: QuantizedModel) -> list[ActivationProduct]:
     return [m for m in quantized.modules() if isinstance(m, ActivationProduct)]
 
 
+@pytest.mark.kernels
 def test_products_write_over_their_own_operands_with_the_same_outputs(written_over) -> None:  # noqa: ANN001
     """Q, Kᵀ, V (copies of the packed projection's slices) and the softmax weights are written
     over, the layers' inputs not; the outputs are those of the same model with a hook on each
@@ -86,6 +87,7 @@ def test_products_write_over_their_own_operands_with_the_same_outputs(written_ov
     assert torch.equal(found, expected)
 
 
+@pytest.mark.kernels
 def test_a_hook_sees_the_operand_as_it_was(written_over) -> None:  # noqa: ANN001
     """A hook on a product's quantizer keeps that quantizer from writing over its input: the
     tensor the hook was handed still holds the softmax weights after the call."""
@@ -149,6 +151,7 @@ def test_the_callers_contiguous_operands_are_left_as_they_were() -> None:
         assert torch.equal(kept, made)
 
 
+@pytest.mark.kernels
 def test_torchvisions_vision_transformer_gives_the_same_outputs_written_over(written_over) -> None:  # noqa: ANN001
     """Material of torchvision's: ViT-B/16's twelve attentions with their products quantized
     write over their operands, with the outputs of the same model with hooks on the products."""

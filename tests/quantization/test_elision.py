@@ -395,6 +395,7 @@ def overwritten(model: QuantizedModel, x: torch.Tensor) -> dict[str, bool]:
     return found
 
 
+@pytest.mark.kernels
 def test_a_quantizer_writes_over_an_input_nothing_else_reads() -> None:
     """`b` reads `relu6`'s output, whose input, `a`'s product, nothing else reads: with the
     ReLU6 skipped, `b`'s quantizer writes over it, and the outputs are the reference's. The
@@ -433,6 +434,7 @@ class OnTheInput(nn.Module):
         return self.last(self.on_product(self.third(z)))
 
 
+@pytest.mark.kernels
 def test_no_quantizer_writes_over_the_models_input_or_a_view(monkeypatch) -> None:
     """The batch a search scores stays as it was: `first` reads a ReLU of the model's input
     and `second` a ReLU of a view, both skipped, neither written over; `last` reads a ReLU of

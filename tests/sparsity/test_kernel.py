@@ -90,6 +90,7 @@ def test_resnet18_gives_the_torch_paths_blocks_and_outputs() -> None:
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.kernels
 def test_a_gradient_the_kernel_cannot_give_takes_the_torch_path() -> None:
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 4, 3, padding=1)
