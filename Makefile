@@ -65,7 +65,7 @@ PYTEST_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n auto --maxprocesses $(TES
 # sparsity tests again with the kernels off (the torch path every machine without a C compiler
 # takes: the same values), and the kernels' bit-for-bit tests once per instruction level their
 # libraries hold that this processor runs (tests/across_kernels.py --levels).
-KERNEL_TESTS := tests/formats/test_kernels.py tests/formats/test_replay.py tests/sparsity/test_kernel.py
+KERNEL_TESTS := tests/formats/test_kernels.py tests/sparsity/test_kernel.py
 test: $(VENV)/.installed-$(TEST_EXTRAS) $(if $(filter 1,$(LITERT)),$(LITERT_VENV)/.installed)
 	$(BIN)/python -m pytest $(PYTEST_WORKERS)
 	MODEL_EXPLORER_COMPILE=0 $(BIN)/python -m pytest $(PYTEST_WORKERS) -q -rfE tests/quantization tests/formats tests/sparsity

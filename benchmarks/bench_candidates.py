@@ -11,10 +11,7 @@ scored in full (no early rejection) on a model that has already met their settin
 timed alternately with a float forward pass, once more with the eager steps in place of the
 C kernels (native/: the formats' fake quantization and block sparsity, as with
 MODEL_EXPLORER_COMPILE=0) and once more with every activation run (quantization/elision.py
-off), and, where a quantizer holds another format than the integer one, once more without
-its kernel call replayed (formats/kernels.py's Replay: the format's Python runs every call),
-compared per candidate (a paired t interval of the time the replay saves), and the medians
-are compared. The baseline
+off), and the medians are compared. The baseline
 checkpoint and the calibration file are made first if missing (the ResNet-18 baseline trains
 for a few minutes), and the process's allocator is set as a search sets it: the page faults a
 pass takes (getrusage's minor faults, fresh pages from the kernel) are printed beside the
@@ -37,15 +34,6 @@ from prepared import prepared_context
 from model_explorer.metrics import evaluate
 from model_explorer.native import ENVIRONMENT_SWITCH
 from model_explorer.operations.rebuild import build_problem
-from model_explorer.quantization.quantizer import TensorQuantizer
-from model_explorer.results.statistics import paired_means
-
-REPLAYING = TensorQuantizer._format_quantize
-
-
-def _without_replay(self: TensorQuantizer, x: torch.Tensor, chosen) -> torch.Tensor:  # noqa: ANN001
-    """The format's call every time (what TensorQuantizer did before its replay)."""
-    return chosen.quantize(x, self.format_amax(), self.placement, self.bounds)
 
 
 def measure(path: str, candidates: int) -> None:
@@ -59,9 +47,7 @@ def measure(path: str, candidates: int) -> None:
     ]
     for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
         problem.evaluate(genome)
-    times: dict[str, list[float]] = {
-        "ours": [], "float": [], "eager": [], "activations": [], "no replay": []
-    }  # fmt: skip
+    times: dict[str, list[float]] = {"ours": [], "float": [], "eager": [], "activations": []}
     faults: dict[str, list[int]] = {name: [] for name in times}
     elision = getattr(problem, "elision", None)
     for genome in genomes:
@@ -69,8 +55,6 @@ def measure(path: str, candidates: int) -> None:
             os.environ[ENVIRONMENT_SWITCH] = "0" if name == "eager" else "1"
             if elision is not None:
                 elision.enabled = name != "activations"
-            replay = name != "no replay"
-            TensorQuantizer._format_quantize = REPLAYING if replay else _without_replay
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             started = time.perf_counter()
             if name == "float":
@@ -79,11 +63,7 @@ def measure(path: str, candidates: int) -> None:
                 problem.evaluate(genome)
             times[name].append(time.perf_counter() - started)
             faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    TensorQuantizer._format_quantize = REPLAYING
-    candidate, reference, eager, activations, unreplayed = (
-        statistics.median(times[name]) for name in times
-    )
-    saved = paired_means(times["no replay"], times["ours"])
+    candidate, reference, eager, activations = (statistics.median(times[name]) for name in times)
     quantized = getattr(problem.model, "layers", None)  # a SparseModel names its own
     layers = len(quantized) if quantized is not None else len(problem.model.explorable_modules)
     print(
@@ -95,9 +75,6 @@ def measure(path: str, candidates: int) -> None:
         f"  the same with the eager steps: {eager * 1e3:9.1f} ms = {eager / reference:.2f}x float\n"
         f"  every activation run:          {activations * 1e3:9.1f} ms = "
         f"{activations / reference:.2f}x float (quantization/elision.py off)\n"
-        f"  without the replayed calls:    {unreplayed * 1e3:9.1f} ms = "
-        f"{unreplayed / reference:.2f}x float; the replay saves {saved.difference * 1e3:.2f} "
-        f"ms a candidate ({saved.low * 1e3:.2f} to {saved.high * 1e3:.2f}, p {saved.p_value:.2g})\n"
         f"  page faults a pass (median):   float {statistics.median(faults['float']):.0f}, "
         f"candidate {statistics.median(faults['ours']):.0f}"
     )

@@ -51,7 +51,6 @@ class IntFormat(FormatFamily):
     )
     qdq_takes = "per tensor, per channel; group-wise on weights"
     takes_bounds = True
-    replayable = True
 
     def calibrated(self, options: IntOptions) -> bool:
         return options.group_size is None
@@ -147,7 +146,6 @@ class _FP8(FormatFamily):
     reads_amax = True
     qdq_takes = ""
     takes_bounds = True
-    replayable = True
 
     def bits(self, options: Any) -> float:
         return 8.0
@@ -213,7 +211,6 @@ class _MX(FormatFamily):
     """OCP Microscaling v1.0: dynamic power-of-two block scales, nothing calibrated."""
 
     takes_bounds = True
-    replayable = True
     elements: tuple[str, ...] = ()
     # The element the family's name alone is spelt for (None: always spelt with its element).
     bare: str | None = None
@@ -306,7 +303,6 @@ class NVFP4(FormatFamily):
     )
     reads_amax = True
     takes_bounds = True
-    replayable = True
 
     def bits(self, options: NVFP4Options) -> float:
         return 4 + BLOCK_SCALE_BITS / options.block_size

@@ -9,9 +9,7 @@ and group-wise INT with a block's amax, its scale and its elements computed whil
 cache, blocks along any axis. No compile in the process, and every size gains (the first time a
 machine runs one, the C compiler builds the library, some 25 s; native/). Every kernel clamps
 its input to `bounds` first where it is given (an activation taken over: quantization/
-elision.py), in the same pass. A format's call that was one kernel call is `recorded` as a
-Replay, which a quantizer calls on the next tensor of that shape (quantization/quantizer.py)
-without the format's Python.
+elision.py), in the same pass.
 
 Each function returns None where its kernel does not take the tensor: not a float32 CPU tensor
 (the formats pass float32 copies), not contiguous (or, per tensor, dense in another order),
@@ -26,8 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -99,7 +95,7 @@ def takes(x: Tensor) -> bool:
         and x.dtype == torch.float32
         and x.is_cpu
         and native.enabled()
-        and native.unwatched()
+        and native.unwatched(x)
     )
 
 
@@ -120,58 +116,16 @@ def element_numbers(element: Element) -> Any:
     return numbers
 
 
-def _run(function: Any, n: int, rows: int, head: tuple, tail: tuple, keep: tuple = ()) -> None:
+def _run(function: Any, n: int, rows: int, head: tuple, tail: tuple) -> None:
     """`function(*head, start, end, *tail)` over [0, rows) of a tensor of `n` values: one call
-    below THREADED_VALUES (recorded while `recorded` runs), else split across torch's threads.
-    `keep`: what the addresses in `tail` point into."""
-    recording = getattr(_recording, "calls", None)
+    below THREADED_VALUES, else split across torch's threads. Every address in `head` and
+    `tail` points into a tensor or an array the caller holds until this returns."""
     if n < THREADED_VALUES or rows < 2:
-        if recording is not None:
-            recording.append((function, rows, head, tail, keep))
         function(*head, 0, rows, *tail)
         return
     smallest = max(1, (THREADED_VALUES // 2) // max(n // rows, 1))
     calls = [(*head, start, end, *tail) for start, end in native.ranges(rows, smallest)]
     native.in_threads(function, calls, "fake-quantization kernel")
-
-
-class Replay:
-    """A format's call that was one kernel call over a contiguous float32 tensor (`recorded`),
-    every argument but the two tensors' addresses worked out: called on another tensor of that
-    shape, it computes what the format's call computes, with none of its Python. `keep` holds
-    what the arguments point into (the element types' numbers live as long as the process)."""
-
-    __slots__ = ("function", "keep", "rows", "tail")
-
-    def __init__(self, function: Any, rows: int, tail: tuple, keep: tuple) -> None:
-        self.function, self.rows, self.tail, self.keep = function, rows, tail, keep
-
-    def __call__(self, x: Tensor) -> Tensor:
-        out = torch.empty_like(x)
-        self.function(x.data_ptr(), out.data_ptr(), 0, self.rows, *self.tail)
-        return out
-
-
-_recording = threading.local()
-
-
-def recorded(call: Callable[[], Tensor], x: Tensor) -> tuple[Tensor, Replay | None]:
-    """`call()`'s result, and a Replay of it where the call was one kernel call on one thread
-    from contiguous `x`'s memory into the result's memory (x's shape, contiguous) and nothing
-    else; None otherwise."""
-    _recording.calls = calls = []
-    try:
-        out = call()
-    finally:
-        _recording.calls = None
-    if len(calls) != 1 or type(out) is not Tensor:  # a call split across threads: none
-        return out, None
-    function, rows, head, tail, keep = calls[0]
-    if head != (x.data_ptr(), out.data_ptr()) or out.dtype != torch.float32:
-        return out, None
-    if out.shape != x.shape or not out.is_contiguous() or not x.is_contiguous():
-        return out, None
-    return out, Replay(function, rows, tail, keep)
 
 
 def native_integer(
@@ -249,10 +203,10 @@ def _elementwise(
     pointers = (numbers[0].data_ptr(), numbers[1].data_ptr(), *tail)
     if rows is None:
         inner = 1 if axis is None else math.prod(x.shape[axis + 1 :])
-        _run(function, n, n, head, (channels, inner, *pointers), numbers)
+        _run(function, n, n, head, (channels, inner, *pointers))
         return out
     count, length, stride = rows
-    _run(function, n, count, head, (length, stride, *pointers), numbers)
+    _run(function, n, count, head, (length, stride, *pointers))
     return out
 
 
@@ -346,7 +300,7 @@ def native_blocks(
     ]
     tail = (length, block, inner, ctypes.addressof(parameters), *elements, *integers)
     tail += bounds or UNBOUNDED
-    _run(function, x.numel(), rows, (x.data_ptr(), out.data_ptr()), tail, (parameters,))
+    _run(function, x.numel(), rows, (x.data_ptr(), out.data_ptr()), tail)
     return out
 
 

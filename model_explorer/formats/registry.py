@@ -51,9 +51,7 @@ class FormatFamily:
     `qdq_takes`: what of the family ONNX's QDQ form holds, as refusals list it ("": all of it,
     None: none). `takes_bounds`: `quantize` takes `bounds`, (floor, ceiling) to clamp the input
     to first, into its own pass (an activation it takes over, quantization/elision.py); a family
-    without it is handed the input clamped by torch. `replayable`: where `quantize` makes one
-    kernel call of formats/kernels.py, it returns that kernel's result as the kernel wrote it,
-    so that a quantizer may call the kernel again directly (kernels.Replay). A family without
+    without it is handed the input clamped by torch. A family without
     `modelopt` or `qdq_form` of its own has no such form, and the writers refuse it in one sentence.
     """
 
@@ -62,7 +60,6 @@ class FormatFamily:
     reads_amax: bool = False
     qdq_takes: str | None = None
     takes_bounds: bool = False
-    replayable: bool = False
 
     def calibrated(self, options: Any) -> bool:
         """Whether a quantizer in this format reads an amax."""

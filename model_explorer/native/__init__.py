@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.overrides import has_torch_function
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from model_explorer.native import cache
 
@@ -44,15 +45,17 @@ _libraries: dict[str, ctypes.CDLL | None] = {}
 _pools: dict[int, ThreadPoolExecutor] = {}
 
 
-def unwatched() -> bool:
-    """Whether nothing records the operations that run now: no TorchFunctionMode or dispatch
-    mode (the tracer, the interceptor, fake tensors), no torch.compile or export tracing and
-    no TorchScript trace, which would see a kernel's result as a constant."""
-    return (
-        not torch._C._is_torch_function_mode_enabled()
-        and _get_current_dispatch_mode() is None
-        and not torch.compiler.is_compiling()
-        and torch._C._get_tracing_state() is None
+def unwatched(x: torch.Tensor) -> bool:
+    """Whether nothing records the operations on `x` now: no TorchFunctionMode and no
+    `__torch_function__` of its own (torch.overrides.has_torch_function), no dispatch mode (the
+    tracer, the interceptor, fake tensors), no torch.compile or export tracing and no
+    TorchScript trace, any of which would see a kernel's result as a constant; they see the
+    eager steps instead. Only torch's public functions decide."""
+    return not (
+        has_torch_function((x,))
+        or is_in_torch_dispatch_mode()
+        or torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
     )
 
 

@@ -4,14 +4,13 @@ semantics (formats/integer.py) unless a plan chooses another."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from model_explorer.formats import Placement, QuantFormat, integer_format, kernels, parse_format
+from model_explorer.formats import Placement, QuantFormat, integer_format, parse_format
 from model_explorer.formats.integer import (  # noqa: F401 - re-exported: the integer format's numerics
     MAX_BITS,
     MIN_BITS,
@@ -257,29 +256,8 @@ class TensorQuantizer(Opaque, nn.Module):
         return self._format_quantize(x, self._format)
 
     def _format_quantize(self, x: Tensor, chosen: QuantFormat) -> Tensor:
-        """`chosen`'s quantization of `x`. Where it was one kernel call, it is replayed
-        (kernels.Replay) on the next tensor of the same shape, while nothing it is worked out
-        from changes: the format, placement, bounds and amax are its key."""
-        amax, placement = self.format_amax(), self.placement
-
-        def call() -> Tensor:
-            return chosen.quantize(x, amax, placement, self.bounds)
-
-        if not chosen.entry.replayable or (amax is not None and amax.dim()):
-            return call()  # a family of yours; a per-channel amax (a weight's, kept)
-        if not kernels.takes(x) or not x.is_contiguous():
-            return call()
-        if x.requires_grad and torch.is_grad_enabled():
-            return call()
-        value = None if amax is None else float(amax)
-        key = ("replay", chosen, x.shape, self.bounds, value, placement)
-        replay = self._params.get(key)
-        if replay is not None:
-            return replay(x)  # type: ignore[operator]
-        out, replay = kernels.recorded(call, x)
-        if replay is not None and (value is None or math.isfinite(value)):
-            self._params[key] = replay  # type: ignore[assignment]
-        return out
+        """`chosen`'s quantization of `x`, with this quantizer's amax, placement and bounds."""
+        return chosen.quantize(x, self.format_amax(), self.placement, self.bounds)
 
     def format_amax(self) -> Tensor | None:
         """The amax another format reads (None for formats with dynamic scales only): a

@@ -55,7 +55,7 @@ def applies(layer: nn.Module, x: Tensor, weight: Tensor) -> bool:
         and weight.device.type == "cpu"
         and not wants_gradient
         and native.enabled()
-        and native.unwatched()
+        and native.unwatched(x)
         and type(x) is Tensor
         and function() is not None
     )

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 from format_values import Watching, bits_equal, hard_blocks, hard_values, numpy_formula, same_bits
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.formats import kernels
 from model_explorer.formats.blocks import (
@@ -323,6 +324,38 @@ def test_the_integer_kernel_leaves_what_it_does_not_take_to_the_eager_steps(
     assert taken[:5] == [True, False, True, False, False]
     doubled = x * 2
     assert same_bits(traced(doubled), numpy_formula(doubled, params))
+
+
+class Recording(TorchDispatchMode):
+    """A dispatch mode over real tensors (as the operator tracer is): the ATen calls it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_dispatch_mode_or_an_export_sees_the_eager_steps(taken: list[bool]) -> None:
+    """Under a dispatch mode over real tensors the kernel steps aside and the mode sees the
+    four steps; torch.export records them too (not the kernel's result as a constant), so the
+    exported program quantizes a new input as the formula does."""
+    params = quant_params(torch.tensor(1.5), 6)
+    x = hard_values(float(params.multiplier.item()))[:4096].reshape(64, 64)
+    with torch.inference_mode(), Recording() as recording:
+        apply_quantization(x, params)
+    assert {"round_.default", "clamp_.default", "div_.Tensor"} <= set(recording.seen)
+
+    class Quantize(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return apply_quantization(t, params)
+
+    exported = torch.export.export(Quantize(), (x,))
+    doubled = x * 2
+    assert same_bits(exported.module()(doubled), numpy_formula(doubled, params))
+    assert taken == [False, False]
 
 
 # Each format's function with `bounds`, on the layouts its kernels take: per tensor, per
