@@ -46,17 +46,24 @@ _pools: dict[int, ThreadPoolExecutor] = {}
 
 
 def unwatched(x: torch.Tensor) -> bool:
-    """Whether nothing records the operations on `x` now: no TorchFunctionMode and no
-    `__torch_function__` of its own (torch.overrides.has_torch_function), no dispatch mode (the
-    tracer, the interceptor, fake tensors), no torch.compile or export tracing and no
-    TorchScript trace, any of which would see a kernel's result as a constant; they see the
-    eager steps instead. Only torch's public functions decide."""
-    return not (
+    """Whether nothing records or transforms the operations on `x` now: no TorchFunctionMode
+    and no `__torch_function__` of its own (torch.overrides.has_torch_function), no dispatch
+    mode (the tracer, the interceptor, fake tensors), no torch.compile or export tracing and
+    no TorchScript trace, any of which would see a kernel's result as a constant, and no
+    torch.func transform (vmap, grad), whose tensors have no memory of their own to hand a
+    kernel. They all see the eager steps instead. Only torch's public functions decide."""
+    if (
         has_torch_function((x,))
         or is_in_torch_dispatch_mode()
         or torch.compiler.is_compiling()
         or torch.jit.is_tracing()
-    )
+    ):
+        return False
+    try:
+        x.data_ptr()  # a torch.func transform's tensor has none: RuntimeError
+    except RuntimeError:
+        return False
+    return True
 
 
 def enabled() -> bool:

@@ -358,6 +358,29 @@ def test_a_dispatch_mode_or_an_export_sees_the_eager_steps(taken: list[bool]) ->
     assert taken == [False, False]
 
 
+def test_a_torch_func_transform_gets_the_eager_steps(taken: list[bool]) -> None:
+    """torch.vmap's and torch.func.grad's tensors hold no memory of their own: the kernels
+    step aside (a kernel asked for their address raised before), and the values are the
+    untransformed call's, per sample."""
+    params = quant_params(torch.tensor(1.5), 6)
+    x = hard_values(float(params.multiplier.item()))[: 4 * 9000].reshape(4, 90, 100)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's: no batching rule for clamp_
+        mapped = torch.vmap(lambda t: apply_quantization(t, params))(x)
+        blocks = torch.vmap(lambda t: mx_fake_quantize(t, ELEMENTS["e4m3"]))(x)
+    assert taken == [False, False]
+    with torch.inference_mode():
+        assert torch.equal(
+            mapped.view(torch.int32), apply_quantization(x, params).view(torch.int32)
+        )
+        direct = mx_fake_quantize(x, ELEMENTS["e4m3"])
+        assert torch.equal(blocks.view(torch.int32), direct.view(torch.int32))
+    gradient = torch.func.grad(lambda t: apply_quantization(t, params).sum())(x)
+    leaf = x.clone().requires_grad_()
+    apply_quantization(leaf, params).sum().backward()
+    assert torch.equal(gradient, leaf.grad)
+
+
 # Each format's function with `bounds`, on the layouts its kernels take: per tensor, per
 # channel, rows with gaps (a slice of the last axis), blocks along the channels and the rows.
 BOUNDED = {
