@@ -16,6 +16,10 @@ and per implementation the paired t interval of its time minus ours.
 
     python benchmarks/bench_kernel_choices.py [WORKLOAD ...] [--candidates N]
 
+First, what the same kernel costs a call registered as a torch operator (torch.library.custom_op
+with a fake registration, and the lower-level torch.library.Library), against the ctypes call
+the package makes, on a small tensor: the dispatcher's share of a quantizer call.
+
 Default: digits_cnn and resnet20_digits, and efficientnet_lite0_photos where the photos extra
 is installed. Needs numba (the agemoea extra) and a C++ compiler for inductor.
 """
@@ -125,6 +129,42 @@ def inductor_integer() -> Callable:
 
 def eager_integer(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201, ARG001
     return None
+
+
+def operator_cost() -> None:
+    """The integer kernel called directly, and as a registered operator two ways."""
+
+    @torch.library.custom_op("bench_kernel_choices::integer", mutates_args=())
+    def as_custom_op(
+        x: torch.Tensor, multiplier: torch.Tensor, divisor: torch.Tensor
+    ) -> torch.Tensor:
+        return ORIGINAL(x, multiplier, -8, 7, divisor, None)
+
+    @as_custom_op.register_fake
+    def _(x, multiplier, divisor):  # noqa: ANN001, ANN202
+        return torch.empty_like(x)
+
+    library = torch.library.Library("bench_kernel_choices_low", "DEF")
+    library.define("integer(Tensor x, Tensor multiplier, Tensor divisor) -> Tensor")
+    library.impl("integer", lambda x, m, d: ORIGINAL(x, m, -8, 7, d, None), "CPU")
+    low_level = torch.ops.bench_kernel_choices_low.integer.default
+    x, multiplier, divisor = torch.randn(16, 64), torch.tensor([3.0]), torch.tensor([3.0])
+    calls = {
+        "ctypes (ours)": lambda: ORIGINAL(x, multiplier, -8, 7, divisor, None),
+        "custom_op": lambda: as_custom_op(x, multiplier, divisor),
+        "Library.impl": lambda: low_level(x, multiplier, divisor),
+        "eager steps": lambda: (x * multiplier).round_().clamp_(-8, 7).div_(divisor),
+    }
+    print("A call on a 16x64 tensor (median of 20,000, us):")
+    with torch.inference_mode():
+        for name, call in calls.items():
+            times = []
+            for _ in range(20_000):
+                started = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - started)
+            print(f"  {name:<14} {statistics.median(times) * 1e6:6.1f}")
+    print()
 
 
 def check(implementations: dict[str, Callable]) -> None:
@@ -238,6 +278,7 @@ def main() -> None:
         "inductor": inductor_integer(),
         "eager": eager_integer,
     }
+    operator_cost()
     check(implementations)
     print("Every implementation gives the eager steps' values bit for bit.\n")
     alone(implementations)
