@@ -28,3 +28,37 @@ def first_line(error: BaseException) -> str:
     library's long message (a converter's, a compiler's) is quoted in one sentence."""
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+# The packages of the optional extras (pyproject.toml), by the name they import as.
+EXTRAS = {
+    "onnx": "onnx",  # in the base install; an install without it gets them back this way
+    "ml_dtypes": "onnx",
+    "onnxruntime": "onnx",
+    "openvino": "openvino",
+    "tvm": "tvm",
+    "dask": "dask",
+    "distributed": "dask",
+    "zigzag": "zigzag",
+    "numba": "agemoea",
+    "transformers": "transformers",
+    "skimage": "photos",
+    "ai_edge_litert": "litert",
+    "litert_torch": "litert",
+    "modelopt": "modelopt",
+    "torchao": "torchao",
+    "timm": "zoo",
+}
+
+
+def missing_extra(error: ModuleNotFoundError, where: str) -> UserError | None:
+    """The one sentence for an optional package that is not installed (`where` says what
+    needed it), or None where `error` is about another module (a bug: it is raised as it is)."""
+    root = (error.name or "").split(".")[0]
+    extra = EXTRAS.get(root)
+    if extra is None:
+        return None
+    return UserError(
+        f"{where} needs {root}, which is not installed; install it with "
+        f"pip install 'model_explorer[{extra}]'"
+    )

@@ -92,7 +92,7 @@ def _core_pin(folder: Path) -> str:
 
 COMPILED = (
     "numpy", "pandas", "scipy", "scikit-learn", "matplotlib", "h5py", "pillow", "pymoo",
-    "webdataset",
+    "webdataset", "onnx", "ml_dtypes",
 )  # fmt: skip
 
 PIPELINE = """
@@ -107,6 +107,7 @@ for command in (
     ["explore", workload, "--report", "--output", sys.argv[2]],
     ["cost", workload],
     ["compare", workload, "--env", "eager", "--env", "eager-fp64", "--out", sys.argv[3]],
+    ["export", sys.argv[2] + "#1", "--onnx", sys.argv[3] + ".onnx"],
 ):
     assert main(command) == 0, command
 """

@@ -25,7 +25,7 @@ from model_explorer.cli import training as _training  # noqa: F401
 # Explicit imports register the commands.
 from model_explorer.cli import workload as _workload  # noqa: F401
 from model_explorer.cli.common import COMMANDS
-from model_explorer.errors import UserError
+from model_explorer.errors import UserError, missing_extra
 from model_explorer.memory import keep_freed_memory
 
 log = logging.getLogger("model_explorer")
@@ -130,6 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(error).splitlines() or [""]:
             print(f"error: {line}", file=sys.stderr)
         return error.exit_status
+    except ModuleNotFoundError as error:
+        said = missing_extra(error, f"model-explorer {args.command}")
+        if said is None:
+            raise
+        print(f"error: {said}", file=sys.stderr)
+        return said.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

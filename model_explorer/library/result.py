@@ -39,7 +39,7 @@ class Search:
     def model(self, individual: Individual | int) -> Any:
         """A fresh QuantizedModel of the caller's model, calibrated as the search was, with
         the individual's plan in effect: ready for the caller's evaluation or fine-tuning."""
-        from model_explorer.operations.deployment_check import calibrated_individual
+        from model_explorer.operations.rebuild import calibrated_individual
 
         model = calibrated_individual(
             self.context, self.result, self._individual(individual), "individual"
@@ -48,9 +48,17 @@ class Search:
 
     def export(self, individual: Individual | int, path: str | Path, pack: bool = True) -> Path:
         """The individual as a QDQ ONNX file, as `model-explorer export` writes it."""
-        from model_explorer.operations.deployment_check import export_individual
+        from model_explorer.errors import missing_extra
 
-        export_individual(self.context, self.result, self._individual(individual), path, pack)
+        try:
+            from model_explorer.operations.deployment_check import export_individual
+
+            export_individual(self.context, self.result, self._individual(individual), path, pack)
+        except ModuleNotFoundError as error:
+            said = missing_extra(error, "Search.export")
+            if said is None:
+                raise
+            raise said from None
         return Path(path)
 
     def save(self, path: str | Path) -> Path:

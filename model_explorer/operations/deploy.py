@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from model_explorer.deployment.litert import litert_quantizers
-from model_explorer.operations.deployment_check import calibrated_individual, export_individual
+from model_explorer.operations.deployment_check import export_individual
+from model_explorer.operations.rebuild import calibrated_individual
 from model_explorer.runtimes import Runtime
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from model_explorer.deployment.audit import FidelityAudit, audit_export
 from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
 from model_explorer.errors import UserError
-from model_explorer.fileio import read_torch_file
+from model_explorer.operations.rebuild import calibrated_problem
 from model_explorer.operations.verdicts import TOLERANCE, differs, paired, paired_text, scored
 from model_explorer.results.confidence import Outcomes
 from model_explorer.results.statistics import Paired
@@ -163,47 +163,6 @@ class RuntimeModule(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.from_numpy(self.runtime.run(as_input(x))).to(x.device)
-
-
-def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
-    """The calibration file must exist and hold a calibration of these weights: an export
-    writes its scales, so a stale file would deploy what the search never scored."""
-    from model_explorer.operations.pipeline import calibration_file, weights_fingerprint
-
-    path = calibration_file(context)
-    if not path.exists():
-        raise UserError(
-            f"workload.calibration.file: '{path}' does not exist; the export needs the "
-            "calibration the search used (run model-explorer calibrate)"
-        )
-    stored = read_torch_file(path, "workload.calibration.file", "calibration file")
-    weights = stored.get("weights") if isinstance(stored, dict) else None
-    if weights is not None and weights != weights_fingerprint(model):
-        raise UserError(
-            f"workload.calibration.file: '{path}' was made for other weights than "
-            f"{context.workload.model.weights}; recalibrate or point the workload at the "
-            "calibration the search used"
-        )
-
-
-def calibrated_problem(
-    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
-) -> Any:
-    """The individual's problem, its QuantizedModel (`.model`) with its plan in effect, once
-    its calibration file is known to be the one the search used: what every runtime's form of
-    it starts from."""
-    from model_explorer.operations.rebuild import individual_problem
-
-    problem = individual_problem(context, result, individual, where)
-    require_calibration(context, problem.model.model)
-    return problem
-
-
-def calibrated_individual(
-    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
-) -> nn.Module:
-    """The QuantizedModel of `calibrated_problem`."""
-    return calibrated_problem(context, result, individual, where).model
 
 
 def export_individual(

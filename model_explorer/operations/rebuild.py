@@ -1,13 +1,18 @@
 """Problems built from a workload's context: the workload's own (`build_problem`), and a
 result's, rebuilt with an individual's plan in effect: what retraining, re-evaluation and
-comparison of a result's individuals start from."""
+comparison of a result's individuals start from; with its calibration file checked to be the
+search's (`calibrated_problem`, `calibrated_individual`): the model `Search.model` hands back,
+which needs no exporter."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
 
 from model_explorer.errors import UserError
+from model_explorer.fileio import read_torch_file
 from model_explorer.problems.base import ModelProblem, Problem
 from model_explorer.problems.registry import PROBLEMS
 
@@ -101,3 +106,42 @@ def individual_problem(
     problem = rebuild_problem(context, result.problem["name"], result.variable_names, where)
     problem.apply_plan(result.plan_of(individual))
     return problem
+
+
+def require_calibration(context: WorkloadContext, model: nn.Module) -> None:
+    """The calibration file must exist and hold a calibration of these weights: an export
+    writes its scales, so a stale file would deploy what the search never scored."""
+    from model_explorer.operations.pipeline import calibration_file, weights_fingerprint
+
+    path = calibration_file(context)
+    if not path.exists():
+        raise UserError(
+            f"workload.calibration.file: '{path}' does not exist; the export needs the "
+            "calibration the search used (run model-explorer calibrate)"
+        )
+    stored = read_torch_file(path, "workload.calibration.file", "calibration file")
+    weights = stored.get("weights") if isinstance(stored, dict) else None
+    if weights is not None and weights != weights_fingerprint(model):
+        raise UserError(
+            f"workload.calibration.file: '{path}' was made for other weights than "
+            f"{context.workload.model.weights}; recalibrate or point the workload at the "
+            "calibration the search used"
+        )
+
+
+def calibrated_problem(
+    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
+) -> Any:
+    """The individual's problem, its QuantizedModel (`.model`) with its plan in effect, once
+    its calibration file is known to be the one the search used: what every runtime's form of
+    it starts from."""
+    problem = individual_problem(context, result, individual, where)
+    require_calibration(context, problem.model.model)
+    return problem
+
+
+def calibrated_individual(
+    context: WorkloadContext, result: ExplorationResult, individual: Individual, where: str
+) -> nn.Module:
+    """The QuantizedModel of `calibrated_problem`."""
+    return calibrated_problem(context, result, individual, where).model

@@ -269,3 +269,67 @@ def test_a_budget_holds_every_feasible_individual_to_it(trained, tmp_path: Path)
         if individual.feasible:
             assert individual.values["weighted_bits"] <= 14
     assert any(not i.feasible and i.values["weighted_bits"] > 14 for i in found.individuals)
+
+
+WITHOUT_ONNX = """
+import sys
+sys.modules["onnx"] = None  # as in an install without it: `import onnx` fails
+import torch
+from sklearn.datasets import load_digits
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+import model_explorer
+from model_explorer.cli import main
+from model_explorer.errors import UserError
+from model_explorer.metrics import evaluate
+
+digits = load_digits()
+x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16
+y = torch.tensor(digits.target)
+torch.manual_seed(0)
+net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(256, 10))
+optimiser = torch.optim.Adam(net.parameters(), 1e-2)
+for _ in range(30):
+    optimiser.zero_grad()
+    nn.functional.cross_entropy(net(x[:1000]), y[:1000]).backward()
+    optimiser.step()
+data = DataLoader(TensorDataset(x[1000:1300], y[1000:1300]), batch_size=100)
+found = model_explorer.search(
+    net.eval(), data=data, output=sys.argv[1],
+    settings={"exploration": {"nsga": {"pop_size": 4, "offsprings": 4, "generations": 1}}},
+)
+best = found.front[0]
+score = evaluate(found.model(best), data, "top1")
+assert abs(score - best.values["accuracy"]) < 1e-9, (score, best.values)
+try:
+    found.export(best, sys.argv[1] + ".onnx")
+except UserError as error:
+    print("library:", error)
+status = main(["export", f"{sys.argv[1]}#{best.id}", "--onnx", sys.argv[1] + ".onnx"])
+print("status:", status)
+"""
+
+
+def test_without_onnx_the_model_comes_back_and_an_export_says_what_to_install(
+    tmp_path: Path,
+) -> None:
+    """In an install without onnx, `found.model` still hands back the searched model (it
+    needs no exporter) and scores what the search recorded; `found.export` and the `export`
+    command say in one sentence which package is missing and how to install it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ONNX, str(tmp_path / "r.pkl")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    install = (
+        "needs onnx, which is not installed; install it with pip install 'model_explorer[onnx]'"
+    )
+    assert f"library: Search.export {install}" in done.stdout
+    assert "status: 2" in done.stdout
+    assert f"error: model-explorer export {install}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -71,7 +71,7 @@ def _accuracy(problem: Any) -> float:
 def _calibrated(context: Any, result: Any, individual: Any, where: str) -> Any:
     """The individual's calibrated problem; a result whose genes set no quantizer (a sparsity
     search) refused in one sentence first."""
-    from model_explorer.operations.deployment_check import calibrated_problem
+    from model_explorer.operations.rebuild import calibrated_problem
     from model_explorer.plan import QUANTIZERS
 
     if not any(name.endswith(tuple(QUANTIZERS)) for name in result.variable_names):
