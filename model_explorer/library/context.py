@@ -16,6 +16,7 @@ from torch import nn
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
+from model_explorer.library.arguments import check_first_calls
 from model_explorer.library.stepped import Stepped, as_pair
 from model_explorer.metrics import needs_reference
 from model_explorer.modules import sample_count
@@ -50,6 +51,14 @@ def check_module(model: Any, where: str = "model") -> nn.Module:
     return model
 
 
+def _head(inputs: Any, device: torch.device) -> Any:
+    """A batch's first two samples on `device` (a tensor, or a tuple of tensors): enough to
+    see whether the model takes the batch."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs[:2].to(device)
+    return tuple(_head(item, device) if isinstance(item, torch.Tensor) else item for item in inputs)
+
+
 class ObjectContext(WorkloadContext):
     """A WorkloadContext whose model is `model` (copied for every use: quantization swaps
     layers in place) and whose dataset roles are the caller's iterables of batches (`data`:
@@ -71,8 +80,13 @@ class ObjectContext(WorkloadContext):
         self.keys: list[str] | None = None  # a dict batch's keys, in order
         self._materialised: dict[str, list[Any]] = {}
         self._unlabelled: set[str] = set()
+        self._first: dict[
+            str, Any
+        ] = {}  # each role's first batch, as the caller's iterable gave it
         for role in data:
             self._batches_of(role)
+        first = {role: _head(self._batches_of(role)[0][0], self.device) for role in data}
+        check_first_calls(self._probe_model, first, self.keys, forward_step, self._first)
 
     def _role(self, role: str) -> str:
         return role if role in self.data else SAME_DATA.get(role, role)
@@ -92,9 +106,15 @@ class ObjectContext(WorkloadContext):
     def _batches_of(self, role: str) -> list[Any]:
         """The caller's batches of a role, read once (a generator can be read only once)."""
         role = self._role(role)
+        same = next((r for r in self._materialised if self.data[r] is self.data[role]), None)
+        if role not in self._materialised and same is not None:  # one iterable, two roles
+            self._materialised[role] = self._materialised[same]
+            self._first[role] = self._first[same]
+            self._unlabelled |= {role} if same in self._unlabelled else set()
         if role not in self._materialised:
             pairs = []
             for batch in self.data[role]:
+                self._first.setdefault(role, batch)
                 inputs, targets, self.keys = as_pair(batch, self.keys)
                 if targets is None:  # inputs alone: a placeholder no label check accepts
                     self._unlabelled.add(role)

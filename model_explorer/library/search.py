@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from model_explorer.errors import UserError
+from model_explorer.library.arguments import check_bits, check_search
 from model_explorer.library.context import ObjectContext, check_module
 from model_explorer.library.result import Search
 
@@ -50,18 +51,19 @@ def workload_data(
     score: str | Callable[..., Any],
     maximize: bool | None,
     objectives: Sequence[str],
-    bits: tuple[int, int],
+    bits: tuple[int, int] | None,
     formats: Sequence[str] | None,
     seed: int,
     settings: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The workload (as under `workload:`) the arguments describe."""
+    """The workload (as under `workload:`) the arguments describe (`bits` None where
+    `formats` choose)."""
     problem: dict[str, Any] = {
         "problem_function": "quantization_problem",
         "objectives": list(objectives),
-        "num_bits_lower_limit": int(bits[0]),
-        "num_bits_upper_limit": int(bits[1]),
     }
+    if bits is not None:
+        problem["num_bits_lower_limit"], problem["num_bits_upper_limit"] = bits
     if formats is not None:
         problem["choices"] = list(formats)
     base = {
@@ -83,7 +85,7 @@ def search(
     score: str | Callable[..., Any] = "top1",
     maximize: bool | None = None,
     objectives: Sequence[str] = ("accuracy", "weighted_bits"),
-    bits: tuple[int, int] = (2, 8),
+    bits: tuple[int, int] | None = None,
     formats: Sequence[str] | None = None,
     budget: Mapping[str, float] | None = None,
     seed: int = 0,
@@ -112,7 +114,8 @@ def search(
         maximize: for a function, whether higher is better (default True; False for a loss).
         objectives: as `problem.objectives`.
         seed: the workload's seed (data subsets, the search).
-        bits: each quantizer's bit widths, `problem.num_bits_lower_limit`/`upper_limit`.
+        bits: each quantizer's bit widths (lowest, highest), `problem.num_bits_lower_limit`/
+            `upper_limit`; (2, 8) unless `formats` are given.
         formats: formats to choose among instead of bit widths, as `problem.choices`.
         budget: upper limits on costs known without the model, as `problem.budget`.
         output: the result file (default `results/expl_..._<time>.pkl`); its calibration is
@@ -126,7 +129,9 @@ def search(
             encoder's hidden states; it returns a tensor or a tuple of tensors.
     """
     check_module(model)
-    body = workload_data(model, score, maximize, objectives, bits, formats, seed, settings)
+    check_search(locals())
+    chosen = check_bits("search", bits, formats)
+    body = workload_data(model, score, maximize, objectives, chosen, formats, seed, settings)
     body["problem"].update({} if budget is None else {"budget": dict(budget)})
     roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
     if held_out is not None:  # the workload's reevaluation data, as a file would name it

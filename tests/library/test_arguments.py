@@ -1,0 +1,149 @@
+"""Every argument of `model_explorer.search` is checked where it enters: a wrong one is one
+sentence naming the argument as the caller wrote it (not the workload key it becomes), before
+any work; a model that cannot take the batches it is given is one sentence naming the
+argument, the call that failed and `forward_step`; and the API's documented spellings run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import model_explorer
+from model_explorer.errors import UserError
+
+TINY = {"exploration": {"nsga": {"pop_size": 4, "offsprings": 4, "generations": 1}}}
+
+
+def small_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 12), nn.ReLU(), nn.Linear(12, 3)).eval()
+
+
+def batches(count: int = 2, size: int = 20) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    return [
+        (
+            torch.randn(size, 1, 4, 4, generator=generator),
+            torch.randint(0, 3, (size,), generator=generator),
+        )
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    "arguments, says",
+    [
+        ({"bits": (8, 2)}, "search(bits=(8, 2)): expected the lowest width first"),
+        ({"bits": (2, 8, 4)}, "search(bits=(2, 8, 4)): expected (lowest, highest) widths"),
+        ({"bits": (1, 8)}, "from 2 to 16"),
+        (
+            {"bits": (2, 8), "formats": ["int8"]},
+            "search(bits=(2, 8)): the genes choose among `formats`",
+        ),
+        ({"formats": "int8"}, "search(formats='int8'): expected a list of names"),
+        ({"objectives": "accuracy"}, "search(objectives='accuracy'): expected a list of names"),
+        (
+            {"budget": 400},
+            "search(budget=400): expected limits by cost, e.g. budget={'weighted_bits': 120}",
+        ),
+        ({"budget": {"weighted_bits": "120"}}, "search(budget={'weighted_bits': '120'})"),
+        ({"seed": -1}, "search(seed=-1): expected a whole number from 0"),
+        ({"seed": 1.5}, "search(seed=1.5)"),
+        ({"output": 3}, "search(output=3): expected a path"),
+        (
+            {"settings": [("exploration", {})]},
+            "search(settings=[('exploration', {})]): expected workload settings",
+        ),
+        ({"maximize": "yes"}, "search(maximize='yes'): expected True, False or None"),
+        ({"progress": "no"}, "search(progress='no'): expected True or False"),
+        ({"forward_step": 5}, "search(forward_step=5): expected a function"),
+        ({"data": torch.zeros(4, 1, 4, 4)}, "search(data=<tensor of shape [4, 1, 4, 4]>)"),
+        (
+            {"calibration": "train.pt"},
+            "search(calibration='train.pt'): expected an iterable of batches",
+        ),
+    ],
+)
+def test_a_wrong_argument_is_named_as_the_caller_wrote_it(
+    arguments: dict, says: str, tmp_path: Path
+) -> None:
+    given = {"data": batches(), "output": tmp_path / "r.pkl", **arguments}
+    with pytest.raises(UserError) as caught:
+        model_explorer.search(small_net(), **given)
+    assert says in str(caught.value)
+    assert "\n" not in str(caught.value) and "workload." not in str(caught.value)
+    assert not (tmp_path / "r.pkl").exists()  # refused before any work
+
+
+class Indexed(Dataset):
+    """Samples with their index, as many research loaders yield them."""
+
+    def __init__(self, data: list) -> None:
+        self.x = torch.cat([x for x, _ in data])
+        self.y = torch.cat([y for _, y in data])
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.x[i], self.y[i], i
+
+
+class TakesDict(nn.Module):
+    """A model whose forward takes the batch's dict itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = small_net()
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.net(batch["pixels"])
+
+
+def test_a_loader_of_triples_is_one_sentence_naming_forward_step(tmp_path: Path) -> None:
+    loader = DataLoader(Indexed(batches()), batch_size=20)
+    with pytest.raises(UserError) as caught:
+        model_explorer.search(small_net(), data=loader, output=tmp_path / "r.pkl")
+    said = str(caught.value)
+    assert said.startswith(
+        "search(data=...): model(*batch) with 3 tensors failed on the first batch"
+    )
+    assert "tuples of 3" in said and "((x, y) for x, y, *_ in loader)" in said
+    pairs = ((x, y) for x, y, *_ in loader)  # as the sentence says
+    found = model_explorer.search(small_net(), data=pairs, output=tmp_path / "r.pkl", settings=TINY)
+    assert found.front
+
+
+def test_a_model_taking_the_dict_is_told_to_pass_forward_step(tmp_path: Path) -> None:
+    data = [({"pixels": x}, y) for x, y in batches()]
+    with pytest.raises(UserError) as caught:
+        model_explorer.search(TakesDict(), data=data, output=tmp_path / "r.pkl")
+    said = str(caught.value)
+    assert "search(data=...): model(**batch) with keys ['pixels'] failed" in said
+    assert "TypeError" in said and "forward_step=" in said
+
+
+def test_the_documented_spellings_run(tmp_path: Path) -> None:
+    """docs/python-api.md's call with `formats=` instead of `bits=` (the default bits were
+    passed beside it and refused), and with a budget."""
+    found = model_explorer.search(
+        small_net(),
+        data=batches(),
+        formats=["int8", "fp8_e4m3"],
+        output=tmp_path / "f.pkl",
+        settings=TINY,
+    )
+    assert {str(c) for i in found.individuals for c in i.configuration} <= {"int8", "fp8_e4m3"}
+    found = model_explorer.search(
+        small_net(),
+        data=batches(),
+        bits=(4, 8),
+        budget={"weighted_bits": 400},
+        output=tmp_path / "b.pkl",
+        settings=TINY,
+    )
+    assert found.individuals
