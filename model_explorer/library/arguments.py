@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -183,3 +184,24 @@ def check_first_calls(
                 f"search({name}=...): {call} failed on the first batch with "
                 f"{type(error).__name__}: {first_line(error)}; {advice}"
             ) from error
+
+
+def seeded(iterable: Iterable[Any], seed: int, where: str) -> list[Any]:
+    """The caller's batches, read once, any shuffle or random transform that draws from torch's
+    global generator drawn from `seed` (a DataLoader with shuffle=True, its workers' seeds):
+    the same call on the same objects reads the same batches, for the same result. A DataLoader
+    that shuffles with a generator of its own is said in one warning (`where`: the argument)."""
+    from torch.utils.data import RandomSampler
+
+    sampler = getattr(iterable, "sampler", None)
+    if isinstance(sampler, RandomSampler) and getattr(sampler, "generator", None) is not None:
+        warnings.warn(
+            f"{where}: the DataLoader shuffles with a generator of its own, so each call reads "
+            "its batches in another order and may give another result; pass shuffle=False, "
+            "or seed its generator before each call",
+            UserWarning,
+            stacklevel=4,
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return list(iterable)

@@ -16,7 +16,7 @@ from torch import nn
 from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
-from model_explorer.library.arguments import check_first_calls
+from model_explorer.library.arguments import ARGUMENTS, check_first_calls, seeded
 from model_explorer.library.stepped import Stepped, as_pair
 from model_explorer.metrics import needs_reference
 from model_explorer.modules import sample_count
@@ -113,7 +113,8 @@ class ObjectContext(WorkloadContext):
             self._unlabelled |= {role} if same in self._unlabelled else set()
         if role not in self._materialised:
             pairs = []
-            for batch in self.data[role]:
+            where = f"search({ARGUMENTS.get(role, role)}=...)"
+            for batch in seeded(self.data[role], self.workload.seed, where):
                 self._first.setdefault(role, batch)
                 inputs, targets, self.keys = as_pair(batch, self.keys)
                 if targets is None:  # inputs alone: a placeholder no label check accepts

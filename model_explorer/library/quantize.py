@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from model_explorer.errors import UserError
+from model_explorer.library.arguments import seeded
 from model_explorer.library.context import check_module
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS, apply_plan
 
@@ -22,6 +23,7 @@ def calibrate(
     calibration: Iterable[Any],
     method: str = "mse",
     quantization: Mapping[str, Any] | None = None,
+    seed: int = 0,
     **options: Any,
 ) -> Any:
     """A QuantizedModel of a copy of `model` (never changed), its input quantizers calibrated.
@@ -32,6 +34,8 @@ def calibrate(
         method: the calibrator: `max`, `percentile`, `mse` or `entropy`.
         quantization: `quantization:` settings as a workload writes them (layer types,
             include/exclude, the input and weight quantizers).
+        seed: what a shuffling DataLoader's order is drawn from, so that the same call gives
+            the same model.
         **options: the calibrator's own options, as the workload's `calibration:` writes them
             beside `method` (`percentile=99.9`, `num_bins=1024`).
     """
@@ -40,7 +44,7 @@ def calibrate(
 
     spec = QuantizationSpec.model_validate(dict(quantization or {}))
     quantized = QuantizedModel.from_spec(copy.deepcopy(check_module(model)).eval(), spec)
-    batches = list(calibration)
+    batches = seeded(calibration, seed, "calibrate(calibration=...)")
     if not batches:
         raise UserError("calibration: the iterable given yields no batch; pass one with data")
     quantized.calibrate(batches, method, **options)
@@ -53,6 +57,7 @@ def quantize(
     calibration: Iterable[Any],
     method: str = "mse",
     quantization: Mapping[str, Any] | None = None,
+    seed: int = 0,
     **options: Any,
 ) -> Any:
     """`calibrate`, then `plan` in effect: the fake-quantized model of one configuration.
@@ -65,9 +70,10 @@ def quantize(
         calibration: batches of inputs, or `(inputs, targets)` pairs, to calibrate on.
         method: the calibrator: `max`, `percentile`, `mse` or `entropy`.
         quantization: `quantization:` settings as a workload writes them.
+        seed: what a shuffling DataLoader's order is drawn from (`calibrate`).
         **options: the calibrator's own options (`percentile=99.9`).
     """
-    quantized = calibrate(model, calibration, method, quantization, **options)
+    quantized = calibrate(model, calibration, method, quantization, seed, **options)
     if isinstance(plan, int):
         plan = {name: {INPUT_BITS: plan, WEIGHT_BITS: plan} for name in quantized.layers}
     try:

@@ -147,3 +147,54 @@ def test_the_documented_spellings_run(tmp_path: Path) -> None:
         settings=TINY,
     )
     assert found.individuals
+
+
+class Logged(Dataset):
+    """Samples that write down the order they are asked for in."""
+
+    def __init__(self, data: list) -> None:
+        self.x = torch.cat([x for x, _ in data])
+        self.y = torch.cat([y for _, y in data])
+        self.asked: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple:
+        self.asked.append(i)
+        return self.x[i], self.y[i]
+
+
+def test_a_shuffling_loader_is_read_alike_by_the_same_call(tmp_path: Path) -> None:
+    """A DataLoader with shuffle=True draws its order from torch's global generator: the same
+    search, and the same quantize, on the same objects read the samples in the same order
+    whatever the caller did with the generator in between (the order the samples were asked
+    for, as the dataset wrote it down), so they give the same result; a loader with a
+    generator of its own is said in one warning."""
+    data = Logged(batches(6))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    orders, records = [], []
+    for run, noise in enumerate((1, 2)):
+        net = small_net()
+        torch.manual_seed(noise)  # the caller's own use of the generator between the calls
+        data.asked.clear()
+        found = model_explorer.search(
+            net, data=loader, output=tmp_path / f"r{run}.pkl", settings=TINY
+        )
+        orders.append(list(data.asked))
+        records.append([(i.configuration, i.values) for i in found.individuals])
+    assert orders[0] == orders[1] and orders[0] != sorted(orders[0])
+    assert records[0] == records[1]
+    orders = []
+    for noise in (3, 4):
+        net = small_net()
+        torch.manual_seed(noise)
+        data.asked.clear()
+        model_explorer.quantize(net, 4, calibration=loader)
+        orders.append(list(data.asked))
+    assert orders[0] == orders[1]
+    own = DataLoader(data, batch_size=16, shuffle=True, generator=torch.Generator())
+    with pytest.warns(
+        UserWarning, match=r"calibrate\(calibration=\.\.\.\): the DataLoader shuffles"
+    ):
+        model_explorer.calibrate(small_net(), own)
