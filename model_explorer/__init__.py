@@ -26,6 +26,7 @@ _LAZY = {
     "create_metric": "model_explorer.metrics",
     "train": "model_explorer.training",
     "search": "model_explorer.library.search",
+    "load": "model_explorer.library.search",
     "quantize": "model_explorer.library.quantize",
     "calibrate": "model_explorer.library.quantize",
 }

@@ -116,3 +116,43 @@ def test_a_recommended_workload_written_elsewhere_names_the_same_files(tmp_path:
     assert again.calibration.method == "mse"
     assert again.model.resolve(again.model.weights) == tmp_path / "project/results/baseline.pt"
     assert yaml.safe_load(written.read_text())["workload"]["root"] == "../../project"
+
+
+def test_a_result_works_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A search run in its project (relative weights, calibration and result paths), then
+    `export RESULT#ID` from another folder (a notebook's): the result stores its workload's
+    root as an absolute folder, so the relative paths resolve as they did; a file that has
+    really gone is named by the path that was tried."""
+    import shutil
+
+    from conftest import DIGITS_CHECKPOINT
+    from model_explorer.cli import main
+    from model_explorer.results import ExplorationResult
+
+    project, notebook = tmp_path / "project", tmp_path / "notebooks"
+    (project / "workloads").mkdir(parents=True)
+    (project / "results").mkdir()
+    notebook.mkdir()
+    shutil.copyfile(DIGITS_CHECKPOINT, project / "results" / "baseline.pt")
+    data = yaml.safe_load((REPOSITORY / "workloads" / "digits_cnn.yaml").read_text())
+    body = data["workload"]
+    body["model"]["weights"] = "results/baseline.pt"
+    body["calibration"]["file"] = "results/calibration.pt"
+    body["exploration"]["nsga"].update(pop_size=4, offsprings=4, generations=1)
+    (project / "workloads" / "w.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(project)
+    assert main(["calibrate", "workloads/w.yaml"]) == 0
+    assert main(["explore", "workloads/w.yaml", "--output", "results/r.pkl"]) == 0
+    stored = ExplorationResult.load(project / "results" / "r.pkl").workload["workload"]
+    assert stored["root"] == str(project) and stored["model"]["weights"] == "results/baseline.pt"
+    monkeypatch.chdir(notebook)
+    reference = "../project/results/r.pkl#0"
+    assert main(["export", reference, "--onnx", "member.onnx"]) == 0
+    assert (notebook / "member.onnx").stat().st_size > 0
+    (project / "results" / "baseline.pt").unlink()
+    capsys.readouterr()
+    assert main(["export", reference, "--onnx", "again.onnx"]) == 2
+    said = capsys.readouterr().err
+    assert f"'{project / 'results' / 'baseline.pt'}' does not exist" in said, said

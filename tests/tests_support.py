@@ -149,10 +149,14 @@ class Explodes(BaseInspector):
 
 def without_times(result: ExplorationResult | str | os.PathLike[str]) -> dict:
     """A result's data (or a result file's) without wall-clock times, which differ between runs
-    by nature."""
+    by nature, nor the folder its workload's relative paths start from (`root`, stored
+    absolute), which differs between runs in two folders."""
     if not isinstance(result, ExplorationResult):
         result = ExplorationResult.load(result)
     data = result.to_data()
+    stored = data.get("workload", {}).get("workload")
+    if isinstance(stored, dict):
+        stored.pop("root", None)
     data["individuals"] = [
         {k: v for k, v in r.items() if k != "seconds"} for r in data["individuals"]
     ]

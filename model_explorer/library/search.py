@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.library.arguments import check_bits, check_search
+from model_explorer.library.arguments import check_batches, check_bits, check_search
 from model_explorer.library.context import ObjectContext, check_module
 from model_explorer.library.result import Search
 
@@ -138,8 +138,54 @@ def search(
         body["reevaluation"] = {"datasets": {"reevaluate": {"type": DATA}}}
         roles["reevaluate"] = held_out
     workload, path = _placed(body, output, resume)
+    if resume and path.exists():
+        from model_explorer.results import ExplorationResult
+
+        if ExplorationResult.load(path).complete:
+            raise UserError(
+                f"search(resume=True): '{path}' is already complete; "
+                "model_explorer.load(path, model, data) gives it back with your objects"
+            )
     context = ObjectContext(workload, model, roles, forward_step=forward_step)
     return _run(workload, path, context, resume, progress)
+
+
+def load(
+    path: str | Path,
+    model: nn.Module,
+    data: Iterable[Any],
+    calibration: Iterable[Any] | None = None,
+    held_out: Iterable[Any] | None = None,
+    forward_step: Callable[[nn.Module, Any], Any] | None = None,
+) -> Search:
+    """A result `search` wrote, back with the objects it was searched on, as `search`
+    returned it: `found.front`, `found.model(i)`, `found.export(i, path)`.
+
+    Args:
+        path: the result file (`search`'s `output`, or `found.path`).
+        model, data, calibration, held_out, forward_step: as they were given to `search`
+            (the model with the same layers and weights: its calibration file, written beside
+            the result, must be of these weights).
+    """
+    from model_explorer.results import ExplorationResult
+    from model_explorer.workload import Workload
+
+    check_module(model)
+    check_batches("load", "data", data)
+    check_batches("load", "calibration", calibration, optional=True)
+    check_batches("load", "held_out", held_out, optional=True)
+    result = ExplorationResult.load(Path(path))
+    workload = Workload.from_dict(result.workload, source=f"the workload stored in {path}")
+    if workload.model.type != MODEL:
+        raise UserError(
+            f"load('{path}'): this result was searched from a workload file, not from Python; "
+            f"use model-explorer's commands on it, or ExplorationResult.load for its records"
+        )
+    roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
+    if held_out is not None:
+        roles["reevaluate"] = held_out
+    context = ObjectContext(workload, model, roles, forward_step=forward_step)
+    return Search(result, Path(path), context)
 
 
 def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progress: bool) -> Search:

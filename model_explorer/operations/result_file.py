@@ -59,14 +59,22 @@ class SearchDefinition:
 
     @classmethod
     def of(cls, workload: Workload) -> SearchDefinition:
-        return cls(_without_runner(workload.to_dict()), _without_runner(workload.to_dict(True)))
+        """`stored` also holds the workload's root as an absolute folder (`root:`), so that
+        the result's relative paths (weights, calibration, data) resolve from any working
+        directory; neither side compares it (a result moved with its folder, or resumed from
+        elsewhere, is the same search)."""
+        stored = _without_runner(workload.to_dict())
+        root = workload.resolve(".")
+        stored["workload"]["root"] = os.path.abspath(root)
+        return cls(stored, _without_runner(workload.to_dict(True)))
 
     def matches(self, stored: dict[str, Any]) -> bool:
         """Whether a result's stored workload defines this search. Only the stored one is read
         as a workload, and only when it differs from `stored`: a result written in the original
         layout (the problem's settings in `exploration:`), or before a key existed, matches
         the same search written in this project's layout with that key at its default."""
-        if stored == self.stored:
+        stored = _without_root(stored)
+        if stored == _without_root(self.stored):
             return True
         try:
             earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
@@ -78,7 +86,9 @@ class SearchDefinition:
         """The settings in which a result's stored workload differs from this search, each
         as `key: VALUE in the result, VALUE here` (every default filled in on both sides)."""
         try:
-            earlier = Workload.from_dict(_calibrator_options_only(stored), check_paths=False)
+            earlier = Workload.from_dict(
+                _calibrator_options_only(_without_root(stored)), check_paths=False
+            )
         except WorkloadError as error:
             return [f"the result's workload no longer validates: {str(error).splitlines()[0]}"]
         before = _flattened(_without_runner(earlier.to_dict(defaults=True))["workload"])
@@ -102,8 +112,19 @@ def _flattened(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _without_runner(data: dict[str, Any]) -> dict[str, Any]:
+    """The workload's search alone: not where candidates run (`exploration.runner`), nor where
+    relative paths start (`root`)."""
     data["workload"].get("exploration", {}).pop("runner", None)
+    data["workload"].pop("root", None)
     return data
+
+
+def _without_root(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored workload without its `root:` (a copy where it has one)."""
+    body = stored.get("workload") if isinstance(stored, dict) else None
+    if not isinstance(body, dict) or "root" not in body:
+        return stored
+    return {**stored, "workload": {k: v for k, v in body.items() if k != "root"}}
 
 
 def _calibrator_options_only(stored: dict[str, Any]) -> dict[str, Any]:

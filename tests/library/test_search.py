@@ -333,3 +333,21 @@ def test_without_onnx_the_model_comes_back_and_an_export_says_what_to_install(
     assert "status: 2" in done.stdout
     assert f"error: model-explorer export {install}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_result_comes_back_with_the_objects_it_was_searched_on(trained, tmp_path: Path) -> None:
+    """`model_explorer.load` gives a finished search back as `search` returned it: the same
+    front, and a member's model scoring what was recorded; resuming a complete result says
+    so and names `load`."""
+    from model_explorer.metrics import evaluate
+
+    net, train, held = trained
+    found = _search(trained, tmp_path)
+    with pytest.raises(UserError, match=r"search\(resume=True\): .* is already complete; "):
+        _search(trained, tmp_path, resume=True)
+    back = model_explorer.load(found.path, net, data=held, calibration=train)
+    assert [i.id for i in back.front] == [i.id for i in found.front]
+    best = max(back.front, key=lambda i: i.values["accuracy"])
+    assert evaluate(back.model(best), held, "top1") == best.values["accuracy"]
+    with pytest.raises(UserError, match=r"load\(data=.*\): expected an iterable of batches"):
+        model_explorer.load(found.path, net, data=3)
