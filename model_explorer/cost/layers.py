@@ -43,6 +43,26 @@ def layer_macs(module: nn.Module, input: Tensor, output: Tensor) -> int:
     raise TypeError(f"no MAC rule for {type(module).__name__}")
 
 
+def recurrent_macs(module: nn.RNNBase, input: Any) -> int:
+    """Multiply-accumulates of one call of a recurrent layer (nn.RNN, nn.GRU, nn.LSTM) over
+    its whole input: per time step and sample, each layer and direction multiplies its input
+    and its previous hidden state by every gate's weights (4 gates for an LSTM, 3 for a GRU,
+    1 for an RNN), and an LSTM with `proj_size` its hidden state by the projection."""
+    from torch.nn.utils.rnn import PackedSequence
+
+    data = input.data if isinstance(input, PackedSequence) else input
+    steps = data.numel() // module.input_size  # time steps times samples
+    gates = {"LSTM": 4, "GRU": 3}.get(module.mode, 1)
+    hidden = module.hidden_size
+    state = module.proj_size or hidden
+    directions = 2 if module.bidirectional else 1
+    per_step = 0
+    for layer in range(module.num_layers):
+        width = module.input_size if layer == 0 else state * directions
+        per_step += directions * (gates * hidden * (width + state) + hidden * module.proj_size)
+    return steps * per_step
+
+
 def measure_layers(
     model: nn.Module, example: Any, layers: dict[str, nn.Module]
 ) -> dict[str, LayerCost]:

@@ -160,11 +160,17 @@ def _tensors(value: Any) -> list[Any]:
 
 def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
     """The coverage of `model` (a QuantizedModel) on the forward pass `run()` makes."""
+    from torch import nn
+
     from model_explorer.quantization.quantizer import WeightQuantizer
 
     network = model.model
-    owners, types = {}, {}
+    owners, types, recurrent = {}, {}, {}
     for name, module in network.named_modules():
+        if isinstance(module, nn.RNNBase):  # counted by its formula: its ops may be one kernel
+            recurrent[name] = module
+            types[name] = type(module).__name__
+            continue
         for parameter in module.parameters(recurse=False):
             if parameter.dim() >= 2:
                 owners[id(parameter)] = name
@@ -172,9 +178,9 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
                 types[name] = (own or type(module)).__name__
     with model.preserved_settings():
         model.set_enabled(False)
-        total = _count(owners, run, [])
+        total = _count(owners, run, [], recurrent)
     quantizers = [m for m in network.modules() if isinstance(m, WeightQuantizer)]
-    left = _count(owners, run, quantizers)
+    left = _count(owners, run, quantizers, recurrent)
     total_macs = sum(total.values())
     float_layers = sorted(
         (
@@ -187,14 +193,31 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
     return Coverage(total_macs, total_macs - sum(left.values()), float_layers)
 
 
-def _count(owners: dict[int, str], run: Callable[[], Any], quantizers: Sequence[Any]) -> dict:
+def _count(
+    owners: dict[int, str],
+    run: Callable[[], Any],
+    quantizers: Sequence[Any],
+    recurrent: dict[str, Any],
+) -> dict:
+    """Weight MACs by owner during `run()`: products reading a tracked weight (until one of
+    `quantizers` turned it into a quantized one), and every call of a `recurrent` layer (no
+    quantizer stands for their weights: they run in float)."""
+    from model_explorer.cost.layers import recurrent_macs
+
     counter = _counter()(owners)
 
     def quantized(module: Any, args: tuple, output: Any) -> None:
         if output is not args[0]:  # a quantizer that is off gives its input back
             counter.forget(output)
 
+    def called(name: str) -> Callable[..., None]:
+        def add(module: Any, args: tuple, output: Any) -> None:
+            counter.macs[name] = counter.macs.get(name, 0) + recurrent_macs(module, args[0])
+
+        return add
+
     handles = [quantizer.register_forward_hook(quantized) for quantizer in quantizers]
+    handles += [module.register_forward_hook(called(n)) for n, module in recurrent.items()]
     try:
         with counter:
             run()

@@ -91,7 +91,11 @@ def linear_layout(module: nn.Module) -> tuple[str, str] | None:
     by, and how, found by running its forward on one sample of zeros: (name, "in_out") where a
     product reads the parameter as stored (transformers' Conv1D: x @ W), (name, "out_in") where
     transposed (what F.linear does); `weight` is tried first, then the others in order. None
-    where no product reads one (an embedding) or the forward takes no such input."""
+    where no product reads one (an embedding), the forward takes no such input, or it gives
+    something else than one tensor back (a recurrent layer: its output and hidden state, from
+    products of several weights, which no one weight quantizer stands for)."""
+    if isinstance(module, nn.RNNBase):
+        return None
     candidates = sorted(
         (
             (name, parameter)
@@ -105,9 +109,12 @@ def linear_layout(module: nn.Module) -> tuple[str, str] | None:
             probe = _Products(weight)
             try:
                 with torch.no_grad(), probe:
-                    type(module).forward(module, torch.zeros(1, features, dtype=weight.dtype))
+                    zeros = torch.zeros(1, features, dtype=weight.dtype)
+                    output = type(module).forward(module, zeros)
             except Exception:  # noqa: BLE001, S112 - a forward that takes no such input
                 continue
+            if not isinstance(output, Tensor):
+                return None
             if probe.found == {layout == "out_in"}:
                 return name, layout
     return None
