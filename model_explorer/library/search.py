@@ -46,6 +46,26 @@ def _metric(score: str | Callable[..., Any], maximize: bool | None) -> str:
     return metric_name(score, True if maximize is None else maximize)
 
 
+# The accuracy a feasible candidate keeps unless `settings` give a constraint of their own:
+# 98% of the float model's, what every shipped workload keeps.
+DEFAULT_DROP = 0.02
+CONSTRAINTS = ("minimum_accuracy", "allowable_accuracy_drop", "maximum_divergence")
+
+
+def _constrained(settings: Mapping[str, Any] | None) -> bool:
+    problem = (settings or {}).get("problem")
+    return isinstance(problem, Mapping) and any(key in problem for key in CONSTRAINTS)
+
+
+def _higher_is_better(metric: str) -> bool:
+    from model_explorer.metrics import higher_is_better
+
+    try:
+        return higher_is_better(metric)
+    except Exception:  # noqa: BLE001 - a name the workload's validation reports in one sentence
+        return False
+
+
 def workload_data(
     model: nn.Module,
     score: str | Callable[..., Any],
@@ -66,9 +86,12 @@ def workload_data(
         problem["num_bits_lower_limit"], problem["num_bits_upper_limit"] = bits
     if formats is not None:
         problem["choices"] = list(formats)
+    metric = _metric(score, maximize)
+    if _higher_is_better(metric) and not _constrained(settings):
+        problem["allowable_accuracy_drop"] = DEFAULT_DROP  # as the shipped workloads keep
     base = {
         "seed": seed,
-        "metric": _metric(score, maximize),
+        "metric": metric,
         "problem": problem,
         "model": {"type": MODEL, "pretrained": False},
         "calibration": {"datasets": {"calibrate": {"type": DATA}}},
@@ -198,6 +221,16 @@ def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progre
     return Search(*explore(workload, options, context=context), context)
 
 
+def _free(path: Path) -> Path:
+    """`path`, or the first of `<stem>-2`, `<stem>-3`, ... that neither a result nor its
+    calibration file takes."""
+    candidate, number = path, 1
+    while candidate.exists() or candidate.with_name(f"{candidate.stem}_calibration.pt").exists():
+        number += 1
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+    return candidate
+
+
 def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tuple[Any, Path]:
     """The validated workload and its result file, its calibration file beside it (unless
     `calibration.file` is set); a runner in other processes, or an existing result file
@@ -213,6 +246,8 @@ def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tu
             "other processes cannot rebuild it, so leave the runner serial"
         )
     path = result_path(workload, None if output is None else str(output))
+    if output is None and not resume:  # a default name: the next free one (two calls a second)
+        path = _free(path)
     if path.exists() and not resume:
         raise UserError(
             f"output: '{path}' exists; choose another path, or pass resume=True to continue it"

@@ -198,3 +198,36 @@ def test_a_shuffling_loader_is_read_alike_by_the_same_call(tmp_path: Path) -> No
         UserWarning, match=r"calibrate\(calibration=\.\.\.\): the DataLoader shuffles"
     ):
         model_explorer.calibrate(small_net(), own)
+
+
+def test_a_search_keeps_the_shipped_accuracy_floor_unless_told(tmp_path: Path) -> None:
+    """As every shipped workload, a feasible member keeps 98% of the float model's score (a
+    member at 78.6% was on the front of a Python search); a constraint in `settings` wins."""
+    from model_explorer.metrics import evaluate
+
+    data = batches(4)
+    net = small_net()
+    found = model_explorer.search(net, data=data, output=tmp_path / "a.pkl", settings=TINY)
+    floor = 0.98 * evaluate(net, data, "top1")
+    [limit] = [c for c in found.result.problem["constraints"] if c["name"] == "accuracy"]
+    assert limit["minimum"] == pytest.approx(floor)
+    assert all(member.values["accuracy"] >= floor for member in found.front)
+    told = {**TINY, "problem": {"minimum_accuracy": 0.1}}
+    found = model_explorer.search(net, data=data, output=tmp_path / "b.pkl", settings=told)
+    [limit] = [c for c in found.result.problem["constraints"] if c["name"] == "accuracy"]
+    assert limit["minimum"] == pytest.approx(0.1)
+
+
+def test_two_searches_in_one_second_get_two_default_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Research code in a loop: the default result name carries the second it was made in;
+    the second call takes the next free name instead of being refused."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda *_: "20261206-120000")
+    first = model_explorer.search(small_net(), data=batches(), settings=TINY)
+    second = model_explorer.search(small_net(), data=batches(), settings=TINY)
+    assert first.path != second.path and second.path.name.endswith("-2.pkl")
+    assert second.path.with_name(f"{second.path.stem}_calibration.pt").exists()
