@@ -57,7 +57,7 @@ def export_command(args: argparse.Namespace) -> int:
     from model_explorer.operations.deployment_check import check_individual, export_individual
     from model_explorer.results import load_individual
 
-    _known_runtimes(args.check or [], "--check")
+    known_runtimes(args.check or [], "--check")
     result, individual = load_individual(args.individual, "RESULTS#ID")
     context = WorkloadContext(_workload(args.workload, result, args.set or ()))
     pack = not args.int8_weights
@@ -81,7 +81,7 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _known_runtimes(names: list[str], where: str) -> None:
+def known_runtimes(names: list[str], where: str) -> None:
     """Unknown runtime names or settings are refused before anything is exported."""
     from model_explorer.runtimes import runtime_setting
 
@@ -155,7 +155,7 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     from model_explorer.operations.deployment_check import check_individual
     from model_explorer.operations.reevaluate import best_feasible, check_same_model
 
-    _known_runtimes(args.backend, "--backend")
+    known_runtimes(args.backend, "--backend")
     check_same_model(workload, result)
     context = WorkloadContext(workload)
     chosen = result.pareto_front() if args.front else best_feasible(result, args.count)

@@ -329,3 +329,20 @@ def test_the_repair_decides_on_what_the_samples_assure() -> None:
     assert expected < genome_hits.mean()
     del result.stats["baseline_outcomes"]  # a result from before: the accuracy as measured
     assert assured_accuracy(Problem(), result, True)((0,)) == pytest.approx(genome_hits.mean())
+
+
+def test_an_unknown_runtime_is_refused_before_anything_is_written(
+    searched, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`debug --runtime ort` exited 0 and wrote over the earlier table and figure; it is one
+    sentence naming the known runtimes, exit status 2, the earlier files as they were."""
+    from model_explorer.cli import main
+
+    _, result = searched
+    prefix = tmp_path / "earlier"
+    for suffix in (".csv", ".png"):
+        prefix.with_suffix(suffix).write_text("earlier")
+    arguments = ["debug", f"{result}#0", "--runtime", "ort", "--output", str(prefix)]
+    assert main(arguments) == 2
+    assert "--runtime: unknown runtime 'ort'; known: litert, onnxruntime" in capsys.readouterr().err
+    assert all(prefix.with_suffix(s).read_text() == "earlier" for s in (".csv", ".png"))
