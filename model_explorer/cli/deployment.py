@@ -68,7 +68,8 @@ def export_command(args: argparse.Namespace) -> int:
         _, summary = export_individual(context, result, individual, args.onnx, pack)
     formats = ", ".join(f"{name} x{count}" for name, count in sorted(summary.formats.items()))
     print(
-        f"wrote {summary.path} ({summary.size:,} bytes): {summary.quantizers} quantizers "
+        f"wrote {summary.path} ({Path(summary.path).stat().st_size:,} bytes): "
+        f"{summary.quantizers} quantizers "
         f"({formats}), {summary.folded_batch_norms} batch norms folded, "
         f"{summary.quantized_outputs} outputs quantized for integer kernels"
     )

@@ -156,6 +156,8 @@ def test_export_writes_the_file_and_reports_the_runtime_beside_the_search(
     assert main(["export", f"{result}#{identifier}", "--onnx", str(target), *arguments]) == 0
     out = capsys.readouterr().out
     assert target.exists() and f"wrote {target}" in out
+    # the size of the file as it lies, metadata of the check included (not the export's)
+    assert f"wrote {target} ({target.stat().st_size:,} bytes)" in out
     assert f"individual {identifier}: recorded" in out and "  onnxruntime (onnxruntime " in out
     check_audit(result, identifier, target, out, tmp_path)
 
