@@ -116,6 +116,8 @@ def print_checks(checks: list[Any]) -> None:
 
     for check in checks:
         recorded = "-" if check.recorded is None else f"{check.recorded:.4f}"
+        if check.bound:  # the search stopped scoring it early: the most it could reach
+            recorded = f"at most {recorded} (scored in part: the search stopped it early)"
         print(
             f"individual {check.individual}: recorded {recorded}, fake-quantized "
             f"{check.fake_quant:.4f} on the exploration data"

@@ -91,6 +91,9 @@ class DeploymentCheck:
     samples: int = 0
     # each layer's asked and executed precisions (deployment/audit.py)
     audit: FidelityAudit | None = None
+    # the search stopped scoring the individual once it could not reach the minimum accuracy:
+    # `recorded` is then the upper bound it had reached, not its score
+    bound: bool = False
 
     @property
     def passed(self) -> bool:
@@ -102,6 +105,7 @@ class DeploymentCheck:
         row: dict[str, Any] = {
             "id": self.individual,
             "recorded_accuracy": self.recorded,
+            "recorded_is_bound": self.bound,
             "fake_quant_accuracy": self.fake_quant,
             "file_bytes": self.export.size,
         }
@@ -270,6 +274,7 @@ def check_individual(
             scores = [scorer.score(runtime) for runtime in with_defaults(runtimes)]
             recorded = individual.values.get("accuracy")
             check = DeploymentCheck(individual.id, recorded, scorer.fake_quant, summary, scores)
+            check.bound = not individual.complete
             check.samples = len(scorer.expected)
             check.failures = judge(check, scorer)
             check.audit = audit_export(
@@ -281,6 +286,7 @@ def check_individual(
         write_metadata(staged, check.metadata())
         os.replace(staged, target)
     summary.path = target
+    summary.size = target.stat().st_size  # its metadata written in
     return check
 
 
@@ -291,7 +297,13 @@ def judge(check: DeploymentCheck, scorer: Scorer) -> list[str]:
     the same samples (`differs`)."""
     failures = []
     target = check.fake_quant if check.recorded is None else check.recorded
-    if abs(check.fake_quant - target) > TOLERANCE:
+    if check.bound and check.fake_quant > target + TOLERANCE:
+        failures.append(
+            f"The fake-quantized model scores {check.fake_quant:.4f}, above the {target:.4f} "
+            "the search recorded as the most it could reach when it stopped scoring it early: "
+            "the workload's data, weights or calibration are not the search's."
+        )
+    elif not check.bound and abs(check.fake_quant - target) > TOLERANCE:
         failures.append(
             f"The fake-quantized model scores {check.fake_quant:.4f} against the recorded "
             f"{target:.4f}: the workload's data, weights or calibration are not the search's."

@@ -342,3 +342,25 @@ def test_openvino_on_an_older_processor_saturates_or_says_what_it_cannot_run(
     if said.startswith("unavailable"):
         assert "could not create a primitive descriptor for the inner product" in said
         assert "\n" not in said and "Exception from src" not in said
+
+
+def test_a_member_stopped_early_is_checked_against_its_bound(
+    searched, tmp_path: Path, capsys
+) -> None:
+    """An individual the search stopped scoring once it could not reach the minimum recorded
+    the most it could still reach, not its score: the check says so and compares the
+    fake-quantized model's full score with that bound (below it: the same search), instead of
+    calling the data, weights or calibration another search's."""
+    from model_explorer.results import ExplorationResult
+
+    workload, result = searched
+    stopped = [i for i in ExplorationResult.load(result).individuals if not i.complete]
+    assert stopped, "the default search rejects some candidates early"
+    member = stopped[0]
+    target = tmp_path / "stopped.onnx"
+    arguments = ["--onnx", str(target), "--workload", str(workload), "--check", "onnxruntime"]
+    main(["export", f"{result}#{member.id}", *arguments])
+    out = capsys.readouterr().out
+    recorded = member.values["accuracy"]
+    assert f"recorded at most {recorded:.4f} (scored in part" in out
+    assert "are not the search's" not in out
