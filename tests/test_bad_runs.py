@@ -355,3 +355,32 @@ def test_a_minimum_the_baseline_misses_is_said_at_the_start_and_wherever_a_front
     assert not loaded.feasible()
     assert plot_front(loaded).axes[0].get_title() == "no feasible individual"
     assert "no feasible individual" in plot_layers(loaded).axes[0].get_title()
+
+
+def test_a_second_run_on_a_result_being_written_is_refused(
+    tiny, tmp_path, capsys, monkeypatch
+) -> None:
+    """Two `--resume` runs of one result file both ran to the end, each over the other's
+    saves: while a run holds the file, a second one is one sentence and exit status 2, the
+    file as it was; once the first is over, the resume runs."""
+    from model_explorer.operations.result_file import hold
+
+    monkeypatch.chdir(tmp_path)
+    workload = write(tiny, tmp_path / "w.yaml")
+    stopped = _stopped_placeholder(tmp_path, workload, _dead_pid())
+    before = stopped.read_bytes()
+    release = hold(stopped, "another run")  # as the first run holds it while it goes
+    try:
+        outcome = run_cli(
+            capsys, "explore", workload, "--resume", "--output", stopped, "--skip-baseline"
+        )
+    finally:
+        release()
+    outcome.one_error(
+        f"error: --resume: '{stopped}' is being written by another run that is still going "
+        f"(it holds {stopped.name}.lock); wait for it to end, or stop it, then resume"
+    )
+    assert stopped.read_bytes() == before
+    again = run_cli(capsys, "explore", workload, "--resume", "--output", stopped, "--skip-baseline")
+    assert again.status == 0 and ExplorationResult.load(stopped).complete
+    assert not stopped.with_name(stopped.name + ".lock").exists()

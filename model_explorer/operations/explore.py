@@ -25,6 +25,7 @@ from model_explorer.operations.result_file import (
     SearchDefinition,
     check_writable,
     claim,
+    hold,
     release_if_empty,
     saved,
     saved_evaluations,
@@ -175,8 +176,10 @@ def explore(
     claimed = not options.resume
     if options.resume:
         path, previous = _checkpoint(workload, definition, options.output)
+        release = hold(path, "--resume")
     else:
         path, previous = _claim_result_file(workload, definition, options.output), None
+        release = hold(path, "--output")
     owned = runner is None
     try:
         runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once
@@ -195,6 +198,7 @@ def explore(
             release_if_empty(path)  # a file that received nothing is not left behind
         raise
     finally:
+        release()
         if owned and runner is not None:
             runner.close()
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,33 @@ def running_elsewhere(result: ExplorationResult) -> bool:
     if result.complete or owner == this_process() or "pid" not in owner:
         return False
     return bool(process_alive(str(owner.get("host")), int(owner["pid"])))
+
+
+def hold(path: Path, where: str) -> Callable[[], None]:
+    """An exclusive lock on the result file at `path` for this run (`<file>.lock` beside it,
+    taken without waiting); the function that releases it. A second run writing or resuming
+    the same file while this one runs is refused in one sentence (two `--resume` runs of one
+    file both ran to the end, each over the other's saves)."""
+    if sys.platform == "win32":
+        return lambda: None
+    import fcntl
+
+    lock = path.with_name(path.name + ".lock")
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise UserError(
+            f"{where}: '{path}' is being written by another run that is still going (it holds "
+            f"{lock.name}); wait for it to end, or stop it, then resume"
+        ) from None
+
+    def release() -> None:
+        lock.unlink(missing_ok=True)
+        os.close(descriptor)
+
+    return release
 
 
 def saved(result: ExplorationResult) -> int:
