@@ -188,9 +188,10 @@ def layer_labels(result: ExplorationResult, layers: list[str]) -> list[str]:
 
 def plot_layers(result: ExplorationResult, individual: Individual | None = None) -> Any:
     """Per-layer settings: bit widths (input and weight side by side) or thresholds, for one
-    individual or as the mean over the Pareto front; in a formats search each bar is coloured
-    by its format (the most frequent over the front), weights hatched, its height the format's
-    bits per element."""
+    individual or over the Pareto front (the median member's, the range as whiskers: a mean
+    would draw widths no member has); in a formats search each bar is coloured by its format
+    (the most frequent over the front), weights hatched, its height the format's bits per
+    element."""
     plt = pyplot()
     table = _layer_table(result, individual)
     layers = list(dict.fromkeys(table["layer"]))
@@ -209,15 +210,18 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
                 "hatch": "///" if kind == "weight" else None,
                 "edgecolor": "white",
             }
-        axes.bar(positions, part["mean"].fillna(0), width, gid=f"bars-{kind}", **style)
+        middle = part["median"].fillna(0).astype(float)
+        spread = [middle - part["min"].fillna(0), part["max"].fillna(0) - middle]
+        error = None if individual is not None else spread
+        axes.bar(positions, middle, width, yerr=error, capsize=2, gid=f"bars-{kind}", **style)
     axes.set_xticks(range(len(layers)), layer_labels(result, layers), rotation=90, fontsize=7)
     axes.set_xlabel("layer")
     title = (
         f"individual {individual.id}"
         if individual is not None
-        else "mean over the Pareto front"
+        else "median member of the Pareto front, whiskers from its lowest to its highest"
         if result.feasible()
-        else "mean over the infeasible front (no feasible individual)"
+        else "median member of the infeasible front (no feasible individual)"
     )
     axes.set_title(title + (", coloured by the most frequent format" if formats else ""))
     axes.set_ylabel(
@@ -385,11 +389,11 @@ def front_to_pgfplots(
 def layers_to_pgfplots(
     result: ExplorationResult, stem: str | os.PathLike[str], individual: Individual | None = None
 ) -> tuple[Path, Path]:
-    """Per-variable settings (one individual, or the mean over the front) as bars."""
+    """Per-variable settings (one individual, or the front's median member) as bars."""
     table = _layer_table(result, individual)
     return to_pgfplots(
         stem,
-        {"variable": list(table["variable"]), "value": list(table["mean"])},
+        {"variable": list(table["variable"]), "value": list(table["median"])},
         "variable",
         "value",
         kind="bars",

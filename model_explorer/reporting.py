@@ -298,7 +298,7 @@ def write_report(
     lines += ["## Figures", ""]
     for name, caption in (
         ("front.png", f"{result.problem.get('metric', 'accuracy')} against cost"),
-        ("layers.png", "per-layer settings, mean over the front"),
+        ("layers.png", "per-layer settings: the median member of the front, its range as whiskers"),
         ("convergence.png", "hypervolume per generation"),
         ("efficiency.png", "hypervolume against sample-forwards"),
         ("dram_energy.png", "DRAM energy per layer"),

@@ -270,12 +270,12 @@ def test_a_formats_layer_plot_colours_each_bar_by_its_format(synthetic, monkeypa
 
     table = pd.DataFrame(
         [
-            ("a", "input", 8.0, "int8"),
-            ("a", "weight", 8.0, "fp8_e4m3"),
-            ("b", "input", 8.0, "fp8_e4m3"),
-            ("b", "weight", 4.25, "mxfp4"),
+            ("a", "input", 8.0, 8.0, 8.0, "int8"),
+            ("a", "weight", 8.0, 4.25, 8.0, "fp8_e4m3"),
+            ("b", "input", 8.0, 8.0, 8.0, "fp8_e4m3"),
+            ("b", "weight", 4.25, 4.25, 8.0, "mxfp4"),
         ],
-        columns=["layer", "kind", "mean", "format"],
+        columns=["layer", "kind", "median", "min", "max", "format"],
     )
     monkeypatch.setattr(plotting, "_layer_table", lambda result, individual: table)
     figure = plotting.plot_layers(synthetic)
@@ -285,7 +285,7 @@ def test_a_formats_layer_plot_colours_each_bar_by_its_format(synthetic, monkeypa
             artists(figure, f"bars-{kind}"), table[table.kind == kind].iterrows(), strict=True
         ):
             colour.setdefault(row["format"], set()).add(to_hex(bar.get_facecolor()))
-            assert bar.get_height() == row["mean"]
+            assert bar.get_height() == row["median"]
             assert bool(bar.get_hatch()) == (kind == "weight")
     assert all(len(shades) == 1 for shades in colour.values())  # one colour per format
     assert len({next(iter(shades)) for shades in colour.values()}) == 3  # int8 unlike fp8
@@ -354,3 +354,16 @@ def test_the_front_plot_and_report_show_each_members_interval(digits_result: Pat
     assert artists(figure, "intervals-held-out")
     header = pareto_table(result).splitlines()[0].split()
     assert "interval" in header and "held_out_interval" in header
+
+
+def test_the_front_s_layer_bars_are_widths_its_members_have(synthetic) -> None:
+    """Over the front each bar is the median member's setting (the lower middle one: a width
+    some member has, where a mean of 2, 3, 8 and 8 would draw 5.25), its whiskers the lowest
+    and highest setting of the front."""
+    front = synthetic.pareto_front()
+    table = synthetic.layer_statistics()
+    for index, name in enumerate(synthetic.variable_names):
+        settings = sorted(float(member.configuration[index]) for member in front)
+        row = table[table["variable"] == name].iloc[0]
+        assert row["median"] == settings[(len(settings) - 1) // 2]
+        assert (row["min"], row["max"]) == (settings[0], settings[-1])

@@ -155,22 +155,26 @@ def search(
     check_search(locals())
     chosen = check_bits("search", bits, formats)
     body = workload_data(model, score, maximize, objectives, chosen, formats, seed, settings)
-    body["problem"].update({} if budget is None else {"budget": dict(budget)})
-    roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
-    if held_out is not None:  # the workload's reevaluation data, as a file would name it
-        body["reevaluation"] = {"datasets": {"reevaluate": {"type": DATA}}}
-        roles["reevaluate"] = held_out
+    body = _with(body, budget, held_out is not None)
     workload, path = _placed(body, output, resume)
-    if resume and path.exists():
-        from model_explorer.results import ExplorationResult
-
-        if ExplorationResult.load(path).complete:
-            raise UserError(
-                f"search(resume=True): '{path}' is already complete; "
-                "model_explorer.load(path, model, data) gives it back with your objects"
-            )
+    roles = _roles(data, calibration, held_out)
     context = ObjectContext(workload, model, roles, forward_step=forward_step)
     return _run(workload, path, context, resume, progress)
+
+
+def _with(body: dict[str, Any], budget: Mapping[str, float] | None, held: bool) -> dict[str, Any]:
+    """`body` with the problem's `budget` and, where the caller gives held-out data, the
+    reevaluation data that stands for it, as a file would name them."""
+    body["problem"].update({} if budget is None else {"budget": dict(budget)})
+    if held:
+        body["reevaluation"] = {"datasets": {"reevaluate": {"type": DATA}}}
+    return body
+
+
+def _roles(data: Any, calibration: Any, held_out: Any) -> dict[str, Any]:
+    """The workload's dataset roles the caller's data arguments stand for."""
+    roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
+    return roles if held_out is None else {**roles, "reevaluate": held_out}
 
 
 def load(
@@ -204,10 +208,7 @@ def load(
             f"load('{path}'): this result was searched from a workload file, not from Python; "
             f"use model-explorer's commands on it, or ExplorationResult.load for its records"
         )
-    roles = {"exploration": data, "calibrate": data if calibration is None else calibration}
-    if held_out is not None:
-        roles["reevaluate"] = held_out
-    context = ObjectContext(workload, model, roles, forward_step=forward_step)
+    context = ObjectContext(workload, model, _roles(data, calibration, held_out), forward_step)
     return Search(result, Path(path), context)
 
 
@@ -248,6 +249,14 @@ def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tu
     path = result_path(workload, None if output is None else str(output))
     if output is None and not resume:  # a default name: the next free one (two calls a second)
         path = _free(path)
+    if resume and path.exists():
+        from model_explorer.results import ExplorationResult
+
+        if ExplorationResult.load(path).complete:
+            raise UserError(
+                f"search(resume=True): '{path}' is already complete; "
+                "model_explorer.load(path, model, data) gives it back with your objects"
+            )
     if path.exists() and not resume:
         raise UserError(
             f"output: '{path}' exists; choose another path, or pass resume=True to continue it"

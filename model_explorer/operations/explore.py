@@ -176,10 +176,9 @@ def explore(
     claimed = not options.resume
     if options.resume:
         path, previous = _checkpoint(workload, definition, options.output)
-        release = hold(path, "--resume")
     else:
         path, previous = _claim_result_file(workload, definition, options.output), None
-        release = hold(path, "--output")
+    release = hold(path, "--resume" if options.resume else "--output")
     owned = runner is None
     try:
         runner = runner or build_runner(spec.runner)  # first, so that a bad runner fails at once

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,8 @@ from model_explorer.plan import THRESHOLD, variable_setting
 
 def layer_statistics(result: Any, individuals: list[Any] | None = None):  # noqa: ANN201
     """Per variable (quantizer or layer threshold) over `individuals` (default: the Pareto
-    front): mean, min and max of the configuration that ran (for a gene choosing formats:
+    front): mean, median (the lower middle value: one a member has), min and max of the
+    configuration that ran (for a gene choosing formats:
     of their bits per element, scales counted, with the most frequent format beside them).
     Quantizer names are split into layer and kind (input / weight) so that input and
     weight bits sit side by side."""
@@ -30,6 +32,7 @@ def layer_statistics(result: Any, individuals: list[Any] | None = None):  # noqa
             "layer": layer,
             "kind": kind,
             "mean": float(np.mean(values)) if values else float("nan"),
+            "median": statistics.median_low(values) if values else float("nan"),
             "min": min(values) if values else float("nan"),
             "max": max(values) if values else float("nan"),
         }
