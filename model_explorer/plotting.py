@@ -15,7 +15,7 @@ import numpy as np
 
 from model_explorer.figures import pyplot, save_figure
 from model_explorer.fileio import atomic_path
-from model_explorer.results import ExplorationResult, Individual
+from model_explorer.results import ExplorationResult, Individual, with_unit
 
 
 def save(figure: Any, path: str | os.PathLike[str]) -> Path:
@@ -38,7 +38,7 @@ def metric_label(result: ExplorationResult, name: str) -> str:
     metric = result.problem.get("metric")
     if metric and name.startswith("accuracy") and metric != name:
         return f"{name} ({metric})"
-    return name
+    return with_unit(name)  # a cost's unit (results/units.py)
 
 
 def front_points(result: ExplorationResult, x: str, y: str) -> list[tuple[float, float]]:
@@ -95,7 +95,7 @@ def plot_front(result: ExplorationResult, x: str | None = None, y: str = "accura
                 )
     if result.individuals and not result.feasible():
         axes.set_title("no feasible individual", color="tab:red", gid="no-feasible")
-    axes.set_xlabel(x)
+    axes.set_xlabel(metric_label(result, x))
     axes.set_ylabel(label)
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)

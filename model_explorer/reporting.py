@@ -148,9 +148,27 @@ def front_judged(result: ExplorationResult, command: str | None = None) -> list[
         lines.append(
             f"latency: the {check['members']} feasible front members timed whole in "
             f"{check['runtime']}: predicted {check['mean_abs_error']:.1%} off the measured "
-            f"time on average, {check['worst_abs_error']:.1%} at worst"
+            f"time on average, {check['worst_abs_error']:.1%} at worst" + _separated(check)
         )
     return lines
+
+
+def _separated(check: dict[str, Any]) -> str:
+    """What the measured times can tell apart, where the check recorded it."""
+    if "span" not in check:
+        return ""
+    said = f"; the front spans {check['span']:.1%} of the measured time"
+    if check["span"] <= 2 * check["spread"]:
+        said += (
+            f", within twice the timings' own spread ({check['spread']:.1%} interquartile): "
+            "latency does not tell these members apart here"
+        )
+    if check["reversed_pairs"]:
+        said += (
+            f"; {check['reversed_pairs']} of {check['pairs']} pairs measured in the other "
+            "order than predicted"
+        )
+    return said
 
 
 def held_out_summary(result: ExplorationResult) -> str | None:

@@ -166,16 +166,38 @@ def check_front(context: WorkloadContext, problem: Any, result: Any) -> dict[str
         settings.repeats,
     )
     problem.model.to(context.device)
-    errors = []
+    errors, pairs = [], []
     for member, timing in zip(members, timings, strict=True):
         predicted = problem.latency.predict(member.plan)
         member.extra["latency"] = {"predicted_ms": predicted, **timing.to_dict()}
         errors.append(abs(predicted - timing.median) / timing.median)
+        pairs.append((predicted, timing))
     check = {
         "runtime": settings.runtime,
         "members": len(members),
         "mean_abs_error": float(sum(errors) / len(errors)),
         "worst_abs_error": float(max(errors)),
+        **_separation(pairs),
     }
     result.stats["latency_check"] = check
     return check
+
+
+def _separation(pairs: list[tuple[float, Any]]) -> dict[str, float | int]:
+    """Whether the measured times tell the front's members apart: the front's span (slowest
+    over fastest measured median, less one), the timings' own spread (the median
+    interquartile range over its median), and the pairs measured in the other order than
+    predicted, of all pairs."""
+    medians = [timing.median for _, timing in pairs]
+    spreads = sorted((timing.high - timing.low) / timing.median for _, timing in pairs)
+    reversed_pairs = sum(
+        (a[0] - b[0]) * (a[1].median - b[1].median) < 0
+        for index, a in enumerate(pairs)
+        for b in pairs[index + 1 :]
+    )
+    return {
+        "span": max(medians) / min(medians) - 1,
+        "spread": spreads[len(spreads) // 2],
+        "reversed_pairs": int(reversed_pairs),
+        "pairs": len(pairs) * (len(pairs) - 1) // 2,
+    }

@@ -15,6 +15,7 @@ from model_explorer.results.result import (
     save_plain,
 )
 from model_explorer.results.runs import compare_results, merge_results
+from model_explorer.results.units import with_unit
 
 __all__ = [
     "FORMAT",
@@ -28,5 +29,6 @@ __all__ = [
     "merge_results",
     "non_dominated",
     "samples_of",
+    "with_unit",
     "save_plain",
 ]

@@ -249,7 +249,20 @@ def test_a_search_on_latency_records_the_front_predicted_and_measured(
     for member in front:
         timed = member.extra["latency"]
         assert timed["predicted_ms"] == member.values["latency"] and timed["median_ms"] > 0
-    assert result.stats["latency_check"]["members"] == len(front)
+    check = result.stats["latency_check"]
+    assert check["members"] == len(front)
+    # what the measured times can tell apart, counted here from the members' own records
+    medians = [m.extra["latency"]["median_ms"] for m in front]
+    assert check["span"] == pytest.approx(max(medians) / min(medians) - 1)
+    other_order = sum(
+        (a.values["latency"] - b.values["latency"])
+        * (a.extra["latency"]["median_ms"] - b.extra["latency"]["median_ms"])
+        < 0
+        for i, a in enumerate(front)
+        for b in front[i + 1 :]
+    )
+    assert check["reversed_pairs"] == other_order
+    assert f"the front spans {check['span']:.1%} of the measured time" in said
     # the latency command reuses the matching table
     assert main(["latency", str(latency_workload)]) == 0
     assert "matching table, reused" in capsys.readouterr().out
@@ -361,3 +374,20 @@ def test_a_form_the_runtime_refuses_leaves_its_gene_with_its_reason(digits) -> N
     assert any("no INT4 kernels here" in said for said in table.left_out.get("0", []))
     plan = {layer: {"input_bits": 4, "weight_bits": 8} for layer in table.layers}
     assert table.predict(plan) > 0 and table.wholes
+
+
+def test_a_front_inside_the_timings_spread_is_said_to_be_so() -> None:
+    """A latency front spanning 0.7% of the measured time with timings spread 1.2% (the
+    measured order reversed) was reported with no word: the sentence says what the times
+    cannot tell apart."""
+    from model_explorer.reporting import _separated
+
+    said = _separated({"span": 0.007, "spread": 0.012, "reversed_pairs": 2, "pairs": 3})
+    assert said == (
+        "; the front spans 0.7% of the measured time, within twice the timings' own spread "
+        "(1.2% interquartile): latency does not tell these members apart here; 2 of 3 pairs "
+        "measured in the other order than predicted"
+    )
+    assert _separated({"span": 0.4, "spread": 0.01, "reversed_pairs": 0, "pairs": 3}) == (
+        "; the front spans 40.0% of the measured time"
+    )
