@@ -351,3 +351,20 @@ def test_a_result_comes_back_with_the_objects_it_was_searched_on(trained, tmp_pa
     assert evaluate(back.model(best), held, "top1") == best.values["accuracy"]
     with pytest.raises(UserError, match=r"load\(data=.*\): expected an iterable of batches"):
         model_explorer.load(found.path, net, data=3)
+
+
+def test_a_search_of_objects_is_debugged_in_python_and_refused_by_the_commands(
+    trained, tmp_path: Path, capsys
+) -> None:
+    """`found.debug(member)` gives what `model-explorer debug` gives for a workload: a row per
+    quantized layer with its SQNR; the command, which cannot rebuild a model given in Python,
+    says so in one sentence and names `model_explorer.load`."""
+    found = _search(trained, tmp_path)
+    member = found.front[0]
+    report = found.debug(member, runtimes=())
+    assert report.individual == member.id
+    assert {row["layer"] for row in report.rows} == set(found.model(member).layers)
+    assert main(["debug", f"{found.path}#{member.id}", "--no-runtime"]) == 2
+    said = capsys.readouterr().err
+    assert "stands for an object given to model_explorer.search in Python" in said
+    assert "model_explorer.load(RESULTS, model, data)" in said
