@@ -217,9 +217,17 @@ def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progre
     from model_explorer.operations.explore import ExploreOptions, explore
     from model_explorer.operations.pipeline import calibrate_workload
 
-    calibrate_workload(context, if_missing=True)
     options = ExploreOptions(output=str(path), resume=resume, progress=progress)
-    return Search(*explore(workload, options, context=context), context)
+    try:
+        calibrate_workload(context, if_missing=True)
+        return Search(*explore(workload, options, context=context), context)
+    except UserError as error:  # the command line's advice, said as a caller of search does it
+        command = "`model-explorer calibrate WORKLOAD --force`"
+        if command not in str(error):
+            raise
+        calibration = workload.calibration.resolve(workload.calibration.file)
+        said = str(error).replace(command, f"search() after deleting '{calibration}'")
+        raise UserError(said) from None
 
 
 def _free(path: Path) -> Path:

@@ -231,3 +231,27 @@ def test_two_searches_in_one_second_get_two_default_files(
     second = model_explorer.search(small_net(), data=batches(), settings=TINY)
     assert first.path != second.path and second.path.name.endswith("-2.pkl")
     assert second.path.with_name(f"{second.path.stem}_calibration.pt").exists()
+
+
+def test_the_command_lines_advice_is_said_as_a_caller_of_search_follows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A calibration file that does not fit the model (here planted: the sentence the loader
+    says when the file lists other layers) tells a caller of `search` what to do, delete the
+    file beside the result, not to run a command on a workload file."""
+    from model_explorer.operations import pipeline
+
+    def stale(context, **options):  # noqa: ANN001, ANN003, ANN202
+        raise UserError(
+            "workload.calibration.file: 'x' was made for another model: layers ['rnn'] are not "
+            "in this model; recalibrate with `model-explorer calibrate WORKLOAD --force`"
+        )
+
+    monkeypatch.setattr(pipeline, "calibrate_workload", stale)
+    with pytest.raises(UserError) as caught:
+        model_explorer.search(small_net(), data=batches(), output=tmp_path / "b.pkl")
+    said = str(caught.value)
+    assert said.endswith(
+        f"recalibrate with search() after deleting '{tmp_path / 'b_calibration.pt'}'"
+    )
+    assert "model-explorer calibrate" not in said
