@@ -193,7 +193,8 @@ def import_object(
         raise UserError(
             f"{where}: '{path}' stands for an object given to model_explorer.search in Python, "
             "which no command can rebuild; in Python, model_explorer.load(RESULTS, model, data) "
-            "gives the search back (its model, export and debug)"
+            "gives the search back (its model and export; model_explorer.analysis.debug.api."
+            "debug_search debugs it)"
         )
     searched = list(dict.fromkeys(str(Path(f).resolve()) for f in (*folders, os.getcwd())))
     try:

@@ -61,25 +61,6 @@ class Search:
             raise said from None
         return Path(path)
 
-    def debug(
-        self,
-        individual: Individual | int,
-        runtimes: list[str] | tuple[str, ...] = ("onnxruntime",),
-        samples: int | None = 256,
-    ) -> Any:
-        """What `model-explorer debug RESULTS#ID` reports, for a search of objects: per
-        quantized layer its SQNRs in PyTorch and in each of `runtimes` on its exported file
-        (an empty tuple: PyTorch's alone), on the first `samples` exploration samples: the
-        DebugReport (`.rows`, one per layer; `.explaining()`, the layers that explain most of
-        the drop; `model_explorer.analysis.debug.render.text(report)` as the command prints
-        it)."""
-        from model_explorer.analysis.debug.individual import debug_individual
-        from model_explorer.cli.deployment import known_runtimes
-
-        known_runtimes(list(runtimes), "Search.debug(runtimes=...)")
-        chosen = self._individual(individual)
-        return debug_individual(self.context, self.result, chosen, runtimes, samples, "individual")
-
     def save(self, path: str | Path) -> Path:
         """The result file (as `explore` writes it: `report`, notebooks and `--resume` read it)."""
         return self.result.save(path)

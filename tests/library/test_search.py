@@ -356,12 +356,14 @@ def test_a_result_comes_back_with_the_objects_it_was_searched_on(trained, tmp_pa
 def test_a_search_of_objects_is_debugged_in_python_and_refused_by_the_commands(
     trained, tmp_path: Path, capsys
 ) -> None:
-    """`found.debug(member)` gives what `model-explorer debug` gives for a workload: a row per
-    quantized layer with its SQNR; the command, which cannot rebuild a model given in Python,
-    says so in one sentence and names `model_explorer.load`."""
+    """`debug_search(found, member)` gives what `model-explorer debug` gives for a workload: a
+    row per quantized layer with its SQNR; the command, which cannot rebuild a model given in
+    Python, says so in one sentence and names `model_explorer.load`."""
+    from model_explorer.analysis.debug.api import debug_search
+
     found = _search(trained, tmp_path)
     member = found.front[0]
-    report = found.debug(member, runtimes=())
+    report = debug_search(found, member, runtimes=())
     assert report.individual == member.id
     assert {row["layer"] for row in report.rows} == set(found.model(member).layers)
     assert main(["debug", f"{found.path}#{member.id}", "--no-runtime"]) == 2

@@ -1,6 +1,8 @@
 """The debug command as calls: `debug("results/x.pkl#7")` gives the DebugReport of an
 individual, `repair("results/x.pkl#7", target=0.98)` appends its repaired individual to the
-result and says what it raised. The command line runs these."""
+result and says what it raised. The command line runs these. `debug_search(found, member)`
+gives the same report for a search of objects (`model_explorer.search`), which no command can
+rebuild."""
 
 from __future__ import annotations
 
@@ -79,3 +81,21 @@ def repair(
     path = Path(reference.rpartition("#")[0])
     result.save(path)
     return Repaired(record["id"], record, found, cost, goal, path)
+
+
+def debug_search(
+    found: Any,
+    individual: Any,
+    runtimes: list[str] | tuple[str, ...] = ("onnxruntime",),
+    samples: int | None = 256,
+) -> DebugReport:
+    """The DebugReport of a member (or id) of `found`, the Search that `model_explorer.search`
+    or `model_explorer.load` returned: per quantized layer its SQNRs in PyTorch and in each of
+    `runtimes` on its exported file (an empty tuple: PyTorch's alone), on the first `samples`
+    exploration samples; `render.text(report)` prints it as `model-explorer debug` does."""
+    from model_explorer.runtimes import runtime_setting
+
+    for name in runtimes:
+        runtime_setting(name, "debug_search(runtimes=...)")  # an unknown one: one sentence
+    chosen = found._individual(individual)
+    return debug_individual(found.context, found.result, chosen, runtimes, samples, "individual")
