@@ -27,24 +27,15 @@ import resource
 import statistics
 import time
 
-import numpy as np
 import torch
-from prepared import prepared_context
+from prepared import random_candidates
 
 from model_explorer.metrics import evaluate
 from model_explorer.native import ENVIRONMENT_SWITCH
-from model_explorer.operations.rebuild import build_problem
 
 
 def measure(path: str, candidates: int) -> None:
-    workload, context = prepared_context(path)
-    problem = build_problem(context)
-    model = context.build_model()
-    batches = context.batches("exploration")
-    rng = np.random.default_rng(0)
-    genomes = [
-        [rng.integers(v.lower, v.upper + 1) for v in problem.variables] for _ in range(candidates)
-    ]
+    workload, context, problem, model, batches, genomes = random_candidates(path, candidates)
     for genome in genomes:  # every width met once: weights quantized and cached, as mid-search
         problem.evaluate(genome)
     times: dict[str, list[float]] = {"ours": [], "float": [], "eager": [], "activations": []}

@@ -34,11 +34,10 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from prepared import prepared_context
+from prepared import random_candidates
 
 from model_explorer.formats import kernels
 from model_explorer.metrics import evaluate
-from model_explorer.operations.rebuild import build_problem
 from model_explorer.results.statistics import paired_means
 
 ORIGINAL = kernels.native_integer
@@ -219,14 +218,7 @@ def alone(implementations: dict[str, Callable]) -> None:
 
 
 def inside(path: str, implementations: dict[str, Callable], candidates: int) -> None:
-    workload, context = prepared_context(path)
-    problem = build_problem(context)
-    model = context.build_model()
-    batches = context.batches("exploration")
-    rng = np.random.default_rng(0)
-    genomes = [
-        [rng.integers(v.lower, v.upper + 1) for v in problem.variables] for _ in range(candidates)
-    ]
+    workload, context, problem, model, batches, genomes = random_candidates(path, candidates)
     scores: dict[str, list] = {name: [] for name in implementations}
     times: dict[str, list[float]] = {name: [] for name in ["float", *implementations]}
     names = list(times)

@@ -4,6 +4,7 @@ when missing, as `make run` makes them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from model_explorer.context import WorkloadContext
 from model_explorer.memory import keep_freed_memory
@@ -26,3 +27,27 @@ def prepared_context(path: str, overrides: Sequence[str] = ()) -> tuple[Workload
     if workload.calibration is not None:  # a sparsity workload has none
         calibrate_workload(context, if_missing=True)
     return workload, context
+
+
+def random_candidates(path: str, candidates: int) -> tuple[Any, ...]:
+    """(workload, context, problem, float model, exploration batches, genomes): the workload
+    prepared (`prepared_context`), its problem, and `candidates` random genomes of it (seed 0),
+    what the benchmarks that time candidates start from."""
+    import numpy as np
+
+    from model_explorer.operations.rebuild import build_problem
+
+    workload, context = prepared_context(path)
+    problem = build_problem(context)
+    rng = np.random.default_rng(0)
+    genomes = [
+        [rng.integers(v.lower, v.upper + 1) for v in problem.variables] for _ in range(candidates)
+    ]
+    return (
+        workload,
+        context,
+        problem,
+        context.build_model(),
+        context.batches("exploration"),
+        genomes,
+    )
