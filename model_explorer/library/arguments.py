@@ -127,9 +127,10 @@ def check_search(arguments: Mapping[str, Any]) -> None:
             "expected workload settings laid out as under `workload:`, e.g. "
             "{'exploration': {'nsga': {'generations': 5}}}",
         )
-    for flag in ("resume", "progress"):
-        if not isinstance(arguments[flag], bool):
-            raise _said(f, flag, arguments[flag], "expected True or False")
+    if not isinstance(arguments["resume"], bool):
+        raise _said(f, "resume", arguments["resume"], "expected True or False")
+    if arguments["progress"] is not None and not isinstance(arguments["progress"], bool):
+        raise _said(f, "progress", arguments["progress"], "expected True, False or None")
     step = arguments["forward_step"]
     if step is not None and not callable(step):
         raise _said(f, "forward_step", step, "expected a function forward_step(model, batch)")

@@ -115,7 +115,7 @@ def search(
     output: str | Path | None = None,
     settings: Mapping[str, Any] | None = None,
     resume: bool = False,
-    progress: bool = False,
+    progress: bool | None = None,
     forward_step: Callable[[nn.Module, Any], Any] | None = None,
 ) -> Search:
     """Search per-quantizer bit widths (or formats) of `model` with NSGA-II, as `explore` does
@@ -146,7 +146,7 @@ def search(
         settings: any other workload setting, laid out as under `workload:` in a file, e.g.
             `{"exploration": {"nsga": {"generations": 5}}, "problem": {"layer_bounds": ...}}`.
         resume: continue the unfinished result at `output`.
-        progress: show progress bars.
+        progress: show progress bars; None: where someone watches (a terminal, a notebook).
         forward_step: `forward_step(model, batch) -> outputs` where the model is not called
             as `model(inputs)` (or `model(**batch)` for a dict), e.g. pooling a Hugging Face
             encoder's hidden states; it returns a tensor or a tuple of tensors.
@@ -159,7 +159,7 @@ def search(
     workload, path = _placed(body, output, resume)
     roles = _roles(data, calibration, held_out)
     context = ObjectContext(workload, model, roles, forward_step=forward_step)
-    return _run(workload, path, context, resume, progress)
+    return _run(workload, path, context, resume, watched() if progress is None else progress)
 
 
 def _with(body: dict[str, Any], budget: Mapping[str, float] | None, held: bool) -> dict[str, Any]:
@@ -169,6 +169,15 @@ def _with(body: dict[str, Any], budget: Mapping[str, float] | None, held: bool) 
     if held:
         body["reevaluation"] = {"datasets": {"reevaluate": {"type": DATA}}}
     return body
+
+
+def watched() -> bool:
+    """Whether someone watches this process: its standard error a terminal, or a notebook's
+    kernel running it (a search of a real network is minutes without a word otherwise)."""
+    import sys
+
+    interactive = getattr(sys.stderr, "isatty", lambda: False)()
+    return bool(interactive) or "ipykernel" in sys.modules
 
 
 def _roles(data: Any, calibration: Any, held_out: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def batches(count: int = 2, size: int = 20) -> list[tuple[torch.Tensor, torch.Te
             "search(settings=[('exploration', {})]): expected workload settings",
         ),
         ({"maximize": "yes"}, "search(maximize='yes'): expected True, False or None"),
-        ({"progress": "no"}, "search(progress='no'): expected True or False"),
+        ({"progress": "no"}, "search(progress='no'): expected True, False or None"),
         ({"forward_step": 5}, "search(forward_step=5): expected a function"),
         ({"data": torch.zeros(4, 1, 4, 4)}, "search(data=<tensor of shape [4, 1, 4, 4]>)"),
         (
@@ -255,3 +255,26 @@ def test_the_command_lines_advice_is_said_as_a_caller_of_search_follows_it(
         f"recalibrate with search() after deleting '{tmp_path / 'b_calibration.pt'}'"
     )
     assert "model-explorer calibrate" not in said
+
+
+def test_progress_shows_where_someone_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search of a real network is minutes without a word: its bars show by default in a
+    terminal or a notebook, not in a log file or a test, and `progress=` decides where given."""
+    import sys
+
+    from model_explorer.library import search as library
+
+    asked = []
+    monkeypatch.setattr(library, "_run", lambda *arguments: asked.append(arguments[-1]))
+    monkeypatch.setattr(library, "_placed", lambda body, output, resume: (None, Path("x.pkl")))
+    monkeypatch.setattr(library, "ObjectContext", lambda *arguments, **options: None)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    model_explorer.search(small_net(), data=batches())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    model_explorer.search(small_net(), data=batches())
+    model_explorer.search(small_net(), data=batches(), progress=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.setitem(sys.modules, "ipykernel", object())
+    model_explorer.search(small_net(), data=batches())
+    assert asked == [False, True, False, True]
