@@ -44,7 +44,10 @@ def hold(path: Path, where: str) -> Callable[[], None]:
     import fcntl
 
     lock = path.with_name(path.name + ".lock")
-    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise _unwritable(where, lock, error) from None
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
