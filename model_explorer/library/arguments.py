@@ -146,6 +146,24 @@ def _call(inputs: Any, keys: list[str] | None, stepped: bool) -> str:
     return "model(inputs)"
 
 
+def _run_either(model: torch.nn.Module, head: Any, whole: Any) -> None:
+    """`model` on two samples, else on the whole batch (its error then raised)."""
+    from model_explorer.modules import run_on
+
+    with torch.inference_mode():
+        try:
+            run_on(model, head)
+        except UserError:
+            raise
+        except Exception:  # noqa: BLE001 - a model made for its batch size: the whole batch
+            device = next((p.device for p in model.parameters()), torch.device("cpu"))
+            if isinstance(whole, torch.Tensor):
+                run_on(model, whole.to(device))
+            else:
+                moved = (x.to(device) if isinstance(x, torch.Tensor) else x for x in whole)
+                run_on(model, tuple(moved))
+
+
 def check_first_calls(
     model: torch.nn.Module,
     first: Mapping[str, Any],
@@ -153,18 +171,18 @@ def check_first_calls(
     forward_step: Callable | None,
     raw: Mapping[str, Any],
 ) -> None:
-    """`model` (the caller's, called as the batches need) on the first batch of each role;
-    a failure is one sentence naming the argument that gave the batch, what was called, and
-    what to do (`raw`: each role's first batch as the caller's iterable yielded it)."""
-    from model_explorer.modules import run_on
-
-    for role, inputs in first.items():
+    """`model` (the caller's, called as the batches need) on the first batch of each role:
+    two of its samples, and the whole batch where the model refuses two (one made for a batch
+    size of its own); a failure is one sentence naming the argument that gave the batch, what
+    was called, and what to do (`first`: each role's (two samples, whole batch); `raw`: each
+    role's first batch as the caller's iterable yielded it)."""
+    for role, (head, whole) in first.items():
         try:
-            with torch.inference_mode():
-                run_on(model, inputs)
+            _run_either(model, head, whole)
         except UserError:
             raise
         except Exception as error:  # the model's own error, whatever it is
+            inputs = whole
             name = ARGUMENTS.get(role, role)
             call = _call(inputs, keys, forward_step is not None)
             batch = raw[role]

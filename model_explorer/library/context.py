@@ -51,12 +51,14 @@ def check_module(model: Any, where: str = "model") -> nn.Module:
     return model
 
 
-def _head(inputs: Any, device: torch.device) -> Any:
-    """A batch's first two samples on `device` (a tensor, or a tuple of tensors): enough to
+def _head(inputs: Any, device: torch.device, count: int) -> Any:
+    """A batch's first `count` samples on `device` (a tensor, or a tuple of tensors): enough to
     see whether the model takes the batch."""
     if isinstance(inputs, torch.Tensor):
-        return inputs[:2].to(device)
-    return tuple(_head(item, device) if isinstance(item, torch.Tensor) else item for item in inputs)
+        return inputs[:count].to(device)
+    return tuple(
+        _head(item, device, count) if isinstance(item, torch.Tensor) else item for item in inputs
+    )
 
 
 class ObjectContext(WorkloadContext):
@@ -85,8 +87,9 @@ class ObjectContext(WorkloadContext):
         ] = {}  # each role's first batch, as the caller's iterable gave it
         for role in data:
             self._batches_of(role)
-        first = {role: _head(self._batches_of(role)[0][0], self.device) for role in data}
-        check_first_calls(self._probe_model, first, self.keys, forward_step, self._first)
+        first = {role: self._batches_of(role)[0][0] for role in data}
+        moved = {role: (_head(inputs, self.device, 2), inputs) for role, inputs in first.items()}
+        check_first_calls(self._probe_model, moved, self.keys, forward_step, self._first)
 
     def _role(self, role: str) -> str:
         return role if role in self.data else SAME_DATA.get(role, role)

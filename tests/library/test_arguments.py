@@ -278,3 +278,26 @@ def test_progress_shows_where_someone_watches(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "ipykernel", object())
     model_explorer.search(small_net(), data=batches())
     assert asked == [False, True, False, True]
+
+
+class FixedBatch(nn.Module):
+    """A model written for one batch size (its reshape says 20), as research code may be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = small_net()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.view(20, 1, 4, 4))
+
+
+def test_a_model_made_for_its_batch_size_passes_the_first_call() -> None:
+    """The first call tries two samples, then the whole first batch: a model that takes only
+    its own batch size is not refused for it there (the other model refused as before)."""
+    from model_explorer.library.arguments import check_first_calls
+
+    whole = batches()[0][0]
+    first = {"exploration": (whole[:2], whole)}
+    check_first_calls(FixedBatch().eval(), first, None, None, {"exploration": batches()[0]})
+    with pytest.raises(UserError, match=r"search\(data=\.\.\.\): model\(inputs\) failed"):
+        check_first_calls(nn.Linear(5, 3), first, None, None, {"exploration": batches()[0]})
