@@ -35,6 +35,14 @@ from model_explorer.formats.element_types import Element
 # From this many values on a tensor is split across torch's threads.
 THREADED_VALUES = 1 << 17
 
+# Below this many values the integer format is left to its four eager steps, which ATen runs
+# on every core: inside the digits CNN's candidates they were 0.83 ms of 8.8 ahead of the
+# kernel on one thread (p 0.013, 20 candidates paired; ResNet-20 the same within 1 ms), where
+# the kernel alone is ahead on each such tensor (benchmarks/bench_kernel_choices.py,
+# docs/performance.md). The block formats' kernels, whose eager steps are some fifteen, take
+# every size.
+INTEGER_SMALLEST = THREADED_VALUES
+
 # Below this many values a slice with gaps is left to the eager steps: the checks of its layout
 # cost more than they save (7,680 values: 9.9 us against 8.5 us eager; 130,560: 23.8 against
 # 44.3; measured at one thread, benchmarks/bench_formats.py's machine).
@@ -142,7 +150,9 @@ def native_integer(
     tensor, or per channel along `axis`; the result in the strides of `x`, as the eager steps';
     `x` clamped to `bounds` first. `overwrite`: the result written over `x` (where nothing
     reads `x` after: quantization/elision.py), which the kernel does where it lays the result
-    out as `x` (not for rows with gaps)."""
+    out as `x` (not for rows with gaps). None below INTEGER_SMALLEST values."""
+    if x.numel() < INTEGER_SMALLEST:
+        return None
     tail = (float(low), float(high), *(bounds or UNBOUNDED))
     return _elementwise("integer", x, multiplier, divisor, axis, tail, overwrite)
 

@@ -27,6 +27,16 @@ from model_explorer.formats.elements import ELEMENTS
 from model_explorer.formats.integer import apply_quantization, asymmetric_params, quant_params
 from model_explorer.native import ENVIRONMENT_SWITCH
 
+
+@pytest.fixture(autouse=True)
+def integer_kernel_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integer kernel takes tensors of every size here (searches leave those below
+    kernels.INTEGER_SMALLEST values to the eager steps): these tests are about the kernel."""
+    from model_explorer.formats import kernels as _kernels
+
+    monkeypatch.setattr(_kernels, "INTEGER_SMALLEST", 0)
+
+
 # the kernels' own values and calls: skipped with the kernels off (tests/conftest.py)
 pytestmark = pytest.mark.kernels
 
@@ -450,3 +460,18 @@ def test_the_switch_is_read_from_the_environment_as_it_is_now(
     assert not native.enabled()
     monkeypatch.setattr(os, "environ", {})
     assert native.enabled()
+
+
+def test_a_search_leaves_small_integer_tensors_to_the_eager_steps(
+    taken: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below kernels.INTEGER_SMALLEST values the integer format runs its eager steps (ATen's,
+    on every core: faster inside a small model's candidates), from it on the kernel; the
+    values are the formula's either way."""
+    monkeypatch.setattr(kernels, "INTEGER_SMALLEST", 1 << 17)
+    params = quant_params(torch.tensor(1.5), 6)
+    values = hard_values(float(params.multiplier.item()))
+    with torch.inference_mode():
+        for x in (values[: (1 << 17) - 1], values[: 1 << 17]):
+            assert same_bits(apply_quantization(x, params), numpy_formula(x, params))
+    assert taken == [False, True]

@@ -16,6 +16,16 @@ from model_explorer.quantization import QuantizedModel
 from model_explorer.quantization import quantizer as quantizer_module
 from model_explorer.quantization.attention import ActivationProduct
 
+
+@pytest.fixture(autouse=True)
+def integer_kernel_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integer kernel takes tensors of every size here (searches leave those below
+    kernels.INTEGER_SMALLEST values to the eager steps): these tests are about the kernel."""
+    from model_explorer.formats import kernels as _kernels
+
+    monkeypatch.setattr(_kernels, "INTEGER_SMALLEST", 0)
+
+
 PRODUCT_OPERANDS = [f"attention.matmul_{i}.{role}" for i in (0, 1) for role in ("input", "weight")]
 
 

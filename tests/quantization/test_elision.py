@@ -23,6 +23,15 @@ from model_explorer.quantization.spec import QuantizerSpec
 from tests_support import calibrated_digits
 
 
+@pytest.fixture(autouse=True)
+def integer_kernel_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integer kernel takes tensors of every size here (searches leave those below
+    kernels.INTEGER_SMALLEST values to the eager steps): these tests are about the kernel."""
+    from model_explorer.formats import kernels as _kernels
+
+    monkeypatch.setattr(_kernels, "INTEGER_SMALLEST", 0)
+
+
 class EveryCase(nn.Module):
     """Calls skipped (read only by quantized layers): `relu6` (by `b`), the first call of
     `shared` (by `c`), `fork` (by `f` and `g`). Kept: the second call of `shared` (read by `d`
