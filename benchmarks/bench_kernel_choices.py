@@ -1,7 +1,8 @@
 """Would numba or torch.compile do instead of the C kernels (native/fake_quantize.c)? The integer
 format's fake quantization, the kernel every bit-width search runs, in four implementations:
 
-- ours: the C kernel through ctypes (formats/kernels.native_integer);
+- ours: the C kernel through ctypes (formats/kernels.native_integer), which leaves tensors
+  below INTEGER_SMALLEST values to the eager steps; and the kernel on every size;
 - numba: the same loop, `@njit` (one thread) and `@njit(parallel=True)` (from 131,072 values,
   where ours splits across threads too), compiled before any timing;
 - inductor: `torch.compile` of the eager steps (dynamic shapes, so one compilation serves
@@ -124,6 +125,16 @@ def inductor_integer() -> Callable:
         return compiled(x, multiplier, divisor, *bounds)
 
     return run
+
+
+def every_size(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    """Our kernel on tensors of every size (the package leaves those below
+    kernels.INTEGER_SMALLEST values to the eager steps)."""
+    smallest, kernels.INTEGER_SMALLEST = kernels.INTEGER_SMALLEST, 0
+    try:
+        return ORIGINAL(*args, **kwargs)
+    finally:
+        kernels.INTEGER_SMALLEST = smallest
 
 
 def eager_integer(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201, ARG001
@@ -266,6 +277,7 @@ def main() -> None:
     serial, parallel = _numba_functions()
     implementations = {
         "ours": ORIGINAL,
+        "ours, every size": every_size,
         "numba": numba_integer(serial, parallel),
         "inductor": inductor_integer(),
         "eager": eager_integer,
