@@ -151,7 +151,7 @@ def native_integer(
     `x` clamped to `bounds` first. `overwrite`: the result written over `x` (where nothing
     reads `x` after: quantization/elision.py), which the kernel does where it lays the result
     out as `x` (not for rows with gaps). None below INTEGER_SMALLEST values."""
-    if x.numel() < INTEGER_SMALLEST:
+    if not takes(x) or x.numel() < INTEGER_SMALLEST:  # a trace's numel() is no int: takes first
         return None
     tail = (float(low), float(high), *(bounds or UNBOUNDED))
     return _elementwise("integer", x, multiplier, divisor, axis, tail, overwrite)
