@@ -68,12 +68,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 )
 def debug_command(args: argparse.Namespace) -> int:
     from model_explorer.analysis.debug import api, render
-    from model_explorer.cli.deployment import known_runtimes
+    from model_explorer.runtimes import file_runtimes
 
     if args.samples < 1:
         raise UserError(f"--samples: must be a positive number of samples, got {args.samples}")
     runtimes = [] if args.no_runtime else (args.runtime or ["onnxruntime"])
-    known_runtimes(runtimes, "--runtime")  # before anything runs or is written over
+    file_runtimes(runtimes, "--runtime")  # before anything runs or is written over
     report = api.debug(args.individual, args.workload, runtimes, args.samples)
     path = Path(args.individual.rpartition("#")[0])
     prefix = (

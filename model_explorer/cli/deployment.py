@@ -56,8 +56,9 @@ def export_command(args: argparse.Namespace) -> int:
     from model_explorer.context import WorkloadContext
     from model_explorer.operations.deployment_check import check_individual, export_individual
     from model_explorer.results import load_individual
+    from model_explorer.runtimes import file_runtimes
 
-    known_runtimes(args.check or [], "--check")
+    file_runtimes(args.check or [], "--check")
     result, individual = load_individual(args.individual, "RESULTS#ID")
     context = WorkloadContext(_workload(args.workload, result, args.set or ()))
     pack = not args.int8_weights
@@ -80,20 +81,6 @@ def export_command(args: argparse.Namespace) -> int:
         _record_audits(args.individual.rpartition("#")[0], [check])
         return 0 if check.passed else 1
     return 0
-
-
-def known_runtimes(names: list[str], where: str) -> None:
-    """Unknown runtime names or settings are refused before anything is exported."""
-    from model_explorer.runtimes import runtime_setting
-
-    for name in names:
-        runtime, _ = runtime_setting(name, where)
-        if runtime.reads != "onnx":
-            raise UserError(
-                f"{where} {name}: runtime {runtime.name} converts a PyTorch model and cannot run "
-                f"the exported ONNX file; compare the individual in it with --env "
-                f"deployed-{runtime.name}:RESULTS#ID"
-            )
 
 
 def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
@@ -157,8 +144,9 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.deployment_check import check_individual
     from model_explorer.operations.reevaluate import best_feasible, check_same_model
+    from model_explorer.runtimes import file_runtimes
 
-    known_runtimes(args.backend, "--backend")
+    file_runtimes(args.backend, "--backend")
     check_same_model(workload, result)
     context = WorkloadContext(workload)
     chosen = result.pareto_front() if args.front else best_feasible(result, args.count)

@@ -204,6 +204,20 @@ def runtime_setting(name: str, where: str = "--runtime") -> tuple[type[Runtime],
     return found, found.parse_setting(setting, where)
 
 
+def file_runtimes(names: Iterable[str], where: str) -> None:
+    """Each name a runtime that runs an exported ONNX file (`NAME` or `NAME:SETTING`), checked
+    before anything is exported: an unknown one, or one that converts a PyTorch model instead,
+    is one sentence."""
+    for name in names:
+        runtime, _ = runtime_setting(name, where)
+        if runtime.reads != "onnx":
+            raise UserError(
+                f"{where} {name}: runtime {runtime.name} converts a PyTorch model and cannot run "
+                f"the exported ONNX file; compare the individual in it with --env "
+                f"deployed-{runtime.name}:RESULTS#ID"
+            )
+
+
 def open_runtime(name: str, path: Path, where: str = "--runtime") -> Runtime:
     """The ONNX file at `path` activated in the runtime named `name` (`NAME` or
     `NAME:SETTING`)."""

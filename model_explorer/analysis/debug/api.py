@@ -93,9 +93,8 @@ def debug_search(
     or `model_explorer.load` returned: per quantized layer its SQNRs in PyTorch and in each of
     `runtimes` on its exported file (an empty tuple: PyTorch's alone), on the first `samples`
     exploration samples; `render.text(report)` prints it as `model-explorer debug` does."""
-    from model_explorer.runtimes import runtime_setting
+    from model_explorer.runtimes import file_runtimes
 
-    for name in runtimes:
-        runtime_setting(name, "debug_search(runtimes=...)")  # an unknown one: one sentence
+    file_runtimes(runtimes, "debug_search(runtimes=...)")
     chosen = found._individual(individual)
     return debug_individual(found.context, found.result, chosen, runtimes, samples, "individual")
