@@ -151,10 +151,8 @@ def native_integer(
     `x` clamped to `bounds` first. `overwrite`: the result written over `x` (where nothing
     reads `x` after: quantization/elision.py), which the kernel does where it lays the result
     out as `x` (not for rows with gaps). None below INTEGER_SMALLEST values."""
-    if not takes(x) or x.numel() < INTEGER_SMALLEST:  # a trace's numel() is no int: takes first
-        return None
     tail = (float(low), float(high), *(bounds or UNBOUNDED))
-    return _elementwise("integer", x, multiplier, divisor, axis, tail, overwrite)
+    return _elementwise("integer", x, multiplier, divisor, axis, tail, overwrite, INTEGER_SMALLEST)
 
 
 def native_scaled(
@@ -179,13 +177,15 @@ def _elementwise(
     axis: int | None,
     tail: tuple,
     overwrite: bool = False,
+    smallest: int = 0,
 ) -> Tensor | None:
     """`kind`'s kernel over `x` with `first` and `second` per tensor (axis None) or per channel,
     `tail` its last arguments: in the memory of a contiguous or, per tensor, dense `x`, the
     result in its strides; per tensor, a slice of the last axis in any order of the dimensions
     as rows with gaps (`_rows_with_gaps`: an attention's query, its keys transposed), the
-    result dense in the order of `x`'s memory, as the eager steps' results are."""
-    if not takes(x):
+    result dense in the order of `x`'s memory, as the eager steps' results are. None below
+    `smallest` values."""
+    if not takes(x) or x.numel() < smallest:  # a trace's numel() is no int: takes() first
         return None
     rows = order = None
     if not (x.is_contiguous() or (axis is None and _dense(x))):
