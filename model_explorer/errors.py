@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -62,3 +63,16 @@ def missing_extra(error: ModuleNotFoundError, where: str) -> UserError | None:
         f"{where} needs {root}, which is not installed; install it with "
         f"pip install 'model_explorer[{extra}]'"
     )
+
+
+@contextmanager
+def extras_said(where: str) -> Iterator[None]:
+    """A missing optional package inside the block is the UserError of `missing_extra`; any
+    other ModuleNotFoundError is raised as it is."""
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        said = missing_extra(error, where)
+        if said is None:
+            raise
+        raise said from None

@@ -25,7 +25,7 @@ from model_explorer.cli import training as _training  # noqa: F401
 # Explicit imports register the commands.
 from model_explorer.cli import workload as _workload  # noqa: F401
 from model_explorer.cli.common import COMMANDS
-from model_explorer.errors import UserError, missing_extra
+from model_explorer.errors import UserError, extras_said
 from model_explorer.memory import keep_freed_memory
 
 log = logging.getLogger("model_explorer")
@@ -124,18 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        return COMMANDS[args.command].run(args)
+        with extras_said(f"model-explorer {args.command}"):
+            return COMMANDS[args.command].run(args)
     except UserError as error:
         # One line per problem: a workload file reports all of its problems at once.
         for line in str(error).splitlines() or [""]:
             print(f"error: {line}", file=sys.stderr)
         return error.exit_status
-    except ModuleNotFoundError as error:
-        said = missing_extra(error, f"model-explorer {args.command}")
-        if said is None:
-            raise
-        print(f"error: {said}", file=sys.stderr)
-        return said.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

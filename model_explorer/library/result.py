@@ -48,17 +48,12 @@ class Search:
 
     def export(self, individual: Individual | int, path: str | Path, pack: bool = True) -> Path:
         """The individual as a QDQ ONNX file, as `model-explorer export` writes it."""
-        from model_explorer.errors import missing_extra
+        from model_explorer.errors import extras_said
 
-        try:
+        with extras_said("Search.export"):
             from model_explorer.operations.deployment_check import export_individual
 
             export_individual(self.context, self.result, self._individual(individual), path, pack)
-        except ModuleNotFoundError as error:
-            said = missing_extra(error, "Search.export")
-            if said is None:
-                raise
-            raise said from None
         return Path(path)
 
     def save(self, path: str | Path) -> Path:
