@@ -82,9 +82,8 @@ class ObjectContext(WorkloadContext):
         self.keys: list[str] | None = None  # a dict batch's keys, in order
         self._materialised: dict[str, list[Any]] = {}
         self._unlabelled: set[str] = set()
-        self._first: dict[
-            str, Any
-        ] = {}  # each role's first batch, as the caller's iterable gave it
+        # each role's first batch, as the caller's iterable gave it
+        self._first: dict[str, Any] = {}
         for role in data:
             self._batches_of(role)
         first = {role: self._batches_of(role)[0][0] for role in data}

@@ -231,19 +231,25 @@ def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progre
         calibrate_workload(context, if_missing=True)
         return Search(*explore(workload, options, context=context), context)
     except UserError as error:  # the command line's advice, said as a caller of search does it
-        command = "`model-explorer calibrate WORKLOAD --force`"
-        if command not in str(error):
+        from model_explorer.quantization.calibrators import RECALIBRATE
+
+        if RECALIBRATE not in str(error):
             raise
         calibration = workload.calibration.resolve(workload.calibration.file)
-        said = str(error).replace(command, f"search() after deleting '{calibration}'")
+        said = str(error).replace(RECALIBRATE, f"search() after deleting '{calibration}'")
         raise UserError(said) from None
+
+
+def _calibration_beside(path: Path) -> Path:
+    """Where a search of objects keeps its calibration: `<result>_calibration.pt`."""
+    return path.with_name(f"{path.stem}_calibration.pt")
 
 
 def _free(path: Path) -> Path:
     """`path`, or the first of `<stem>-2`, `<stem>-3`, ... that neither a result nor its
     calibration file takes."""
     candidate, number = path, 1
-    while candidate.exists() or candidate.with_name(f"{candidate.stem}_calibration.pt").exists():
+    while candidate.exists() or _calibration_beside(candidate).exists():
         number += 1
         candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
     return candidate
@@ -278,7 +284,5 @@ def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tu
         raise UserError(
             f"output: '{path}' exists; choose another path, or pass resume=True to continue it"
         )
-    body.setdefault("calibration", {}).setdefault(
-        "file", str(path.with_name(f"{path.stem}_calibration.pt"))
-    )
+    body.setdefault("calibration", {}).setdefault("file", str(_calibration_beside(path)))
     return Workload.from_dict({"workload": body}, source=source), path

@@ -20,7 +20,7 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.quantization.attention import ActivationProduct
-from model_explorer.quantization.calibrators import calibrator_from_state
+from model_explorer.quantization.calibrators import RECALIBRATE, calibrator_from_state
 
 CALIBRATION_FORMAT = "model_explorer.calibration"
 # 3: the quantizer settings the file was made with are recorded ("settings").
@@ -130,7 +130,7 @@ def _read(path: Path, where: str) -> dict[str, Any]:
         if not isinstance(data.get(key), dict):
             raise UserError(
                 f"{where}: '{path}' is a damaged calibration file: '{key}' is missing or not a "
-                "mapping; recalibrate with `model-explorer calibrate WORKLOAD --force`"
+                f"mapping; recalibrate with {RECALIBRATE}"
             )
     return data
 
@@ -141,12 +141,12 @@ def _check_settings(model: Any, data: dict[str, Any], path: Path, where: str) ->
         raise UserError(
             f"{where}: '{path}' was made with quantization.operand_quantizers "
             f"{str(not wanted).lower()} and the workload sets {str(wanted).lower()}; "
-            "recalibrate with `model-explorer calibrate WORKLOAD --force`"
+            f"recalibrate with {RECALIBRATE}"
         )
     if "settings" not in data:
         log.warning(
             "%s: made by an older version, the file does not record the quantizer settings it "
-            "was made with; recalibrate with `model-explorer calibrate WORKLOAD --force` to be "
+            f"was made with; recalibrate with {RECALIBRATE} to be "
             "sure it fits",
             path,
         )
@@ -155,7 +155,7 @@ def _check_settings(model: Any, data: dict[str, Any], path: Path, where: str) ->
     if difference is not None:
         raise UserError(
             f"{where}: '{path}' was made with other quantizer settings ({difference}); "
-            "recalibrate with `model-explorer calibrate WORKLOAD --force`"
+            f"recalibrate with {RECALIBRATE}"
         )
 
 
@@ -174,7 +174,7 @@ def load(model: Any, path: Path, where: str) -> dict[str, Any]:
     if mine != theirs:
         raise UserError(
             f"{where}: '{path}' {_signature_difference(mine, theirs)}; recalibrate "
-            "with `model-explorer calibrate WORKLOAD --force`"
+            f"with {RECALIBRATE}"
         )
     device = next(model.model.parameters()).device
     for name, layer in model.layers.items():
@@ -187,7 +187,7 @@ def load(model: Any, path: Path, where: str) -> dict[str, Any]:
             raise UserError(
                 f"{where}: '{path}' is a damaged calibration file: the entry of layer '{name}' "
                 f"is missing or broken ({type(error).__name__}: {error}); recalibrate with "
-                "`model-explorer calibrate WORKLOAD --force`"
+                f"{RECALIBRATE}"
             ) from None
     _restore_operands(model, data, device)
     return data

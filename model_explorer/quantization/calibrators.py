@@ -39,6 +39,10 @@ from model_explorer.schema import (
     validation_problems,
 )
 
+# What to run where a calibration file does not fit it (calibration_file.py, the histogram
+# calibrators); a caller of the Python API is told its own way instead (library/search.py).
+RECALIBRATE = "`model-explorer calibrate WORKLOAD --force`"
+
 CALIBRATORS: Registry[type[Calibrator]] = Registry("calibrator")
 
 C = TypeVar("C", bound="type[Calibrator]")

@@ -19,7 +19,11 @@ from model_explorer.quantization.amax_rules import (
     mse_amax,
     percentile_amax,
 )
-from model_explorer.quantization.calibrators import Calibrator, register_calibrator
+from model_explorer.quantization.calibrators import (
+    RECALIBRATE,
+    Calibrator,
+    register_calibrator,
+)
 from model_explorer.schema import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
 
 
@@ -121,7 +125,7 @@ class HistogramCalibrator(Calibrator):
         if self.negative is None:
             raise UserError(
                 "calibration.file: the file was made before histograms kept the negative side; "
-                "recalibrate with `model-explorer calibrate WORKLOAD --force` for asymmetric "
+                f"recalibrate with {RECALIBRATE} for asymmetric "
                 "quantizers"
             )
         counts = self.histogram.cpu().numpy()  # type: ignore[union-attr]
