@@ -94,19 +94,23 @@ def test_stopping_at_the_front_loses_nothing_the_front_would_gain(digits) -> Non
         assert any(a >= accuracy and c <= cost for a, c in front), (accuracy, cost)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
-def test_every_strategy_resumes_to_the_uninterrupted_result(tmp_path, name: str) -> None:
-    whole = Explorer(Synthetic(), NSGA, seed=4, strategy=strategy(name)).run()
-    path = tmp_path / "checkpoint.pkl"
-    explorer = Explorer(Synthetic(), NSGA, seed=4, result_path=path, strategy=strategy(name))
+def interrupted(explorer: Explorer, generation: int) -> None:
+    """Run `explorer` until it has saved `generation`, then stop it as Ctrl-C would."""
 
-    def stop(generation: int, result: ExplorationResult) -> None:
-        if generation == 2:
+    def stop(done: int, result: ExplorationResult) -> None:
+        if done == generation:
             raise KeyboardInterrupt
 
     explorer.on_generation = stop
     with pytest.raises(KeyboardInterrupt):
         explorer.run()
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_every_strategy_resumes_to_the_uninterrupted_result(tmp_path, name: str) -> None:
+    whole = Explorer(Synthetic(), NSGA, seed=4, strategy=strategy(name)).run()
+    path = tmp_path / "checkpoint.pkl"
+    interrupted(Explorer(Synthetic(), NSGA, seed=4, result_path=path, strategy=strategy(name)), 2)
     problem = Synthetic()
     resumed = Explorer(problem, NSGA, seed=4, strategy=strategy(name))
     resumed.restore(ExplorationResult.load(path))
@@ -293,15 +297,7 @@ def test_a_surrogate_with_a_window_and_kept_kernels_resumes_to_the_same_result(
     whole = Explorer(Synthetic(), nsga, seed=2, strategy=chosen).run()
     assert max(fitted) == 12 and len(whole) > 12  # the window bound
     path = tmp_path / "checkpoint.pkl"
-    explorer = Explorer(Synthetic(), nsga, seed=2, result_path=path, strategy=chosen)
-
-    def stop(generation: int, result: ExplorationResult) -> None:
-        if generation == 3:
-            raise KeyboardInterrupt
-
-    explorer.on_generation = stop
-    with pytest.raises(KeyboardInterrupt):
-        explorer.run()
+    interrupted(Explorer(Synthetic(), nsga, seed=2, result_path=path, strategy=chosen), 3)
     resumed = Explorer(Synthetic(), nsga, seed=2, strategy=chosen)
     resumed.restore(ExplorationResult.load(path))
     assert without_times(resumed.run()) == without_times(whole)
