@@ -219,19 +219,16 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
     title = (
         f"individual {individual.id}"
         if individual is not None
-        else "median member of the Pareto front, whiskers from its lowest to its highest"
+        else "the front's median member, whiskers: lowest to highest"
         if result.feasible()
-        else "median member of the infeasible front (no feasible individual)"
+        else "the infeasible front's median member (none feasible)"
     )
-    axes.set_title(title + (", coloured by the most frequent format" if formats else ""))
-    axes.set_ylabel(
-        "bits per element (scales counted)"
-        if formats
-        else "bits"
-        if "threshold" not in kinds
-        else "value"
-    )
-    axes.legend(handles=_format_legend(palette, kinds) if formats else None, fontsize=8)
+    axes.set_title(title + ("\ncoloured by the most frequent format" if formats else ""))
+    unit = "value" if "threshold" in kinds else "bits"
+    axes.set_ylabel("bits per element (scales counted)" if formats else unit)
+    handles = _format_legend(palette, kinds) if formats else None
+    # beside the bars, not over the whiskers that reach the top
+    axes.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.tight_layout()
     return figure
 
