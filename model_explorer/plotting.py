@@ -221,7 +221,7 @@ def plot_layers(result: ExplorationResult, individual: Individual | None = None)
         if individual is not None
         else "the front's median member, whiskers: lowest to highest"
         if result.feasible()
-        else "the infeasible front's median member (none feasible)"
+        else "the infeasible front's median member (no feasible individual)"
     )
     axes.set_title(title + ("\ncoloured by the most frequent format" if formats else ""))
     unit = "value" if "threshold" in kinds else "bits"
