@@ -243,9 +243,9 @@ INVALID = {
         "only the percentile calibrator takes 'percentile'; set 'method: percentile' or remove",
     ),
     "quantized layer type": (
-        _set("quantization", {"layer_types": ["Conv2d", "LSTM"]}),
+        _set("quantization", {"layer_types": ["Conv2d", "Embedding"]}),
         "workload.quantization.layer_types.1",
-        "got 'LSTM'",
+        "got 'Embedding'",
     ),
     "quantizer bits": (
         _set("quantization", {"weight": {"num_bits": 32}}),

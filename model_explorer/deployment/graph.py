@@ -209,11 +209,15 @@ class QDQGraph:
     def name_products(self) -> None:
         """Name each product after the layer whose weight it reads, so that what a runtime
         reports about its kernels (onnxruntime's optimised graph, OpenVINO's runtime model)
-        names the layers a plan names."""
+        names the layers a plan names. A layer called more than once (a recurrent layer's
+        hidden product, once per time step) names its later products `<layer>/call_<n>`:
+        node names are unique, and `layer_of` reads them back as the layer."""
+        calls: dict[str, int] = {}
         for node in self.graph.node:
             site = self.sites.get(node.input[1]) if len(node.input) > 1 else None
             if node.op_type in KERNELS and site is not None and site.layer:
-                node.name = site.layer
+                count = calls[site.layer] = calls.get(site.layer, 0) + 1
+                node.name = site.layer if count == 1 else f"{site.layer}/call_{count - 1}"
 
     # -- batch norms -----------------------------------------------------------------------
     def fold_batch_norms(self) -> int:

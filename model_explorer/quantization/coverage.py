@@ -163,11 +163,13 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
     from torch import nn
 
     from model_explorer.quantization.quantizer import WeightQuantizer
+    from model_explorer.quantization.recurrent import QuantRecurrent
 
     network = model.model
     owners, types, recurrent = {}, {}, {}
     for name, module in network.named_modules():
-        if isinstance(module, nn.RNNBase):  # counted by its formula: its ops may be one kernel
+        float_recurrent = not isinstance(module, QuantRecurrent)
+        if isinstance(module, nn.RNNBase) and float_recurrent:  # its ops may be one kernel
             recurrent[name] = module
             types[name] = type(module).__name__
             continue

@@ -4,7 +4,8 @@ Convolution and linear layers are swapped for transformed layers with quantizers
 subclasses that keep the float forward, such as MultiheadAttention's
 `NonDynamicallyQuantizableLinear`). `nn.MultiheadAttention` is swapped whole for a
 QuantMultiheadAttention whose projections (and, optionally, activation products) are the
-quantized layers. Layers (and attention modules) that a SparseModel transformed already are not
+quantized layers, and nn.RNN, nn.GRU and nn.LSTM (of exactly these types) for a QuantRNN,
+QuantGRU or QuantLSTM whose input and hidden products are (recurrent.py). Layers (and attention modules) that a SparseModel transformed already are not
 swapped again: they get quantizers attached.
 """
 
@@ -24,16 +25,18 @@ from model_explorer.quantization.own_forward import (
     own_forward_class,
 )
 from model_explorer.quantization.quantizer import TensorQuantizer
+from model_explorer.quantization.recurrent import QUANTIZED, RECURRENT, QuantRecurrent
 
 ATTENTION = "MultiheadAttention"
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
-SWAPPABLE = (*TRANSFORMED_LAYERS, ATTENTION)
+SWAPPABLE = (*TRANSFORMED_LAYERS, ATTENTION, *RECURRENT)
 
 # Modules handled as what they are (never probed as Linear-like): the quantizable types and
 # attention, whose projections are layers of their own.
 QUANTIZABLE_TYPES = (
     *(cls.float_type for cls in TRANSFORMED_LAYERS.values()),
     nn.MultiheadAttention,
+    nn.RNNBase,
     TransformedLayer,
 )
 
@@ -81,15 +84,19 @@ def swap_layers(
     """Swap, in place, the chosen modules of `model` for quantized ones; `make()` gives a
     layer's quantizers, `product()` (when attention products are quantized) a product's."""
     swap = Swap()
-    types = [TRANSFORMED_LAYERS[n] for n in layer_types if n != ATTENTION]
+    types = [TRANSFORMED_LAYERS[n] for n in layer_types if n in TRANSFORMED_LAYERS]
     wanted = {cls.float_type: cls for cls in types}
-    done: list[str] = []  # swapped attention modules: their children are theirs
+    done: list[str] = []  # swapped attention and recurrent modules: their children are theirs
     for name, module in list(model.named_modules()):
         if not name or any(name.startswith(prefix + ".") for prefix in done):
             continue
         if isinstance(module, nn.MultiheadAttention) and ATTENTION in layer_types:
             chosen = [include, exclude]
             _swap_attention(model, name, module, make, product, chosen, swap)
+            done.append(name)
+            continue
+        if type(module) in QUANTIZED and type(module).__name__ in layer_types:
+            _swap_recurrent(model, name, module, make, [include, exclude], swap)
             done.append(name)
             continue
         if isinstance(module, TransformedLayer):  # a SparseModel's: attach quantizers if free
@@ -133,3 +140,25 @@ def _swap_attention(
             swap.layers[full] = quantized
         else:
             quantized.input_quantizer.enabled = quantized.weight_quantizer.enabled = False
+
+
+def _swap_recurrent(
+    model: nn.Module,
+    name: str,
+    module: nn.RNNBase,
+    make: MakeQuantizers,
+    chosen: list[Sequence[str]],
+    swap: Swap,
+) -> None:
+    """Swap one recurrent layer; its products not chosen by `include` / `exclude` (by their
+    names, `rnn.ih_l0`, `rnn.hh_l0`, ...) stay in float."""
+    layer: QuantRecurrent = QuantRecurrent.from_float(module, make)
+    for child, quantized in layer.quantized_layers().items():
+        full = f"{name}.{child}"
+        if selected(full, *chosen):
+            swap.layers[full] = quantized
+        else:
+            quantized.set_quantizers()
+    if any(full.startswith(f"{name}.") for full in swap.layers):
+        set_child(model, name, layer)
+        swap.replaced[name] = module
