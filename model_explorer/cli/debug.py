@@ -82,10 +82,12 @@ def debug_command(args: argparse.Namespace) -> int:
         else path.with_name(f"{path.stem}_debug_{report.individual}")
     )
     prefix.parent.mkdir(parents=True, exist_ok=True)
+    earlier = prefix.with_suffix(".csv").exists()  # a rerun's table replaces the last one's
     table = render.write_csv(report, prefix.with_suffix(".csv"))
     figure = render.plot(report, prefix.with_suffix(".png"))
     print(render.text(report))
-    print(f"wrote {table} and {figure}")
+    said = "replaced the earlier" if earlier else "wrote"
+    print(f"{said} {table} and {figure}" + (" (--output PREFIX keeps both)" if earlier else ""))
     if args.target is not None or args.drop is not None:
         repaired = api.repair(args.individual, args.target, args.drop, args.workload)
         print(render.repair_text(repaired, report))

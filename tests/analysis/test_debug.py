@@ -181,6 +181,10 @@ def test_a_repair_refuses_what_it_need_not_or_cannot_do() -> None:
         repair(_accuracy, _cost, (2,) * 6, [3] * 6, 0.99)
 
 
+def reference_args(reference: str, workload: Path) -> list[str]:
+    return ["debug", reference, "--workload", str(workload)]
+
+
 def test_debug_writes_the_table_and_figure_and_names_the_layers(
     searched, tmp_path: Path, capsys
 ) -> None:
@@ -195,8 +199,15 @@ def test_debug_writes_the_table_and_figure_and_names_the_layers(
     assert prefix.with_suffix(".png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "layers that explain most of the drop" in out
+    assert f"wrote {prefix.with_suffix('.csv')}" in out
     # restoring every layer to float, one at a time, measured against the result's own record
     assert table["restored_accuracy"].max() >= individual.values["accuracy"]
+    # a rerun says that it replaced the table (and how to keep both)
+    rerun = [*reference_args(reference, workload), "--no-runtime", "--output", str(prefix)]
+    assert main(rerun) == 0
+    said = capsys.readouterr().out
+    assert f"replaced the earlier {prefix.with_suffix('.csv')}" in said and "--output" in said
+    assert "onnxruntime_local_db" not in pd.read_csv(prefix.with_suffix(".csv"))
 
 
 @pytest.mark.slow
