@@ -74,9 +74,10 @@ def test_the_runtimes_sqnrs_are_onnxruntimes_qdq_loss_debug(searched, tmp_path: 
     proto = onnx.load(str(path))
     tensors = quantizer_tensors(proto, model)
     assert set(tensors) == set(model.layers)
+    assert all(len(calls) == 1 for calls in tensors.values())  # each layer runs once
     renamed = {
         after: f"{before}{qdq_loss_debug.DEQUANT_OUTPUT_SUFFIX}"
-        for before, after in tensors.values()
+        for ((before, after),) in tensors.values()
     }
     for node in proto.graph.node:
         for names in (node.input, node.output):
@@ -97,7 +98,7 @@ def test_the_runtimes_sqnrs_are_onnxruntimes_qdq_loss_debug(searched, tmp_path: 
                 args[0].detach().numpy().copy()
             )
         )
-        for layer, (before, _) in tensors.items()
+        for layer, ((before, _),) in tensors.items()
     ]
     with torch.no_grad():
         for batch in batches:
@@ -106,7 +107,7 @@ def test_the_runtimes_sqnrs_are_onnxruntimes_qdq_loss_debug(searched, tmp_path: 
         hook.remove()
     matched = qdq_loss_debug.create_activation_matching(activations, floats)
     theirs = qdq_loss_debug.compute_activation_error(matched)
-    for layer, (before, _) in tensors.items():
+    for layer, ((before, _),) in tensors.items():
         assert ours[layer]["local_db"] == pytest.approx(theirs[before]["qdq_err"], abs=0.01)
         assert ours[layer]["accumulated_db"] == pytest.approx(
             theirs[before]["xmodel_err"], abs=0.01

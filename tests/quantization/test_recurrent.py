@@ -297,3 +297,35 @@ def test_a_quantized_lstm_exports_unrolled_and_onnxruntime_agrees(tmp_path: Path
     with torch.no_grad():
         expected = found.model(member)(x)
     torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-5, rtol=0)
+
+
+def test_debug_measures_the_hidden_product_over_every_step(tmp_path: Path) -> None:
+    """The hidden product runs once per time step: its local SQNR is over the inputs of every
+    step (taken here by a plain forward pre-hook and quantized by torch's own operator), in
+    PyTorch and in onnxruntime on the unrolled export, not over the first step's zero state."""
+    pytest.importorskip("onnxruntime")
+    from model_explorer.analysis.debug.api import debug_search
+
+    torch.manual_seed(0)
+    data = [(torch.randn(20, 5, 8), torch.randint(0, 3, (20,))) for _ in range(2)]
+    found = model_explorer.search(
+        Recurrent(nn.LSTM).eval(), data=data, output=tmp_path / "r.pkl", settings=TINY
+    )
+    member = found.front[0]
+    report = debug_search(found, member, samples=20)
+    row = next(r for r in report.rows if r["layer"] == "rnn.hh_l0")
+    quantized = found.model(member)
+    quantizer = quantized.quantizers["rnn.hh_l0.input_quantizer"]
+    seen: list[torch.Tensor] = []
+    hook = quantized.layers["rnn.hh_l0"].register_forward_pre_hook(
+        lambda _, args: seen.append(args[0].clone())
+    )
+    with torch.no_grad():
+        quantized(data[0][0])
+    hook.remove()
+    steps = torch.cat(seen)
+    assert len(seen) == 5 and steps.abs().max() > 0
+    expected = _fake(steps, quantizer.num_bits, float(quantizer.amax))
+    db = 20 * torch.log10(steps.norm() / (steps - expected).norm())
+    assert row["local_db"] == pytest.approx(float(db), abs=0.01)
+    assert row["onnxruntime_local_db"] == pytest.approx(float(db), abs=0.1)

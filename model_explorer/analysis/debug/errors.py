@@ -84,13 +84,16 @@ class LayerErrors:
 
 
 def layer_io(model: Any, layers: dict[str, nn.Module], inputs: Any) -> tuple[dict, Tensor]:
-    """Each layer's (input, output, call arguments) and the network's output, on one batch."""
-    seen: dict[str, tuple[Tensor, Tensor, tuple]] = {}
+    """Each layer's calls, as (input, output, call arguments), and the network's output, on
+    one batch: a layer called more than once (a recurrent layer's hidden product, once per
+    time step; a layer shared by two branches) has every call."""
+    seen: dict[str, list[tuple[Tensor, Tensor, tuple]]] = {}
 
     def keep(name: str, module: nn.Module, args: tuple, output: Any) -> None:
         # copies: a later in-place operator (ReLU(inplace=True)) would change them
-        if name not in seen and args and isinstance(args[0], Tensor):
-            seen[name] = (args[0].detach().clone(), output.detach().clone(), args[1:])
+        if args and isinstance(args[0], Tensor):
+            call = (args[0].detach().clone(), output.detach().clone(), args[1:])
+            seen.setdefault(name, []).append(call)
 
     with module_hooks(model, after=keep, modules=layers.items(), eval_mode=False):
         output = run_on(model, inputs)
@@ -112,19 +115,19 @@ def _alone(model: Any, name: str, x: Tensor, rest: tuple, which: str) -> Tensor:
 
 
 def _add_batch(model: Any, errors: dict[str, LayerErrors], floats: dict, quantized: dict) -> None:
-    """One batch's layer inputs and outputs, float and quantized, into each layer's meters."""
+    """One batch's layer inputs and outputs, float and quantized, call by call, into each
+    layer's meters."""
     for name, layer in model.layers.items():
-        if name not in floats or name not in quantized:
-            continue
         meters = errors[name].meters
-        x_float, y_float, rest = floats[name]
-        x_quantized, y_quantized, _ = quantized[name]
-        after = layer.input_quantizer(x_quantized)
-        meters["local_db"].add(x_quantized, after)
-        meters["accumulated_db"].add(x_float, after)
-        meters["output_db"].add(y_float, y_quantized)
-        meters["weight_only_db"].add(y_float, _alone(model, name, x_float, rest, "weight"))
-        meters["activation_only_db"].add(y_float, _alone(model, name, x_float, rest, "input"))
+        for (x_float, y_float, rest), (x_quantized, y_quantized, _) in zip(
+            floats.get(name, []), quantized.get(name, []), strict=False
+        ):
+            after = layer.input_quantizer(x_quantized)
+            meters["local_db"].add(x_quantized, after)
+            meters["accumulated_db"].add(x_float, after)
+            meters["output_db"].add(y_float, y_quantized)
+            meters["weight_only_db"].add(y_float, _alone(model, name, x_float, rest, "weight"))
+            meters["activation_only_db"].add(y_float, _alone(model, name, x_float, rest, "input"))
 
 
 @torch.no_grad()

@@ -20,25 +20,29 @@ from model_explorer.runtimes import as_input, open_runtime
 RUNTIME_COLUMNS = ("local_db", "accumulated_db")
 
 
-def quantizer_tensors(proto: onnx.ModelProto, model: Any) -> dict[str, tuple[str, str]]:
-    """Layer -> (the tensor its input quantizer reads, the dequantized tensor the layer reads)
-    in an exported file, found by the names export gives a site's nodes (`<quantizer>/Quantize`,
-    `/Dequantize`, a 16-bit type's `/Clip` before them); layers whose input quantizer the file
-    does not hold (off, or moved by the export) are left out."""
+def quantizer_tensors(proto: onnx.ModelProto, model: Any) -> dict[str, list[tuple[str, str]]]:
+    """Layer -> per call of its input quantizer in the file, (the tensor the quantizer reads,
+    the dequantized tensor the layer reads), found by the names export gives a site's nodes
+    (`<quantizer>/Quantize`, `/Dequantize`, a 16-bit type's `/Clip` before them; a later call's
+    `<quantizer>#2/...`, `#3`, ...: a recurrent layer's hidden product, once per time step);
+    layers whose input quantizer the file does not hold (off, or moved by the export) are left
+    out."""
     paths = {id(module): name for name, module in model.named_modules()}
     nodes = {node.name: node for node in proto.graph.node}
     producers = {output: node for node in proto.graph.node for output in node.output}
-    found = {}
+    found: dict[str, list[tuple[str, str]]] = {}
     for layer_name, layer in model.layers.items():
-        site = paths.get(id(layer.input_quantizer))
-        quantize, dequantize = nodes.get(f"{site}/Quantize"), nodes.get(f"{site}/Dequantize")
-        if site is None or quantize is None or dequantize is None:
-            continue
-        before = quantize.input[0]
-        clip = producers.get(before)
-        if clip is not None and clip.name == f"{site}/Clip":
-            before = clip.input[0]
-        found[layer_name] = (before, dequantize.output[0])
+        path = paths.get(id(layer.input_quantizer))
+        for call in range(1, len(nodes) + 1):
+            site = path if call == 1 else f"{path}#{call}"
+            quantize, dequantize = nodes.get(f"{site}/Quantize"), nodes.get(f"{site}/Dequantize")
+            if path is None or quantize is None or dequantize is None:
+                break
+            before = quantize.input[0]
+            clip = producers.get(before)
+            if clip is not None and clip.name == f"{site}/Clip":
+                before = clip.input[0]
+            found.setdefault(layer_name, []).append((before, dequantize.output[0]))
     return found
 
 
@@ -67,7 +71,8 @@ def runtime_errors(
     layers = {name: model.layers[name] for name in tensors}
     with tempfile.TemporaryDirectory(prefix="model_explorer_debug_") as folder:
         file = Path(folder) / "tapped.onnx"
-        onnx.save(tapped(proto, [name for pair in tensors.values() for name in pair]), str(file))
+        names = [name for pairs in tensors.values() for pair in pairs for name in pair]
+        onnx.save(tapped(proto, names), str(file))
         session = open_runtime(runtime, file)
         try:
             for batch in batches:
@@ -75,10 +80,12 @@ def runtime_errors(
                 with model.preserved_settings():
                     model.set_enabled(False)
                     floats, _ = layer_io(model, layers, batch[0])
-                for layer, (before, after) in tensors.items():
-                    meters[layer]["local_db"].add(outputs[before], outputs[after])
-                    if layer in floats:
-                        meters[layer]["accumulated_db"].add(floats[layer][0], outputs[after])
+                for layer, pairs in tensors.items():
+                    calls = floats.get(layer, [])
+                    for index, (before, after) in enumerate(pairs):
+                        meters[layer]["local_db"].add(outputs[before], outputs[after])
+                        if index < len(calls):
+                            meters[layer]["accumulated_db"].add(calls[index][0], outputs[after])
         finally:
             session.deactivate()
     return {layer: {c: m.db for c, m in columns.items()} for layer, columns in meters.items()}

@@ -116,15 +116,14 @@ def layer_sqnr(context: DiagnosisContext) -> dict[str, float]:
             model.set_enabled(False)
             floats, _ = layer_io(model, dict(model.layers), x)
             for name, layer in model.layers.items():
-                if name not in floats:
-                    continue
-                x_float, y_float, rest = floats[name]
-                model.set_enabled(True, [f"{name}.input_quantizer", f"{name}.weight_quantizer"])
-                # through the layer's own forward: a subclass's (TensorFlow's SAME padding)
-                # pads first
-                found = channel_powers(y_float, layer(x_float, *rest))
-                model.set_enabled(False)
-                sums = powers.setdefault(name, [torch.zeros_like(p) for p in found])
-                for total, part in zip(sums, found, strict=True):
-                    total += part
+                for x_float, y_float, rest in floats.get(name, []):  # every call of the layer
+                    quantizers = [f"{name}.input_quantizer", f"{name}.weight_quantizer"]
+                    model.set_enabled(True, quantizers)
+                    # through the layer's own forward: a subclass's (TensorFlow's SAME padding)
+                    # pads first
+                    found = channel_powers(y_float, layer(x_float, *rest))
+                    model.set_enabled(False)
+                    sums = powers.setdefault(name, [torch.zeros_like(p) for p in found])
+                    for total, part in zip(sums, found, strict=True):
+                        total += part
     return {name: channel_db(*sums) for name, sums in powers.items()}
