@@ -151,6 +151,14 @@ def report_coverage(context: WorkloadContext, model: QuantizedModel) -> Coverage
             named,
             context.workload.quantization.coverage_warning,
         )
+    threshold = context.workload.quantization.coverage_warning
+    unread = [module for module in coverage.unread if module.share > threshold]
+    if unread:
+        log.warning(
+            "weights that no product reads stay in float whatever the plan (lookups such as "
+            "embeddings: no layer quantizes them yet): %s of the model's weight elements",
+            ", ".join(f"{m.name} ({m.type}, {m.share:.1%})" for m in unread),
+        )
     return coverage
 
 

@@ -7,8 +7,10 @@ that reads a parameter of two or more dimensions, or a tensor computed from one 
 standardised weight), by the module owning the parameter; a second pass with the quantizers as
 they are counts those whose weight operand is still the float one (a weight quantizer's output
 is no longer the parameter's). A layer the swap did not find, whatever its type, shows up as
-float MACs under its name. `Coverage` is plain data (a result file's `problem.coverage`); torch
-is imported only to measure.
+float MACs under its name. Weights that no product reads (an embedding's lookup table, a
+positional parameter added to activations) are no MACs: they are named apart, with their share
+of the model's weight elements (`unread`). `Coverage` is plain data (a result file's
+`problem.coverage`); torch is imported only to measure.
 """
 
 from __future__ import annotations
@@ -30,13 +32,27 @@ class FloatLayer:
 
 
 @dataclass
+class UnreadWeights:
+    """A module whose weights no product reads (an embedding's lookup table, a positional
+    parameter added to activations): in float whatever the plan. `share` is of the model's
+    weight elements (parameters of two or more dimensions)."""
+
+    name: str
+    type: str
+    elements: int
+    share: float
+
+
+@dataclass
 class Coverage:
     """`quantized_macs` of `total_macs` weight MACs run on quantized weights; `float_layers`
-    are the modules whose weights do not, largest first."""
+    are the modules whose weights do not, largest first; `unread` the modules whose weights no
+    product reads, largest first."""
 
     total_macs: int
     quantized_macs: int
     float_layers: list[FloatLayer] = field(default_factory=list)
+    unread: list[UnreadWeights] = field(default_factory=list)
 
     @property
     def share(self) -> float:
@@ -47,14 +63,15 @@ class Coverage:
         return f"{self.share:.1%} of the weight MACs run on quantized weights"
 
     def statement(self, limit: int = 5) -> str:
-        """One line: the share and the largest float layers."""
+        """One line: the share, the largest float layers and the largest weights that no
+        product reads."""
         said = self.headline
-        if not self.float_layers:
-            return said
-        named = [f"{layer.name} ({layer.type}, {layer.share:.1%})" for layer in self.float_layers]
-        more = len(named) - limit
-        tail = f" and {more} more" if more > 0 else ""
-        return f"{said}; in float: {', '.join(named[:limit])}{tail}"
+        if self.float_layers:
+            said += f"; in float: {_named(self.float_layers, limit)}"
+        if self.unread:
+            unread = _named(self.unread, limit, " of the weights")
+            said += f"; weights no product reads, in float: {unread}"
+        return said
 
     def warned(self, threshold: float, excluded: Callable[[str, str], bool]) -> list[FloatLayer]:
         """The float layers above `threshold` of the MACs that the workload did not exclude
@@ -68,7 +85,8 @@ class Coverage:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Coverage:
         layers = [FloatLayer(**layer) for layer in data["float_layers"]]
-        return cls(data["total_macs"], data["quantized_macs"], layers)
+        unread = [UnreadWeights(**module) for module in data.get("unread", [])]  # older files
+        return cls(data["total_macs"], data["quantized_macs"], layers, unread)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,7 +94,14 @@ class Coverage:
             "quantized_macs": self.quantized_macs,
             "share": self.share,
             "float_layers": [asdict(layer) for layer in self.float_layers],
+            "unread": [asdict(module) for module in self.unread],
         }
+
+
+def _named(modules: Sequence[Any], limit: int, of: str = "") -> str:
+    named = [f"{m.name or '<the model>'} ({m.type}, {m.share:.1%}{of})" for m in modules]
+    more = len(named) - limit
+    return ", ".join(named[:limit]) + (f" and {more} more" if more > 0 else "")
 
 
 def plan_coverage(rows: Sequence[Any], plan: dict[str, Any]) -> Coverage:
@@ -118,6 +143,7 @@ def _counter() -> type:
             self.tracked = dict(owners)
             self.alive: list[Tensor] = []
             self.macs: dict[str, int] = {}
+            self.unread: set[str] = set()  # read by something else than a product
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             kwargs = kwargs or {}
@@ -136,6 +162,8 @@ def _counter() -> type:
                 for tensor in _tensors(out):
                     self.tracked[id(tensor)] = owners[0]
                     self.alive.append(tensor)
+            else:
+                self.unread.update(owners)
             return out
 
         def forget(self, tensor: Any) -> None:
@@ -166,7 +194,7 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
     from model_explorer.quantization.recurrent import QuantRecurrent
 
     network = model.model
-    owners, types, recurrent = {}, {}, {}
+    owners, types, recurrent, elements = {}, {}, {}, {}
     for name, module in network.named_modules():
         float_recurrent = not isinstance(module, QuantRecurrent)
         if isinstance(module, nn.RNNBase) and float_recurrent:  # its ops may be one kernel
@@ -176,14 +204,24 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
         for parameter in module.parameters(recurse=False):
             if parameter.dim() >= 2:
                 owners[id(parameter)] = name
+                elements[name] = elements.get(name, 0) + parameter.numel()
                 own = getattr(module, "own_type", None) or getattr(module, "float_type", None)
                 types[name] = (own or type(module)).__name__
     with model.preserved_settings():
         model.set_enabled(False)
-        total = _count(owners, run, [], recurrent)
+        counted = _count(owners, run, [], recurrent)
     quantizers = [m for m in network.modules() if isinstance(m, WeightQuantizer)]
-    left = _count(owners, run, quantizers, recurrent)
+    left = _count(owners, run, quantizers, recurrent).macs
+    total = counted.macs
     total_macs = sum(total.values())
+    all_elements = sum(elements.values())
+    unread = sorted(
+        (
+            UnreadWeights(name, types[name], elements[name], elements[name] / all_elements)
+            for name in counted.unread - set(total)
+        ),
+        key=lambda module: -module.elements,
+    )
     float_layers = sorted(
         (
             FloatLayer(name, types[name], macs, macs / total_macs if total_macs else 0.0)
@@ -192,7 +230,7 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
         ),
         key=lambda layer: -layer.macs,
     )
-    return Coverage(total_macs, total_macs - sum(left.values()), float_layers)
+    return Coverage(total_macs, total_macs - sum(left.values()), float_layers, unread)
 
 
 def _count(
@@ -200,10 +238,11 @@ def _count(
     run: Callable[[], Any],
     quantizers: Sequence[Any],
     recurrent: dict[str, Any],
-) -> dict:
-    """Weight MACs by owner during `run()`: products reading a tracked weight (until one of
-    `quantizers` turned it into a quantized one), and every call of a `recurrent` layer (no
-    quantizer stands for their weights: they run in float)."""
+) -> Any:
+    """The counter after `run()`: its weight MACs by owner (`macs`), of products reading a
+    tracked weight (until one of `quantizers` turned it into a quantized one) and of every
+    call of a `recurrent` layer that runs in float (torch's kernel), and the owners whose
+    weights something else than a product read (`unread`: lookups)."""
     from model_explorer.cost.layers import recurrent_macs
 
     counter = _counter()(owners)
@@ -226,4 +265,4 @@ def _count(
     finally:
         for handle in handles:
             handle.remove()
-    return counter.macs
+    return counter

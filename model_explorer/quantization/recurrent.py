@@ -61,7 +61,8 @@ class RecurrentProduct(TransformedLayer, nn.Linear):
         return F.linear(x, weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"weight_{self.product}: in_features={self.in_features}, out_features={self.out_features}"
+        sizes = f"in_features={self.in_features}, out_features={self.out_features}"
+        return f"weight_{self.product}: {sizes}"
 
 
 class QuantRecurrent:

@@ -5,8 +5,9 @@ subclasses that keep the float forward, such as MultiheadAttention's
 `NonDynamicallyQuantizableLinear`). `nn.MultiheadAttention` is swapped whole for a
 QuantMultiheadAttention whose projections (and, optionally, activation products) are the
 quantized layers, and nn.RNN, nn.GRU and nn.LSTM (of exactly these types) for a QuantRNN,
-QuantGRU or QuantLSTM whose input and hidden products are (recurrent.py). Layers (and attention modules) that a SparseModel transformed already are not
-swapped again: they get quantizers attached.
+QuantGRU or QuantLSTM whose input and hidden products are (recurrent.py). Layers (and
+attention modules) that a SparseModel transformed already are not swapped again: they get
+quantizers attached.
 """
 
 from __future__ import annotations

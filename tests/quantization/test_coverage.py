@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 import yaml
@@ -110,3 +111,40 @@ def test_calibrate_states_the_coverage_and_the_result_file_records_it(
     assert main(["cost", workload, "--individual", f"{result}#{front}"]) == 0
     assert "quantization coverage: " in (out := capsys.readouterr().out)
     assert "in float: 7 (Conv2d, " in out
+
+
+class Tokens(nn.Module):
+    """A lookup table, a positional parameter added to activations, and one linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(50, 8)
+        self.position = nn.Parameter(torch.randn(6, 8))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embedding(tokens) + self.position).mean(1)
+
+
+def test_weights_no_product_reads_are_named_with_their_share_of_the_weights() -> None:
+    torch.manual_seed(0)
+    model = QuantizedModel(Tokens())
+    tokens = torch.randint(0, 50, (4, 6))
+    model.calibrate([tokens], method="max")
+    with torch.no_grad():
+        coverage = weight_coverage(model, lambda: model(tokens))
+    weights = 50 * 8 + 6 * 8 + 3 * 8  # the parameters of two dimensions
+    assert coverage.share == 1.0 and coverage.total_macs == 4 * 6 * 3 * 8
+    assert [(m.name, m.type, m.elements) for m in coverage.unread] == [
+        ("embedding", "Embedding", 400),
+        ("", "Tokens", 48),  # the model's own positional parameter
+    ]
+    assert coverage.unread[0].share == pytest.approx(400 / weights)
+    said = coverage.statement()
+    assert (
+        f"weights no product reads, in float: embedding (Embedding, {400 / weights:.1%} of" in said
+    )
+    assert Coverage.from_dict(coverage.to_dict()) == coverage
+    older = {k: v for k, v in coverage.to_dict().items() if k != "unread"}  # an older result
+    assert Coverage.from_dict(older).unread == []
+    assert "<the model> (Tokens, " in said

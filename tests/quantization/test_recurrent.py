@@ -165,7 +165,9 @@ def test_a_gru_quantizes_its_inputs_and_states_as_the_documented_equations() -> 
     quantized = QuantizedModel(Last(copy.deepcopy(layer)))
     quantized.calibrate([_sequence(layer) for _ in range(2)], method="max")
     _all_bits(quantized, 4)
-    quantized.set_enabled(False, [n for n in quantized.quantizers if n.endswith("weight_quantizer")])
+    quantized.set_enabled(
+        False, [n for n in quantized.quantizers if n.endswith("weight_quantizer")]
+    )
     amax = {n: float(q.amax) for n, q in quantized.quantizers.items() if q.amax is not None}
     x = _sequence(layer)
     h = torch.zeros(3, 10)
@@ -173,7 +175,9 @@ def test_a_gru_quantizes_its_inputs_and_states_as_the_documented_equations() -> 
     with torch.no_grad():
         for step in x:
             gi = nn.functional.linear(
-                _fake(step, 4, amax["rnn.ih_l0.input_quantizer"]), layer.weight_ih_l0, layer.bias_ih_l0
+                _fake(step, 4, amax["rnn.ih_l0.input_quantizer"]),
+                layer.weight_ih_l0,
+                layer.bias_ih_l0,
             )
             gh = nn.functional.linear(
                 _fake(h, 4, amax["rnn.hh_l0.input_quantizer"]), layer.weight_hh_l0, layer.bias_hh_l0
