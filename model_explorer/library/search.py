@@ -247,12 +247,14 @@ def _calibration_beside(path: Path) -> Path:
 
 def _free(path: Path) -> Path:
     """`path`, or the first of `<stem>-2`, `<stem>-3`, ... that neither a result nor its
-    calibration file takes."""
-    candidate, number = path, 1
-    while candidate.exists() or _calibration_beside(candidate).exists():
-        number += 1
-        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
-    return candidate
+    calibration file takes (`claim` then creates it, or the next, exclusively)."""
+    from model_explorer.operations.result_file import numbered_names
+
+    return next(
+        name
+        for name in numbered_names(path)
+        if not name.exists() and not _calibration_beside(name).exists()
+    )
 
 
 def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tuple[Any, Path]:

@@ -4,6 +4,7 @@ file; unfinished results tell a run still writing from one that stopped."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -195,6 +196,14 @@ def _unwritable(where: str, path: Path, error: OSError) -> UserError:
     return UserError(f"{where}: cannot write '{path}' ({reason}); choose a writable path")
 
 
+def numbered_names(path: Path) -> Iterator[Path]:
+    """`path`, then `<stem>-2<suffix>`, `<stem>-3<suffix>`, ...: the names a default result
+    name takes in turn when the earlier ones are taken."""
+    yield path
+    for number in itertools.count(2):
+        yield path.with_name(f"{path.stem}-{number}{path.suffix}")
+
+
 def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> Path:
     """Create the result file exclusively, holding an empty unfinished result of `workload`
     (as results store it). With `numbered` (a default name), a name already taken gets the
@@ -203,8 +212,7 @@ def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> P
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _unwritable(where, path, error) from None
-    candidate, number = path, 1
-    while True:
+    for candidate in numbered_names(path):
         try:
             with open(candidate, "xb"):
                 pass
@@ -214,8 +222,6 @@ def claim(path: Path, workload: dict[str, Any], where: str, numbered: bool) -> P
                 raise UserError(
                     f"{where}: '{candidate}' exists; choose another path or pass --resume"
                 ) from None
-            number += 1
-            candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
         except OSError as error:
             raise _unwritable(where, candidate, error) from None
     try:
