@@ -22,11 +22,11 @@ from pathlib import Path
 from bench_search_quality import Run, best_within, hypervolume, mean_sd, search
 from prepared import prepared_context
 
-from model_explorer.context import WorkloadContext
 from model_explorer.operations.explore import measure_baseline, minimum_accuracy
 from model_explorer.operations.pipeline import calibrate_workload
 from model_explorer.operations.rebuild import build_problem
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 # Candidate defaults: method/activation grid -> the `--set` overrides that make them.
 SETTINGS = {

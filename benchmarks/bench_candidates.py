@@ -30,7 +30,7 @@ import time
 import torch
 from prepared import random_candidates
 
-from model_explorer.metrics import evaluate
+from model_explorer.metrics.functions import evaluate
 from model_explorer.native import ENVIRONMENT_SWITCH
 
 

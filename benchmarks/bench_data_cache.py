@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from model_explorer.context import WorkloadContext
-from model_explorer.metrics import evaluate
-from model_explorer.workload import Workload
+from model_explorer.metrics.functions import evaluate
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def median_seconds(function, repeats: int) -> float:

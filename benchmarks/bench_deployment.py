@@ -20,9 +20,9 @@ import torch
 from bench_quantized_forward import build, interleaved_medians, sample_shape
 
 from model_explorer.deployment.export import export_qdq
-from model_explorer.onnx_export import export_onnx
+from model_explorer.deployment.runtimes import describe_kernels, open_runtime
 from model_explorer.quantization import QuantizedModel
-from model_explorer.runtimes import describe_kernels, open_runtime
+from model_explorer.tracing.onnx_export import export_onnx
 
 
 def quantized(
@@ -91,9 +91,9 @@ def accuracy_gap(workload: Path, weights: str | None) -> None:
     import numpy as np
     import yaml
 
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.pipeline import calibrate_workload
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     data = yaml.safe_load(workload.read_text())
     body = data["workload"]

@@ -16,10 +16,10 @@ import time
 import torch
 from prepared import prepared_context
 
-from model_explorer.context import WorkloadContext
-from model_explorer.metrics import evaluate
+from model_explorer.metrics.functions import evaluate
 from model_explorer.operations.explore import ExploreOptions, explore
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def interleaved_times(context: WorkloadContext, result) -> tuple[float, float]:

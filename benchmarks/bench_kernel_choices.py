@@ -38,7 +38,7 @@ import torch
 from prepared import random_candidates
 
 from model_explorer.formats import kernels
-from model_explorer.metrics import evaluate
+from model_explorer.metrics.functions import evaluate
 from model_explorer.results.statistics import paired_means
 
 ORIGINAL = kernels.native_integer

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from prepared import prepared_context
 
-from model_explorer.context import WorkloadContext
 from model_explorer.operations.explore import ExploreOptions, explore
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from prepared import prepared_context
 
-from model_explorer.context import WorkloadContext
 from model_explorer.datasets import DatasetSpec
 from model_explorer.exploration.runners import RunnerSpec
 from model_explorer.operations.explore import ExploreOptions, explore
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def heavy(workload: Workload, generations: int) -> Workload:

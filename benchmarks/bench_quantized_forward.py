@@ -20,9 +20,9 @@ import time
 
 import torch
 
+from model_explorer.deployment.toolchains import modelopt_config
 from model_explorer.models import MODELS, create_model
 from model_explorer.quantization import QuantizedModel
-from model_explorer.quantization.export import modelopt_config
 
 
 def interleaved_medians(variants: dict, repeats: int) -> dict[str, float]:

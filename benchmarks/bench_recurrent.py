@@ -48,8 +48,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     x = torch.randn(args.batch, args.steps, 40)  # 40 filterbank features per frame
-    print(f"{args.batch} sequences of {args.steps} steps, hidden {args.hidden}; threads "
-          f"{torch.get_num_threads()}")
+    print(
+        f"{args.batch} sequences of {args.steps} steps, hidden {args.hidden}; threads "
+        f"{torch.get_num_threads()}"
+    )
     for kind in (nn.LSTM, nn.GRU):
         layer = kind(40, args.hidden, num_layers=2, batch_first=True).eval()
         quantized = QuantizedModel(Last(copy.deepcopy(layer)))
@@ -57,9 +59,9 @@ def main() -> None:
         with torch.no_grad():
             fused = _median(lambda layer=layer: layer(x))
             quantized.set_enabled(False)
-            off = _median(lambda: quantized(x))
+            off = _median(lambda q=quantized: q(x))
             quantized.set_enabled(True)
-            on = _median(lambda: quantized(x))
+            on = _median(lambda q=quantized: q(x))
         print(
             f"{kind.__name__}: torch's kernel {fused * 1e3:.2f} ms; open, quantizers off "
             f"{off * 1e3:.2f} ms ({off / fused:.2f}x); int8 {on * 1e3:.2f} ms ({on / fused:.2f}x)"

@@ -63,7 +63,7 @@ from prepared import prepared_context
 
 from model_explorer.exploration.explorer import Explorer
 from model_explorer.exploration.strategies import STRATEGIES, StrategySpec, build_strategy
-from model_explorer.metrics import higher_is_better
+from model_explorer.metrics.functions import higher_is_better
 from model_explorer.operations.explore import (
     measure_baseline,
     minimum_accuracy,
@@ -284,7 +284,7 @@ def judge_held_out(  # noqa: ANN201
     """Every run's front scored on the workload's reevaluation data, which no search selects
     on (each distinct configuration once, across calls sharing `scores`); returns the float
     model's score there."""
-    from model_explorer.metrics import score as scored
+    from model_explorer.metrics.functions import score as scored
 
     scores = {} if scores is None else scores
     batches, metric = context.batches("reevaluate"), context.workload.metric

@@ -22,7 +22,7 @@ import torch
 from prepared import prepared_context
 from scipy.stats import spearmanr
 
-from model_explorer.metric_classes import kl_per_sample
+from model_explorer.metrics.classes import kl_per_sample
 
 
 def stacked(cache) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001

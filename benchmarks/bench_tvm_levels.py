@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from bench_quantized_forward import build, interleaved_medians, sample_shape
 
-from model_explorer.runtimes.tvm import compile_relax
+from model_explorer.deployment.runtimes.tvm import compile_relax
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ class Scoring:
     """
 
     def __init__(self, metric: Any = "top1") -> None:
-        from model_explorer.metrics import create_metric
+        from model_explorer.metrics.functions import create_metric
 
         self.metric = metric
         self.name = metric if isinstance(metric, str) else metric.type
@@ -67,7 +67,7 @@ class Scoring:
 
     def value(self, model: torch.nn.Module, batches: Iterable[tuple[Any, Any]]) -> float:
         """The metric over every batch, in its own direction (as the benchmark's tables)."""
-        from model_explorer.metrics import create_metric
+        from model_explorer.metrics.functions import create_metric
 
         metric = create_metric(self.metric)
         with torch.no_grad():
@@ -82,7 +82,7 @@ class Scoring:
         if not self.label_free:
             ignore = -100 if self.ignore_index is None else self.ignore_index
             return F.cross_entropy(output, targets, ignore_index=ignore)
-        from model_explorer.metric_classes import KLDivergence
+        from model_explorer.metrics.classes import KLDivergence
 
         values = self._kind.per_sample(output.float(), targets.float())
         if values.requires_grad or not output.requires_grad:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from model_explorer.context import WorkloadContext
 from model_explorer.memory import keep_freed_memory
 from model_explorer.operations.pipeline import calibrate_workload
-from model_explorer.retraining import train_baseline
-from model_explorer.workload import Workload
+from model_explorer.operations.retraining import train_baseline
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def prepared_context(path: str, overrides: Sequence[str] = ()) -> tuple[Workload, WorkloadContext]:

@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "UserError": "model_explorer.errors",
-    "Workload": "model_explorer.workload",
-    "load_workload": "model_explorer.workload",
-    "WorkloadContext": "model_explorer.context",
+    "Workload": "model_explorer.workload.file",
+    "load_workload": "model_explorer.workload.file",
+    "WorkloadContext": "model_explorer.workload.context",
     "build_model": "model_explorer.models",
     "create_model": "model_explorer.models",
     "register_model": "model_explorer.models",
@@ -22,13 +22,13 @@ _LAZY = {
     "build_loader": "model_explorer.datasets",
     "register_dataset": "model_explorer.datasets",
     "TensorCache": "model_explorer.datasets",
-    "evaluate": "model_explorer.metrics",
-    "create_metric": "model_explorer.metrics",
-    "train": "model_explorer.training",
-    "search": "model_explorer.library.search",
-    "load": "model_explorer.library.search",
-    "quantize": "model_explorer.library.quantize",
-    "calibrate": "model_explorer.library.quantize",
+    "evaluate": "model_explorer.metrics.functions",
+    "create_metric": "model_explorer.metrics.functions",
+    "train": "model_explorer.training.loop",
+    "search": "model_explorer.api.search",
+    "load": "model_explorer.api.search",
+    "quantize": "model_explorer.api.quantize",
+    "calibrate": "model_explorer.api.quantize",
 }
 
 __all__ = ["__version__", *_LAZY]

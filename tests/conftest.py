@@ -75,9 +75,9 @@ def digits_workload(folder: Path, checkpoint: Path) -> Path:
 
 def train_digits(folder: Path) -> tuple[Path, Path]:
     """(workload file, checkpoint): the default workload's baseline trained into `folder`."""
-    from model_explorer.context import WorkloadContext
-    from model_explorer.retraining import train_baseline
-    from model_explorer.workload import Workload
+    from model_explorer.operations.retraining import train_baseline
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     workload_file = digits_workload(folder, folder / "baseline.pt")
     train_baseline(WorkloadContext(Workload.load(workload_file), device="cpu"), progress=False)

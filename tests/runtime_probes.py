@@ -95,12 +95,12 @@ def _probe_file(path: Path) -> np.ndarray:
 @cache
 def integer_products(runtime: str) -> str:
     """EXACT, SATURATING, or 'unavailable: <the runtime's sentence>' for `runtime` (a name of
-    model_explorer.runtimes.RUNTIMES) on this processor, against onnx's reference
+    model_explorer.deployment.runtimes.RUNTIMES) on this processor, against onnx's reference
     evaluator of the same file."""
     from onnx.reference import ReferenceEvaluator
 
+    from model_explorer.deployment.runtimes import open_runtime
     from model_explorer.errors import UserError
-    from model_explorer.runtimes import open_runtime
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "probe.onnx"
@@ -129,8 +129,8 @@ def default_precision(runtime: str) -> str:
         # below AVX2 (ONEDNN_MAX_CPU_ISA=AVX on a bf16 processor) its bf16 compile does not
         # fail but crashes the process: not tried where f32 cannot run already
         return integer_products(runtime)
+    from model_explorer.deployment.runtimes import open_runtime
     from model_explorer.errors import UserError
-    from model_explorer.runtimes import open_runtime
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "probe.onnx"

@@ -341,7 +341,7 @@ def test_a_quantizer_axis_outside_its_tensor_is_refused(case, tiny, tmp_path, ca
 
 def test_evaluate_says_when_every_output_is_nan(tiny, tiny_calibration, tmp_path, capsys) -> None:
     from model_explorer.models import build_model, save_checkpoint
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     model = build_model(Workload.from_dict(tiny).model)
     with torch.no_grad():

@@ -91,7 +91,7 @@ def _stopped_placeholder(tmp_path: Path, workload: Path, owner_pid: int) -> Path
     """What a run killed before its first save leaves: its claimed, empty result file."""
     from model_explorer.operations.explore import result_path
     from model_explorer.operations.result_file import SearchDefinition
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     loaded = Workload.load(workload)
     path = tmp_path / result_path(loaded, None)
@@ -338,7 +338,7 @@ def test_a_minimum_the_baseline_misses_is_said_at_the_start_and_wherever_a_front
     """digits_cnn with random weights (about 10% top-1) against a 0.65 minimum: nothing can be
     feasible; the run says so first, and the console, report.md and front.png do not call the
     infeasible individuals a Pareto front."""
-    from model_explorer.plotting import plot_front, plot_layers
+    from model_explorer.reports.plots import plot_front, plot_layers
     from model_explorer.results import ExplorationResult
 
     tiny["workload"]["exploration"]["minimum_accuracy"] = 0.65

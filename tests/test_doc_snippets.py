@@ -35,8 +35,8 @@ def pages(language: str) -> list[str]:
 
 
 def _digits_model(workload_file: Path) -> Any:
-    from model_explorer.context import WorkloadContext
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     return WorkloadContext(Workload.load(workload_file), device="cpu").build_model()
 
@@ -92,9 +92,9 @@ MADE_BY_THE_PAGE = {"python-api.md": ["results/my_search.pkl"]}
 def project(searched, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
     """A reader's project folder: workloads/digits_cnn.yaml (trained weights), a search's
     result under the names the pages use, and the energy table of energy-analysis."""
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.energy import analyze_energy, write_energy_csv
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     folder = tmp_path_factory.mktemp("reader")
     workload_file, result = searched
@@ -147,8 +147,8 @@ def _under_workload(fragment: dict[str, Any]) -> dict[str, Any]:
 def test_a_pages_yaml_is_a_valid_workload_part(page: str) -> None:
     """Each YAML block, put into the default workload, validates; one whose comment says it
     lists the defaults gives the section the model's own defaults."""
-    from model_explorer.library.search import _merged  # a section's keys merged one by one
-    from model_explorer.workload import Workload
+    from model_explorer.api.search import _merged  # a section's keys merged one by one
+    from model_explorer.workload.file import Workload
 
     base = yaml.safe_load(DEFAULT_WORKLOAD.read_text())
     for index, code in enumerate(blocks(page, "yaml")):

@@ -32,7 +32,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     expected = {Path(page).with_suffix(".html").name for page in _nav_pages()}
     assert expected <= pages, expected - pages
     reference = (site / "reference.html").read_text()
-    assert "model_explorer.library.search.search" in reference  # read from the docstrings
+    assert "model_explorer.api.search.search" in reference  # read from the docstrings
     assert "Args" in reference or "Parameters" in reference
 
 
@@ -114,7 +114,7 @@ def _plain(cell: str) -> str:
 
 
 def test_a_key_without_a_description_fails_the_build() -> None:
-    from model_explorer.schema import Spec
+    from model_explorer.schema.specs import Spec
 
     class Planted(Spec):
         described: int = 1
@@ -184,7 +184,7 @@ def test_a_public_name_without_a_docstring_fails_the_build() -> None:
         page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="reference.md"))
         with pytest.raises(hook.MissingDocstring, match="Planted.forward"):
             hook.on_page_markdown("::: model_explorer.planted.Planted\n", page, None, None)
-        assert hook.undocumented("model_explorer.library.search.search") == []
+        assert hook.undocumented("model_explorer.api.search.search") == []
     finally:
         sys.modules.pop("model_explorer.planted")
 
@@ -209,9 +209,9 @@ def test_a_typed_section_lists_every_entrys_options() -> None:
 
 
 def test_the_workload_table_links_each_section_to_its_own() -> None:
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
-    table = _hook().sections_table("workload", "model_explorer.workload:Workload")
+    table = _hook().sections_table("workload", "model_explorer.workload.file:Workload")
     keys = [_plain(line.split("|")[1]) for line in table.splitlines()[2:]]
     assert keys == [f"workload.{name}" for name in Workload.model_fields]
     sections = "metric problem model quantization sparsity calibration energy_evaluation"

@@ -14,13 +14,13 @@ from scipy.special import softmax
 from scipy.stats import entropy
 
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.datasets import TensorCache
-from model_explorer.metrics import create_metric, score
-from model_explorer.plotting import plot_front
-from model_explorer.reporting import write_report
+from model_explorer.metrics.functions import create_metric, score
+from model_explorer.reports.plots import plot_front
+from model_explorer.reports.text import write_report
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def _pair(seed: int = 0, shape: tuple[int, ...] = (40, 6)) -> tuple[torch.Tensor, torch.Tensor]:

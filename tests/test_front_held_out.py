@@ -14,12 +14,12 @@ import torch
 from test_results_analysis import synthetic_result
 
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.operations.held_out import score_front_held_out
 from model_explorer.operations.rebuild import rebuild_problem
-from model_explorer.reporting import held_out_summary, pareto_table, selection_note
+from model_explorer.reports.text import held_out_summary, pareto_table, selection_note
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def with_baseline(points: list[dict[str, float]], baseline: float, maximize: bool = True):  # noqa: ANN201

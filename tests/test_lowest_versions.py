@@ -24,7 +24,7 @@ PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand", "platformdirs")
 CHECK = """
 import importlib.metadata as metadata
 import sys
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 from model_explorer.errors import WorkloadError
 for name in sys.argv[1:]:
     print(metadata.version(name))

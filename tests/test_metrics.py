@@ -9,7 +9,14 @@ from torch import nn
 
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
-from model_explorer.metrics import METRICS, MetricSpec, all_finite, create_metric, evaluate, score
+from model_explorer.metrics.functions import (
+    METRICS,
+    MetricSpec,
+    all_finite,
+    create_metric,
+    evaluate,
+    score,
+)
 
 
 def test_hand_worked_top_k() -> None:
@@ -95,7 +102,7 @@ def test_metric_registry_rejects_unknown_names() -> None:
 def test_agreement_top5_counts_the_float_class_among_the_five_highest() -> None:
     """Hand-made scores: the float class is the quantized top-1 in sample 0, fifth in sample
     1 and sixth in sample 2: 2 of 3 agree at top 5, 1 of 3 at top 1."""
-    from model_explorer.metrics import evaluate
+    from model_explorer.metrics.functions import evaluate
 
     reference = torch.zeros(3, 8)
     reference[:, 7] = 1.0  # the float model says class 7 everywhere

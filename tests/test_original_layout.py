@@ -18,7 +18,7 @@ from model_explorer.datasets.digits import digits_split_indices
 from model_explorer.errors import WorkloadError
 from model_explorer.models import build_model
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 
 
 def imagenet(path: str, kind: str, **keys) -> dict:
@@ -127,7 +127,7 @@ def digits_layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Digit
 
 def test_every_original_key_is_accepted_with_its_meaning(digits_layout, caplog) -> None:
     path, _ = digits_layout
-    with caplog.at_level(logging.INFO, logger="model_explorer.workload"):
+    with caplog.at_level(logging.INFO, logger="model_explorer.workload.file"):
         workload = Workload.load(path)
     assert workload.metric.type == "top1"  # classification_accuracy: argmax == label
     train = workload.retraining.datasets.train

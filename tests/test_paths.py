@@ -14,10 +14,10 @@ from conftest import REPOSITORY
 from model_explorer.analysis.diagnose.base import Finding
 from model_explorer.analysis.diagnose.diagnosis import write_recommended_workload
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import WorkloadError
 from model_explorer.operations.explore import result_path
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def _project(folder: Path, layout: str) -> Path:

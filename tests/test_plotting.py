@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from conftest import REPOSITORY
-from model_explorer import plotting
 from model_explorer.cli import main
 from model_explorer.cost.energy import analytic_energy
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.models import create_model
+from model_explorer.reports import plots as plotting
 from model_explorer.results import ExplorationResult, samples_of
 from tests_support import Synthetic, notebook_project, run_in_project
 
@@ -224,7 +224,7 @@ def test_one_hypervolume_from_the_problem_alone_in_the_api_report_and_plots(
     """The reference point is the problem's (the minimum accuracy; 10 quantizers at 8 bits =
     80 weighted bits), the front's area above it is computed here by a sweep, and the box to
     (accuracy 1, cost 0) normalises it; report.md and convergence.png give the same number."""
-    from model_explorer.reporting import write_report
+    from model_explorer.reports.text import write_report
 
     result = ExplorationResult.load(digits_result)
     minimum = next(c["minimum"] for c in result.problem["constraints"] if c["name"] == "accuracy")
@@ -333,7 +333,7 @@ def test_the_front_plot_and_report_show_each_members_interval(digits_result: Pat
     held-out data, and the report's table has both interval columns."""
     from scipy import stats
 
-    from model_explorer.reporting import pareto_table
+    from model_explorer.reports.text import pareto_table
     from model_explorer.results.statistics import unpack_hits
 
     result = ExplorationResult.load(digits_result)

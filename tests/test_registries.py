@@ -35,7 +35,7 @@ from model_explorer.exploration import Explorer
 from model_explorer.exploration.algorithms import ALGORITHMS, AlgorithmSpec
 from model_explorer.exploration.runners import RUNNERS, Runner, RunnerSpec, build_runner
 from model_explorer.exploration.spec import NSGASpec
-from model_explorer.metrics import METRICS, MetricSpec, create_metric
+from model_explorer.metrics.functions import METRICS, MetricSpec, create_metric
 from model_explorer.models import create_model
 from model_explorer.operations.energy import write_energy_csv
 from model_explorer.problems import PROBLEMS

@@ -10,12 +10,12 @@ import torch
 import yaml
 
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.operations.pipeline import calibrate_workload
 from model_explorer.operations.rebuild import build_problem
+from model_explorer.operations.retraining import load_retrained, retrain_individuals
 from model_explorer.results import ExplorationResult
-from model_explorer.retraining import load_retrained, retrain_individuals
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 @pytest.fixture(scope="module")

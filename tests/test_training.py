@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import model_explorer.retraining as retraining
-import model_explorer.training as training
+import model_explorer.operations.retraining as retraining
+import model_explorer.training.loop as training
 from conftest import train_digits
-from model_explorer.context import WorkloadContext
 from model_explorer.models import load_checkpoint
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def test_default_workload_trains_to_95_percent_test_accuracy(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import yaml
 
 from model_explorer.cli import main
 from model_explorer.errors import UserError
-from model_explorer.metrics import MetricSpec, create_metric
+from model_explorer.metrics.functions import MetricSpec, create_metric
 from model_explorer.results import ExplorationResult
 
 MODULE = '''

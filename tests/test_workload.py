@@ -11,7 +11,7 @@ import yaml
 
 from conftest import REPOSITORY, write_workload
 from model_explorer.errors import WorkloadError
-from model_explorer.workload import Workload, dataset_spec
+from model_explorer.workload.file import Workload, dataset_spec
 
 ORIGINAL_TEMPLATE = Path(__file__).parent / "data" / "original_template.yaml"
 

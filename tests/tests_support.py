@@ -183,9 +183,9 @@ def calibrated_digits(trained_digits: tuple[Path, Path], folder: Path) -> tuple[
     checkpoint, its calibration file in `folder`, exploration batches of 40."""
     import yaml
 
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.pipeline import calibrate_workload
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     workload_file, checkpoint = trained_digits
     data = yaml.safe_load(workload_file.read_text())

@@ -7,12 +7,12 @@ and gets a table of every key of that model (nested sections expanded, a section
 `type` shown as one key), with its type, its default and its description: the docstring under
 the field (`use_attribute_docstrings`). A field without one fails the build. Two more markers:
 
-    <!-- types workload.metric: model_explorer.metrics:MetricSpec -->
+    <!-- types workload.metric: model_explorer.metrics.functions:MetricSpec -->
 
 the options each registered entry of a typed section takes beside its `type` (one table, a
 group of rows per entry, the other forms of names last), and
 
-    <!-- sections workload: model_explorer.workload:Workload -->
+    <!-- sections workload: model_explorer.workload.file:Workload -->
 
 one row per key with its sections unexpanded, each linking to the page's heading "The `name:`
 keys", which the build's anchor check then requires."""
@@ -80,7 +80,7 @@ def _rows(prefix: str, model: Any, given: Any = None, expand: bool = True) -> li
     values are the defaults shown."""
     from pydantic_core import PydanticUndefined
 
-    from model_explorer.schema import Spec, TypedSpec
+    from model_explorer.schema.specs import Spec, TypedSpec
 
     rows = []
     for name, field in model.model_fields.items():
@@ -170,7 +170,7 @@ def type_name(annotation: Any) -> str:
     if origin is dict:
         return "mapping"
     if isinstance(annotation, type):
-        from model_explorer.schema import Spec
+        from model_explorer.schema.specs import Spec
 
         if issubclass(annotation, Spec):
             return "section"

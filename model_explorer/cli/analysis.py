@@ -17,7 +17,7 @@ from model_explorer.cli.common import (
     registered_input_shape,
 )
 from model_explorer.errors import UserError
-from model_explorer.roles import DATASET_ROLES
+from model_explorer.schema.roles import DATASET_ROLES
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def _workload_samples(args: argparse.Namespace) -> tuple[Any, Any]:
     """--workload: its model (--quantized: calibrated) and the samples of --input-data, else
     those of its --dataset."""
     from model_explorer.analysis.hooks import dataset_samples
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
@@ -349,7 +349,7 @@ def compare_command(args: argparse.Namespace) -> int:
         workload_samples,
         write_comparison,
     )
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload, device="cpu")  # the cuda environment moves its own copy

@@ -64,7 +64,7 @@ def registered_input_shape(name: str) -> tuple[int, ...] | None:
 
 
 def load_workload(args: argparse.Namespace) -> Any:
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     return Workload.load(args.workload, overrides=getattr(args, "set", None) or ())
 

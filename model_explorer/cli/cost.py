@@ -109,12 +109,12 @@ def _energy_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     help="per-layer DRAM accesses and energy to CSV",
 )
 def energy_analysis_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.energy import (
         analyze_energy,
         default_csv_path,
         write_energy_csv,
     )
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
@@ -170,9 +170,9 @@ def _blocks_arguments(parser: argparse.ArgumentParser) -> None:
     help="block counts of the sparsified layers' inputs",
 )
 def blocks_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.sparsity_report import present_blocks, total_blocks
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
@@ -209,7 +209,7 @@ def _cost_model(args: argparse.Namespace):  # noqa: ANN202
                 f"--input-shape: give the input shape of '{args.model}', e.g. 1 3 224 224"
             )
         return model.eval(), tuple(shape), args.model
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)

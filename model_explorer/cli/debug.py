@@ -68,7 +68,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 )
 def debug_command(args: argparse.Namespace) -> int:
     from model_explorer.analysis.debug import api, render
-    from model_explorer.runtimes import file_runtimes
+    from model_explorer.deployment.runtimes import file_runtimes
 
     if args.samples < 1:
         raise UserError(f"--samples: must be a positive number of samples, got {args.samples}")

@@ -53,10 +53,10 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     "scales. Runtimes run 8-bit layers on integer kernels.",
 )
 def export_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.deployment.runtimes import file_runtimes
     from model_explorer.operations.deployment_check import check_individual, export_individual
     from model_explorer.results import load_individual
-    from model_explorer.runtimes import file_runtimes
+    from model_explorer.workload.context import WorkloadContext
 
     file_runtimes(args.check or [], "--check")
     result, individual = load_individual(args.individual, "RESULTS#ID")
@@ -85,7 +85,7 @@ def export_command(args: argparse.Namespace) -> int:
 
 def _workload(path: str | None, result: Any, overrides: Any = ()) -> Any:
     from model_explorer.operations.reevaluate import check_same_model
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     if path is None:
         where = "the result's stored workload"
@@ -140,11 +140,11 @@ def evaluate_deployed(workload: Any, result: Any, args: argparse.Namespace) -> i
     one row per individual in a CSV file; their audits kept beside the result file."""
     import pandas as pd
 
-    from model_explorer.context import WorkloadContext
+    from model_explorer.deployment.runtimes import file_runtimes
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.deployment_check import check_individual
     from model_explorer.operations.reevaluate import best_feasible, check_same_model
-    from model_explorer.runtimes import file_runtimes
+    from model_explorer.workload.context import WorkloadContext
 
     file_runtimes(args.backend, "--backend")
     check_same_model(workload, result)

@@ -23,7 +23,7 @@ def _datasets() -> Any:
 
 
 def _metrics() -> Any:
-    from model_explorer.metrics import METRICS
+    from model_explorer.metrics.functions import METRICS
 
     return METRICS
 
@@ -90,7 +90,7 @@ def _environments() -> Any:
 
 
 def _runtimes() -> Any:
-    from model_explorer.runtimes import RUNTIMES
+    from model_explorer.deployment.runtimes import RUNTIMES
 
     return RUNTIMES
 

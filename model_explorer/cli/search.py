@@ -39,7 +39,7 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def explore_command(args: argparse.Namespace) -> int:
     from model_explorer.operations.explore import ExploreOptions, Interrupted, explore
-    from model_explorer.reporting import (
+    from model_explorer.reports.text import (
         cost_summary,
         coverage_summary,
         front_command,
@@ -82,7 +82,7 @@ def explore_command(args: argparse.Namespace) -> int:
         print(line)
     print(f"result: {path}")
     if args.report:
-        from model_explorer.reporting import write_report
+        from model_explorer.reports.text import write_report
 
         written = write_report(result, path.with_name(f"{path.stem}_report"), path)
         print(f"report: {written[-1]}")
@@ -100,7 +100,7 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
     help="plots and a report.md of a result file",
 )
 def report_command(args: argparse.Namespace) -> int:
-    from model_explorer.reporting import write_report
+    from model_explorer.reports.text import write_report
     from model_explorer.results import ExplorationResult
 
     path = Path(args.results)
@@ -171,7 +171,7 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
         from model_explorer.cli.deployment import evaluate_deployed
 
         return evaluate_deployed(workload, result, args)
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
     context = WorkloadContext(workload)
     table = reevaluate(workload, result, args.count, context, front=args.front)
@@ -197,8 +197,8 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
 
 
 def _evaluate_retrained(workload, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from model_explorer.context import WorkloadContext
-    from model_explorer.retraining import load_retrained
+    from model_explorer.operations.retraining import load_retrained
+    from model_explorer.workload.context import WorkloadContext
 
     context = WorkloadContext(workload)
     for path in args.retrained:

@@ -41,8 +41,8 @@ def _retrain_arguments(parser: argparse.ArgumentParser) -> None:
     help="train the float baseline (--baseline) or fine-tune individuals of a result",
 )
 def retrain_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
-    from model_explorer.retraining import train_baseline
+    from model_explorer.operations.retraining import train_baseline
+    from model_explorer.workload.context import WorkloadContext
 
     if not args.baseline:
         return retrain_individuals_command(args)
@@ -68,9 +68,9 @@ def retrain_command(args: argparse.Namespace) -> int:
 
 
 def retrain_individuals_command(args: argparse.Namespace) -> int:
+    from model_explorer.operations.retraining import retrain_individuals
     from model_explorer.results import ExplorationResult
-    from model_explorer.retraining import retrain_individuals
-    from model_explorer.workload import dataset_spec
+    from model_explorer.workload.file import dataset_spec
 
     if args.results is None or args.output_dir is None:
         raise UserError(

@@ -13,7 +13,7 @@ from model_explorer.cli.common import (
     format_accuracy,
     load_workload,
 )
-from model_explorer.roles import DATASET_ROLES
+from model_explorer.schema.roles import DATASET_ROLES
 
 
 def _validate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def validate_command(args: argparse.Namespace) -> int:
     workload = load_workload(args)
     energy = workload.energy_evaluation
     if energy is not None and energy.input_shape is not None:
-        from model_explorer.context import WorkloadContext
+        from model_explorer.workload.context import WorkloadContext
 
         key = workload.key("energy_evaluation.input_shape")
         WorkloadContext(workload).check_input_shape(energy.input_shape, key)
@@ -78,7 +78,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     help="accuracy of the workload's float model",
 )
 def evaluate_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)
@@ -154,9 +154,9 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     help="calibrate the quantizers and write calibration.file",
 )
 def calibrate_command(args: argparse.Namespace) -> int:
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.pipeline import calibrate_workload, report_coverage
     from model_explorer.quantization.calibrators import CALIBRATORS
+    from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)
     context = WorkloadContext(workload)

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset, TensorDataset
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.files import ArrayFile
 from model_explorer.errors import UserError
-from model_explorer.schema import Spec
+from model_explorer.schema.specs import Spec
 
 
 class ArraysOptions(Spec):

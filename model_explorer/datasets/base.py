@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
-from model_explorer.paths import missing_path_text
-from model_explorer.registry import Registry
-from model_explorer.schema import NonNegativeInt, PositiveInt, Rejected, TypedSpec
+from model_explorer.schema.paths import missing_path_text
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import NonNegativeInt, PositiveInt, Rejected, TypedSpec
 
 log = logging.getLogger(__name__)
 

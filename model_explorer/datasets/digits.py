@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
-from model_explorer.schema import NonNegativeInt, Spec
+from model_explorer.schema.specs import NonNegativeInt, Spec
 
 # Shares of the 1797 images in the train / validation / test splits (stratified by class).
 SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}

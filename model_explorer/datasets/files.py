@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from model_explorer.errors import UserError
-from model_explorer.paths import resolve_path
+from model_explorer.schema.paths import resolve_path
 
 SUFFIXES = (".npz", ".npy", ".h5", ".hdf5")
 # How each kind of file starts: a file that does not is named as what it is not.

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.shards import ShardStream, expand_shards
 from model_explorer.datasets.vision import IMAGENET_MEAN, IMAGENET_STD, open_image_folder
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 
 
 class ImageNetOptions(Spec):

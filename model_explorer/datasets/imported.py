@@ -18,8 +18,8 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DATASETS, DatasetSpec
 from model_explorer.errors import UserError
-from model_explorer.registry import call_user_code
-from model_explorer.schema import Spec
+from model_explorer.schema.registry import call_user_code
+from model_explorer.schema.specs import Spec
 
 
 class ImportedDatasetOptions(Spec):

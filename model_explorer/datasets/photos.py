@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 
 # The photographs of skimage/data (synthetic test patterns, text and line art left out) and of
 # scikit-learn, in the order the splits count them.

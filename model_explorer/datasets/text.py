@@ -22,8 +22,8 @@ from torch.utils.data import Dataset, TensorDataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
-from model_explorer.paths import resolve_path
-from model_explorer.schema import NonNegativeInt, PositiveInt, Spec
+from model_explorer.schema.paths import resolve_path
+from model_explorer.schema.specs import NonNegativeInt, PositiveInt, Spec
 
 SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2}
 

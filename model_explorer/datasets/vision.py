@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.errors import UserError
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)

@@ -222,7 +222,7 @@ class FidelityAudit:
         """The audit of one file: `asked` per layer (asked_precisions), the file's `facts`
         (file_facts), each runtime's kernels (`Kernel`s, as Runtime.kernels lists them) and,
         per runtime label, the operators its integer kernels need a quantized output for."""
-        from model_explorer.runtimes import layer_of
+        from model_explorer.deployment.runtimes import layer_of
 
         rows = {layer: LayerRow(layer, wanted) for layer, wanted in asked.items()}
         for run, kernels in runs.items():
@@ -317,7 +317,7 @@ def audit_export(
     """The audit of the file at `path`, exported from `model` (a QuantizedModel with the
     individual's plan in effect), from what each runtime ran it with: (label as on the
     command line, version, its `kernels()`) per runtime."""
-    from model_explorer.runtimes import runtime_setting
+    from model_explorer.deployment.runtimes import runtime_setting
 
     asked = asked_precisions(model)
     collected: dict[RuntimeRun, list[Any]] = {}

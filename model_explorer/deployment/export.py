@@ -21,14 +21,14 @@ from model_explorer.deployment.graph import QDQGraph
 from model_explorer.deployment.inplace import drop_copy_backs
 from model_explorer.errors import UserError, first_line
 from model_explorer.fileio import atomic_path
-from model_explorer.onnx_export import (
+from model_explorer.quantization.coverage import Coverage
+from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
+from model_explorer.tracing.onnx_export import (
     drop_marker_domain,
     mark,
     marker_index,
     trace_marked,
 )
-from model_explorer.quantization.coverage import Coverage
-from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
 
 OPSET = 21  # INT4/UINT4 and blocked DequantizeLinear
 # The TorchScript exporter's highest; the operators it writes are the same at 21 (opset 21 only
@@ -205,7 +205,7 @@ def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:
     inside, and then fails or, worse, reshapes a batch of 2 into one sample. Checked by running
     a batch of 2 where onnxruntime is installed (unoptimised: the graph as written): it must
     give 2 outputs."""
-    from model_explorer.runtimes import RuntimeUnavailable, runtime_setting
+    from model_explorer.deployment.runtimes import RuntimeUnavailable, runtime_setting
 
     try:
         runtime_class, setting = runtime_setting("onnxruntime:disabled")
@@ -213,20 +213,18 @@ def _check_free_batch(proto: onnx.ModelProto, example: Tensor) -> None:
     except RuntimeUnavailable:
         return
     one = example[:1].detach().to("cpu", torch.float32).numpy()
-    with tempfile.TemporaryDirectory(prefix="model_explorer_batch_") as folder:
+    with tempfile.TemporaryDirectory(prefix="model_explorer_batch_") as folder, runtime:
         path = Path(folder) / "batch.onnx"
         onnx.save(proto, str(path))
         try:
             runtime.activate(path)
             runtime.run(one)
         except Exception:  # noqa: BLE001 - a graph onnxruntime cannot run is not this check's to judge
-            runtime.deactivate()
             return
         try:
             batch = runtime.run(one.repeat(2, axis=0)).shape[:1]
         except Exception:  # noqa: BLE001
             batch = ()
-        runtime.deactivate()
     if tuple(batch) != (2,):
         raise UserError(
             "the exported graph runs on a batch of 1 but not of 2: the model's code reads the "

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from model_explorer.errors import UserError
-from model_explorer.registry import Registry
-from model_explorer.schema import PositiveInt, Spec, TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import PositiveInt, Spec, TypedSpec
 
 if TYPE_CHECKING:
     from pymoo.core.crossover import Crossover

@@ -12,7 +12,7 @@ from model_explorer.datasets.base import DatasetSpec
 from model_explorer.exploration.algorithms import AlgorithmSpec
 from model_explorer.exploration.runners.base import RunnerSpec
 from model_explorer.exploration.strategies import StrategySpec
-from model_explorer.schema import Fraction, PositiveFloat, PositiveInt, Spec
+from model_explorer.schema.specs import Fraction, PositiveFloat, PositiveInt, Spec
 
 
 class NSGASpec(Spec):

@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from model_explorer.registry import Registry
-from model_explorer.schema import PositiveInt, Spec, TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import PositiveInt, Spec, TypedSpec
 
 DEFAULT = "surrogate"
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from model_explorer.formats.element_types import ELEMENTS
 from model_explorer.formats.forms import E8M0, QDQForm, modelopt_bits, modelopt_dynamic_blocks
 from model_explorer.formats.registry import FormatFamily, Placement, register_format
-from model_explorer.schema import Bits, PositiveInt, Spec
+from model_explorer.schema.specs import Bits, PositiveInt, Spec
 
 if TYPE_CHECKING:
     from torch import Tensor

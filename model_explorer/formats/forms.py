@@ -1,6 +1,6 @@
 """How a format is written for other toolchains, as plain data its family declares: modelopt's
 quantizer attributes and the ONNX QDQ storage (LiteRT's quantize/dequantize operators are the
-integer kind of it). The writers (quantization/export.py, deployment/encodings.py) read these and
+integer kind of it). The writers (deployment/toolchains.py, deployment/encodings.py) read these and
 never ask which family a format is, so a new family brings its forms along; no torch here."""
 
 from __future__ import annotations
@@ -8,7 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from model_explorer.errors import UserError
 from model_explorer.formats.element_types import ELEMENTS
+
+# The elements ONNX's float8 tensors hold (FLOAT8E4M3FN, FLOAT8E5M2).
+ONNX_FLOAT8 = ("e4m3", "e5m2")
 
 # modelopt's spelling of MX's shared E8M0 scale: 8 exponent bits, no mantissa.
 E8M0 = (8, 0)
@@ -33,6 +37,25 @@ class QDQForm:
     group_size: int | None = None
     element: str | None = None
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        """A form the writers could not write is refused where it is made (a family's
+        `qdq_form`, probed when the family is registered), in one sentence."""
+        wanted = {"float8": ("element",), "integer_groups": ("bits", "group_size")}
+        missing = [
+            name for name in wanted.get(self.storage or "", ()) if getattr(self, name) is None
+        ]
+        if missing:
+            raise UserError(
+                f"a QDQ form of storage '{self.storage}' needs {' and '.join(missing)}; give "
+                "them, or declare QDQForm.none(reason) where the format has no such form"
+            )
+        if self.storage == "float8" and self.element not in ONNX_FLOAT8:
+            typed = ", ".join(ONNX_FLOAT8)
+            raise UserError(
+                f"a float8 QDQ form needs an element ONNX has a type for ({typed}), not "
+                f"'{self.element}'; declare QDQForm.none(reason) for this format"
+            )
 
     @classmethod
     def none(cls, reason: str) -> QDQForm:

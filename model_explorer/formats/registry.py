@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from model_explorer.errors import UserError, did_you_mean
 from model_explorer.formats.forms import QDQForm
-from model_explorer.registry import Registry
+from model_explorer.schema.registry import Registry
 
 if TYPE_CHECKING:  # the registry and the costs load without torch (results in a notebook)
     from torch import Tensor
@@ -112,10 +112,27 @@ def register_format(options: Any) -> Any:
     pydantic model of its options."""
 
     def decorator(cls: type[FormatFamily]) -> type[FormatFamily]:
-        FORMATS.register(cls.name, options=options)(cls())
+        family = cls()
+        _probe_forms(family, options)
+        FORMATS.register(cls.name, options=options)(family)
         return cls
 
     return decorator
+
+
+def _probe_forms(family: FormatFamily, options: Any) -> None:
+    """Ask a family for its QDQ forms under its default options (where every option has one)
+    before it is registered: a form the writers could not write (a float8 element ONNX has no
+    type for) is refused here, naming the family, not at its first export."""
+    try:
+        defaults = options()
+    except Exception:  # noqa: BLE001 - options without defaults: the forms are checked when made
+        return
+    for weight in (True, False):
+        try:
+            family.qdq_form(defaults, weight)
+        except UserError as error:
+            raise UserError(f"format family '{family.name}': {error}") from None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import random
 import tempfile
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from onnx import TensorProto
 
 from model_explorer.deployment.encodings import encode
 from model_explorer.deployment.export import export_qdq, quantizers_of
+from model_explorer.deployment.runtimes import Runtime
 from model_explorer.errors import UserError
 from model_explorer.latency.profile import in_graph_times
 from model_explorer.latency.running import call_model, runner
@@ -33,7 +35,6 @@ from model_explorer.latency.segments import inferred, segment_model, segments
 from model_explorer.latency.table import LatencyTable, fit_correction, key_of
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import FORMAT_OF, apply_plan, current_plan, variable_setting
-from model_explorer.runtimes import Runtime
 
 # Whole configurations exported at most: the combinations not met by then take the layer's
 # slowest measured one (said in the table's left_out).
@@ -251,42 +252,36 @@ def time_graphs(
     reason), every timing (those segments', then the whole graphs', then the calls') and
     whether each segment ran its product on integers."""
     keys = list(measurement.segments)
-    runtimes, runs, integer = [], [], []
-    for layer, key in list(keys):
-        try:
-            runtime = make_runtime()
-            run, on_integers = runner(runtime, measurement.segments[(layer, key)], batch)
-        except Exception as error:  # noqa: BLE001 - whatever the runtime refuses, said
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            measurement.left_out.setdefault(layer, []).append(f"{key} (the runtime: {reason})")
-            keys.remove((layer, key))
-            continue
-        runtimes.append(runtime)
-        runs.append(run)
-        integer.append(on_integers)
-    for path in measurement.calls.values():
-        runtime = make_runtime()
-        runs.append(runner(runtime, path, batch)[0])
-        runtimes.append(runtime)
-    parts = interleaved(runs, repeats)
-    for runtime in runtimes:
-        runtime.deactivate()
+    runs, integer = [], []
+    with ExitStack() as held:  # each runtime deactivated once its graphs are timed
+        for layer, key in list(keys):
+            try:
+                runtime = held.enter_context(make_runtime())
+                run, on_integers = runner(runtime, measurement.segments[(layer, key)], batch)
+            except Exception as error:  # noqa: BLE001 - whatever the runtime refuses, said
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                refused = f"{key} (the runtime: {reason})"
+                measurement.left_out.setdefault(layer, []).append(refused)
+                keys.remove((layer, key))
+                continue
+            runs.append(run)
+            integer.append(on_integers)
+        for path in measurement.calls.values():
+            runs.append(runner(held.enter_context(make_runtime()), path, batch)[0])
+        parts = interleaved(runs, repeats)
     # the whole graphs on their own, as the front is timed after a search and a user runs a
     # model: not among hundreds of other graphs a runtime holds threads and memory for; one
     # holding a form the runtime refuses is left out
-    runtimes, runs = [], []
-    for index in reversed(range(len(measurement.wholes))):
-        try:
-            runtime = make_runtime()
-            runs.insert(0, runner(runtime, measurement.wholes[index][1], batch)[0])
-        except Exception:  # noqa: BLE001 - its segments said why
-            for held in (measurement.wholes, measurement.whole_keys, measurement.owners):
-                del held[index]
-            continue
-        runtimes.append(runtime)
-    wholes = interleaved(runs, repeats)
-    for runtime in runtimes:
-        runtime.deactivate()
+    runs = []
+    with ExitStack() as held:
+        for index in reversed(range(len(measurement.wholes))):
+            try:
+                runtime = held.enter_context(make_runtime())
+                runs.insert(0, runner(runtime, measurement.wholes[index][1], batch)[0])
+            except Exception:  # noqa: BLE001 - its segments said why
+                for kept in (measurement.wholes, measurement.whole_keys, measurement.owners):
+                    del kept[index]
+        wholes = interleaved(runs, repeats)
     calls = parts[len(keys) :]
     return keys, parts[: len(keys)] + wholes + calls, integer
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from model_explorer.deployment.runtimes import Runtime, layer_of
 from model_explorer.latency.running import input_feeds
-from model_explorer.runtimes import Runtime, layer_of
 
 
 def in_graph_times(
@@ -30,12 +30,11 @@ def in_graph_times(
         return {}
     found: dict[tuple[str, str], list[float]] = {}
     for (_, path), keys, owner in zip(wholes, whole_keys, owners, strict=True):
-        runtime = make_runtime()
-        runtime.profiling = True
-        runtime.activate(path)
-        feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
-        per_layer = attribute(runtime.profile(feeds, runs), owner, list(keys))
-        runtime.deactivate()
+        with make_runtime() as runtime:
+            runtime.profiling = True
+            runtime.activate(path)
+            feeds = input_feeds(onnx.load(str(path), load_external_data=False).graph, batch)
+            per_layer = attribute(runtime.profile(feeds, runs), owner, list(keys))
         for layer, key in keys.items():
             found.setdefault((layer, key), []).append(per_layer.get(layer, 0.0))
     return {key: float(np.median(times)) for key, times in found.items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,9 @@ import onnx
 import torch
 
 from model_explorer.deployment.export import export_qdq
+from model_explorer.deployment.runtimes import Runtime
 from model_explorer.latency.timing import Timing, interleaved
 from model_explorer.plan import apply_plan, current_plan
-from model_explorer.runtimes import Runtime
 
 
 def call_model(segment: onnx.ModelProto) -> onnx.ModelProto:
@@ -82,8 +83,11 @@ def time_plans(
     `make_runtime`, the plans interleaved."""
     saved = current_plan(model)
     example = example[:1].detach().to("cpu", torch.float32)
-    runtimes, runs = [], []
-    with tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder:
+    runs = []
+    with (
+        tempfile.TemporaryDirectory(prefix="model_explorer_latency_") as folder,
+        ExitStack() as held,  # every runtime deactivated at the end, however it ends
+    ):
         try:
             for index, plan in enumerate(plans):
                 apply_plan(plan, model)
@@ -91,12 +95,8 @@ def time_plans(
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     export_qdq(model.cpu().eval(), example, path)
-                runtime = make_runtime()
+                runtime = held.enter_context(make_runtime())
                 runs.append(runner(runtime, path, batch)[0])
-                runtimes.append(runtime)
         finally:
             apply_plan(saved, model)
-        timings = interleaved(runs, repeats)
-        for runtime in runtimes:
-            runtime.deactivate()
-    return timings
+        return interleaved(runs, repeats)

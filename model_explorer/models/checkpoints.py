@@ -13,7 +13,7 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.models.registry import ModelSpec, create_model, ships_weights
-from model_explorer.paths import resolve_path
+from model_explorer.schema.paths import resolve_path
 
 
 def build_model(

@@ -12,8 +12,8 @@ from pydantic_core import PydanticCustomError
 from torch import nn
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.registry import Registry, call_user_code
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.registry import Registry, call_user_code
+from model_explorer.schema.specs import PositiveInt, Spec
 
 
 @dataclass(frozen=True)

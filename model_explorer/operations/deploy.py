@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from model_explorer.deployment.litert import litert_quantizers
+from model_explorer.deployment.quantized_decomposed import litert_quantizers
+from model_explorer.deployment.runtimes import Runtime
 from model_explorer.operations.deployment_check import export_individual
 from model_explorer.operations.rebuild import calibrated_individual
-from model_explorer.runtimes import Runtime
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
     from model_explorer.results import ExplorationResult, Individual
+    from model_explorer.workload.context import WorkloadContext
 
 
 @dataclass

@@ -32,12 +32,7 @@ from torch import Tensor, nn
 
 from model_explorer.deployment.audit import FidelityAudit, audit_export
 from model_explorer.deployment.export import ExportSummary, export_qdq, write_metadata
-from model_explorer.errors import UserError
-from model_explorer.operations.rebuild import calibrated_problem
-from model_explorer.operations.verdicts import TOLERANCE, differs, paired, paired_text, scored
-from model_explorer.results.confidence import Outcomes
-from model_explorer.results.statistics import Paired
-from model_explorer.runtimes import (
+from model_explorer.deployment.runtimes import (
     Kernel,
     Runtime,
     as_input,
@@ -45,10 +40,15 @@ from model_explorer.runtimes import (
     open_runtime,
     runtime_setting,
 )
+from model_explorer.errors import UserError
+from model_explorer.operations.rebuild import calibrated_problem
+from model_explorer.operations.verdicts import TOLERANCE, differs, paired, paired_text, scored
+from model_explorer.results.confidence import Outcomes
+from model_explorer.results.statistics import Paired
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
     from model_explorer.results import ExplorationResult, Individual
+    from model_explorer.workload.context import WorkloadContext
 
 # The search scores individuals on this role; the check scores the runtimes on the same data.
 ROLE = "exploration"
@@ -229,13 +229,10 @@ class Scorer:
         self.expected = torch.cat(reference.classes)
 
     def score(self, name: str) -> RuntimeScore:
-        runtime = open_runtime(name, self.path, "--check")
-        try:
+        with open_runtime(name, self.path, "--check") as runtime:
             recorded = Recorded(RuntimeModule(runtime))
             accuracy, outcomes = scored(self.context, recorded)
             found = runtime.kernels()
-        finally:
-            runtime.deactivate()
         agreement = (torch.cat(recorded.classes) == self.expected).float().mean().item()
         kernels = describe_kernels(found, self.layers)
         return RuntimeScore(

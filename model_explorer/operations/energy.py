@@ -22,11 +22,11 @@ from model_explorer.cost.graph import layer_producers
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path
 from model_explorer.input_shapes import run_on_shape
-from model_explorer.paths import resolve_path
 from model_explorer.quantization.attention import open_attention
+from model_explorer.schema.paths import resolve_path
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
 
 def energy_spec(context: WorkloadContext) -> EnergyEvaluationSpec:

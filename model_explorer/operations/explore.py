@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.exploration.algorithms import check_available
 from model_explorer.exploration.explorer import Explorer
@@ -18,7 +17,7 @@ from model_explorer.exploration.runners import ProblemRecipe, Runner, build_runn
 from model_explorer.exploration.runners.recipe import model_files
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.exploration.strategies import build_strategy
-from model_explorer.metrics import higher_is_better
+from model_explorer.metrics.functions import higher_is_better
 from model_explorer.operations.held_out import baseline_outcomes, judge_front
 from model_explorer.operations.rebuild import RECIPE_BUILDER, build_problem
 from model_explorer.operations.result_file import (
@@ -33,11 +32,12 @@ from model_explorer.operations.result_file import (
     unfinished_results,
     warn_stopped_runs,
 )
-from model_explorer.paths import resolve_path
 from model_explorer.problems import Problem
 from model_explorer.problems.options import ProblemOptions
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload, dataset_spec
+from model_explorer.schema.paths import resolve_path
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 

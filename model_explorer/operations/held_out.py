@@ -11,7 +11,7 @@ from model_explorer.operations.latency import check_front
 from model_explorer.operations.verdicts import scored_packed
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def judge_front(context: WorkloadContext, problem: Any, result: Any) -> bool:
 def keeps_outcomes(metric: Any) -> bool:
     """Whether the metric scores sample by sample (not the caller's function of the whole
     model, which gives one figure and is not called again for outcomes it cannot give)."""
-    from model_explorer.metrics import create_metric
+    from model_explorer.metrics.functions import create_metric
 
     return not hasattr(create_metric(metric), "of_model")
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from model_explorer.deployment.runtimes import runtime_setting
 from model_explorer.errors import UserError
 from model_explorer.latency.table import LatencyTable
 from model_explorer.latency.timing import cpu_model
 from model_explorer.operations.pipeline import weights_fingerprint
-from model_explorer.runtimes import runtime_setting
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
     from model_explorer.problems.options import LatencySettings
+    from model_explorer.workload.context import WorkloadContext
 
 
 def gene_choices(problem: Any) -> dict[str, list[Any]]:

@@ -21,7 +21,7 @@ from model_explorer.quantization.recipe import calibration_recipe, recipe_differ
 from model_explorer.quantization.spec import CalibrationSpec
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
 log = logging.getLogger(__name__)
 

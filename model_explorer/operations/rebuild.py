@@ -17,9 +17,9 @@ from model_explorer.problems.base import ModelProblem, Problem
 from model_explorer.problems.registry import PROBLEMS
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
     from model_explorer.exploration.runners.recipe import ProblemRecipe
     from model_explorer.results import ExplorationResult, Individual
+    from model_explorer.workload.context import WorkloadContext
 
 
 def build_problem(
@@ -75,8 +75,8 @@ def rank(context: WorkloadContext, problem: Problem) -> None:
 
 def recipe_problem(recipe: ProblemRecipe) -> Problem:
     """The problem a worker process builds from a ProblemRecipe (the recipe's `builder`)."""
-    from model_explorer.context import WorkloadContext
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     workload = Workload.from_dict(recipe.workload, root=recipe.root)
     return build_problem(WorkloadContext(workload), recipe.minimum_accuracy)

@@ -6,11 +6,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.operations.rebuild import rebuild_problem
 from model_explorer.results import ExplorationResult, Individual
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 if TYPE_CHECKING:
     import pandas as pd

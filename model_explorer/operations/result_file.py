@@ -18,7 +18,7 @@ from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import process_alive
 from model_explorer.quantization.spec import CalibrationSpec
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from model_explorer.problems.sparsity import QuantizationSparsityProblem, Sparsi
 from model_explorer.sparsity import SparseModel
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
 
 def build_sparsity_problem(

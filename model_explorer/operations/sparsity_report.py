@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.input_shapes import run_on_shape
 from model_explorer.sparsity.model import SparseModel
+from model_explorer.workload.context import WorkloadContext
 
 
 def _sparse_model(context: WorkloadContext, load_weights: bool) -> SparseModel:

@@ -23,7 +23,7 @@ from model_explorer.results.statistics import Paired
 if TYPE_CHECKING:
     from torch import nn
 
-    from model_explorer.context import WorkloadContext
+    from model_explorer.workload.context import WorkloadContext
 
 # How far (in accuracy, 0.005 = half a point) two accuracies may be apart where no per-sample
 # outcomes pair them, and how far the fake-quantized model may score from what the search
@@ -37,7 +37,7 @@ def scored_packed(
     """A model's accuracy on a role's data (by default the data the search scored) and each
     sample's outcome as results keep them (none for a metric that keeps none, or a model of
     several outputs); with `divergence`, the KL divergence from the float model's outputs too."""
-    from model_explorer.metrics import score
+    from model_explorer.metrics.functions import score
     from model_explorer.operations.reevaluate import one_accuracy
     from model_explorer.results.statistics import pack_outcome
 

@@ -301,7 +301,7 @@ class ModelProblem(DivergenceRanking, Problem):
         """The metric's Outcome for the configuration currently applied, each sample's outcome
         kept. `known`: the values measured without the model (costs), with which scoring also
         stops once the candidate cannot join `self.front`."""
-        from model_explorer.metrics import score
+        from model_explorer.metrics.functions import score
 
         minimum = self.minimum_accuracy if self.early_reject else None
         ceiling = None

@@ -27,7 +27,7 @@ from typing import Any
 
 from model_explorer.errors import UserError
 from model_explorer.plan import Plan
-from model_explorer.registry import Entry, Registry
+from model_explorer.schema.registry import Entry, Registry
 
 NEEDS = ("bits", "thresholds", "energy", "latency", "model")
 

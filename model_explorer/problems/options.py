@@ -9,8 +9,8 @@ section, one options model per problem, registered with it (problems/registry.py
 - problems with block thresholds: their limit, discretisation and `predefined_parameters`.
 
 The original tool kept most of these in `exploration:` and `exploration.extra_args`;
-original_layout.py moves them here before validation, and `key(name)` says where a setting was
-written, so that an error names the key the user wrote.
+workload/original_layout.py moves them here before validation, and `key(name)` says where a
+setting was written, so that an error names the key the user wrote.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from model_explorer.problems.objectives import (
     objective_info,
     usable_objectives,
 )
-from model_explorer.schema import (
+from model_explorer.schema.specs import (
     Bits,
     Fraction,
     NonNegativeFloat,
@@ -146,7 +146,7 @@ class LatencySettings(Spec):
     @field_validator("runtime")
     @classmethod
     def _known_runtime(cls, value: str) -> str:
-        from model_explorer.runtimes import runtime_setting
+        from model_explorer.deployment.runtimes import runtime_setting
 
         try:
             runtime_setting(value, "runtime")

@@ -13,7 +13,7 @@ from model_explorer.cost.bits import BitCostModel
 from model_explorer.cost.energy.model import EnergyModel
 from model_explorer.cost.layers import LayerCost, measure_layers
 from model_explorer.errors import UserError
-from model_explorer.metrics import MetricSpec, higher_is_better, output_list
+from model_explorer.metrics.functions import MetricSpec, higher_is_better, output_list
 from model_explorer.modules import leading, run_on
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Constraint, Evaluation, ModelProblem, Objective, Variable

@@ -55,7 +55,7 @@ class DivergenceRanking:
         divergence that ranked it."""
         if self.selection == "accuracy":
             return list(self.objectives)
-        from model_explorer.metrics import higher_is_better
+        from model_explorer.metrics.functions import higher_is_better
 
         maximize = higher_is_better(self.metric)
         return [

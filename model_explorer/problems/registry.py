@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from model_explorer.registry import Registry, import_object
+from model_explorer.schema.registry import Registry, import_object
 
 ProblemBuilder = Callable[..., Any]
 PROBLEMS: Registry[ProblemBuilder] = Registry("problem function")

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from model_explorer.metrics import higher_is_better, output_list
+from model_explorer.metrics.functions import higher_is_better, output_list
 from model_explorer.modules import leading, run_on
 from model_explorer.plan import Plan, apply_plan
 from model_explorer.problems.base import Evaluation, ModelProblem, Variable

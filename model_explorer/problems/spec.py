@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from model_explorer.problems.registry import PROBLEMS
-from model_explorer.registry import Registry
-from model_explorer.schema import NonNegativeInt, TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import NonNegativeInt, TypedSpec
 
 
 class ProblemSpec(TypedSpec):

@@ -33,14 +33,14 @@ from pydantic import ValidationError
 from torch import Tensor
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.registry import Registry
-from model_explorer.schema import (
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import (
     Spec,
     validation_problems,
 )
 
 # What to run where a calibration file does not fit it (calibration_file.py, the histogram
-# calibrators); a caller of the Python API is told its own way instead (library/search.py).
+# calibrators); a caller of the Python API is told its own way instead (api/search.py).
 RECALIBRATE = "`model-explorer calibrate WORKLOAD --force`"
 
 CALIBRATORS: Registry[type[Calibrator]] = Registry("calibrator")

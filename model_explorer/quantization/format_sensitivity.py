@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_explorer.metrics import higher_is_better
+from model_explorer.metrics.functions import higher_is_better
 from model_explorer.quantization.sensitivity import _alone, damage
 
 

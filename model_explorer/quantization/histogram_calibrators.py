@@ -24,7 +24,7 @@ from model_explorer.quantization.calibrators import (
     Calibrator,
     register_calibrator,
 )
-from model_explorer.schema import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
+from model_explorer.schema.specs import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
 
 
 class HistogramCalibrator(Calibrator):

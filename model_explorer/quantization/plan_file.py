@@ -20,7 +20,7 @@ from model_explorer.plan import FORMAT_OF, Plan, apply_plan, variable_setting
 
 def read_plan_file(path: str | Path) -> dict[str, Any]:
     """The mapping a .json, .yaml or .yml file holds."""
-    from model_explorer.yamlfile import read_yaml
+    from model_explorer.schema.yamlfile import read_yaml
 
     file = Path(path)
     where = f"--plan '{file}'"

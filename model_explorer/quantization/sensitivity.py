@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_explorer.metrics import higher_is_better, score
+from model_explorer.metrics.functions import higher_is_better, score
 
 
 @dataclass

@@ -10,8 +10,8 @@ from pydantic_core import PydanticCustomError
 from model_explorer.datasets.base import DatasetSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.swap import SWAPPABLE
-from model_explorer.registry import Registry
-from model_explorer.schema import Bits, NonNegativeInt, PositiveFloat, Spec, TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import Bits, NonNegativeInt, PositiveFloat, Spec, TypedSpec
 
 # Layer types (names as in torch.nn) that have a fake-quantized counterpart.
 QUANTIZABLE_LAYERS = SWAPPABLE

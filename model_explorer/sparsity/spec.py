@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 from model_explorer.sparsity.model import SPARSIFIABLE_LAYERS
 
 

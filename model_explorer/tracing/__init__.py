@@ -1,5 +1,6 @@
-"""One tracer of forward passes for every analysis: ATen operators sorted once
-(tracing/operators.py) and told to consumers (tracing/tracer.py)."""
+"""Capturing what a forward pass does: one tracer of forward passes for every analysis (ATen
+operators sorted once, tracing/operators.py, and told to consumers, tracing/tracer.py), and the
+ONNX export every exported file goes through (tracing/onnx_export.py)."""
 
 from model_explorer.tracing.operators import Operator, operator_of
 from model_explorer.tracing.outputs import operator_outputs

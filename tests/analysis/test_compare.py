@@ -167,9 +167,9 @@ def test_a_user_environment_by_import_path_is_localised_and_plotted(
 
 
 def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.pipeline import calibrate_workload
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     source, _ = trained_digits
     data = yaml.safe_load(source.read_text())
@@ -180,10 +180,10 @@ def _calibrated_workload(trained_digits, tmp_path: Path) -> Path:
 
 
 def _result_with_uniform_bits(workload: Path, bits: list[int], path: Path) -> Path:
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.rebuild import build_problem
     from model_explorer.results import ExplorationResult, Individual
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     loaded = Workload.load(workload)
     problem = build_problem(WorkloadContext(loaded, device="cpu"))
@@ -433,8 +433,8 @@ def test_tvm_localises_inside_a_model_its_onnx_frontend_cannot_read(tmp_path: Pa
     """TVM's ONNX frontend refuses the marked export (dynamic pads); its intermediates come
     through torch.export, the path the `tvm` environment runs the model on, and are eager's."""
     pytest.importorskip("tvm")
-    from model_explorer.runtimes.taps import tapped_export
-    from model_explorer.runtimes.tvm import onnx_module
+    from model_explorer.deployment.runtimes.taps import tapped_export
+    from model_explorer.deployment.runtimes.tvm import onnx_module
 
     torch.manual_seed(0)
     model, x = _SamePadded().eval(), torch.randn(3, 3, 9, 9)

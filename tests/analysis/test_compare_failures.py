@@ -81,8 +81,8 @@ def test_failures_are_recorded_and_the_rest_is_written(
     samples = pd.read_csv(out / "samples.csv")
     assert "label" not in samples.columns
     # the reference's top classes: the float model's own, computed here by hand
-    from model_explorer.context import WorkloadContext
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     context = WorkloadContext(Workload.load(label_free), device="cpu")
     cache = context.batches("exploration")

@@ -58,10 +58,10 @@ def test_the_runtimes_sqnrs_are_onnxruntimes_qdq_loss_debug(searched, tmp_path: 
     `qdq_loss_debug` computes for the same file (its tensors renamed to the convention it
     matches on), with the float model's layer inputs taken by a plain forward pre-hook."""
     from model_explorer.analysis.debug.exported import quantizer_tensors, runtime_errors
-    from model_explorer.context import WorkloadContext
     from model_explorer.models import build_model
     from model_explorer.operations.deployment_check import export_individual
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     workload, result_file = searched
     result, individual = _cheapest(result_file)

@@ -29,10 +29,10 @@ from model_explorer.analysis.diagnose import (
 )
 from model_explorer.analysis.diagnose.inspectors import Image, channel_sqnr
 from model_explorer.analysis.diagnose.inspectors.ranges import layer_sqnr
-from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.errors import UserError
 from model_explorer.models import build_model
+from model_explorer.operations.retraining import train_baseline
 from model_explorer.quantization.sensitivity import (
     Row,
     decay_rates,
@@ -40,8 +40,8 @@ from model_explorer.quantization.sensitivity import (
     resolvable,
     spread,
 )
-from model_explorer.retraining import train_baseline
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def _workload_data(folder: Path) -> dict:
@@ -681,7 +681,7 @@ def test_decay_rates_by_hand() -> None:
 def test_sensitivity_seeded_exploration_starts_from_the_allocation_path(
     clean: dict, tmp_path: Path
 ) -> None:
-    from model_explorer.metrics import score
+    from model_explorer.metrics.functions import score
     from model_explorer.operations.explore import ExploreOptions, explore, minimum_accuracy
     from model_explorer.operations.pipeline import calibrate_workload
 

@@ -27,11 +27,11 @@ from model_explorer.analysis.diagnose import (
     run_inspectors,
 )
 from model_explorer.analysis.diagnose.inspectors.algorithms import needed_values, values_per_sample
-from model_explorer.context import WorkloadContext
 from model_explorer.datasets.digits import digits_tensors
 from model_explorer.quantization.amax_rules import percentile_amax
 from model_explorer.quantization.model import QuantizedModel
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 TRAIN = len(digits_tensors("train")[0])  # 1077 digits
 VALIDATION = len(digits_tensors("validation")[0])  # 360

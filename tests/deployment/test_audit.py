@@ -19,7 +19,7 @@ from model_explorer.deployment.audit import (  # noqa: E402
 )
 from model_explorer.deployment.audit_render import audit_markdown, audit_table  # noqa: E402
 from model_explorer.deployment.export import export_qdq  # noqa: E402
-from model_explorer.runtimes import Kernel, open_runtime  # noqa: E402
+from model_explorer.deployment.runtimes import Kernel, open_runtime  # noqa: E402
 from runtime_probes import default_precision  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 

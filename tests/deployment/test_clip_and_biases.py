@@ -18,9 +18,9 @@ pytest.importorskip("onnx", reason="the onnx extra is not installed")
 pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from model_explorer.api.quantize import quantize  # noqa: E402
 from model_explorer.deployment.export import export_qdq  # noqa: E402
-from model_explorer.library.quantize import quantize  # noqa: E402
-from model_explorer.runtimes import describe_kernels, open_runtime  # noqa: E402
+from model_explorer.deployment.runtimes import describe_kernels, open_runtime  # noqa: E402
 
 
 def _network(dead_channel: bool = False) -> nn.Module:

@@ -16,10 +16,10 @@ from onnx import TensorProto, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from model_explorer.deployment.export import OPSET, export_qdq  # noqa: E402
+from model_explorer.deployment.runtimes import describe_kernels, open_runtime  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.formats.integer import integer_bounds  # noqa: E402
-from model_explorer.onnx_export import export_onnx  # noqa: E402
-from model_explorer.runtimes import describe_kernels, open_runtime  # noqa: E402
+from model_explorer.tracing.onnx_export import export_onnx  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
 

@@ -17,10 +17,10 @@ torchvision = pytest.importorskip("torchvision")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from model_explorer.deployment.export import export_qdq  # noqa: E402
+from model_explorer.deployment.runtimes import describe_kernels, open_runtime  # noqa: E402
 from model_explorer.models import create_model  # noqa: E402
 from model_explorer.quantization import QuantizedModel  # noqa: E402
 from model_explorer.quantization.spec import QuantizerSpec  # noqa: E402
-from model_explorer.runtimes import describe_kernels, open_runtime  # noqa: E402
 
 
 def calibrated(model: torch.nn.Module, x: torch.Tensor, operands: bool) -> QuantizedModel:

@@ -21,6 +21,11 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from model_explorer.deployment.export import ExportSummary, export_qdq  # noqa: E402
+from model_explorer.deployment.runtimes import (  # noqa: E402
+    RUNTIMES,
+    Runtime,  # noqa: E402
+    open_runtime,
+)
 from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.operations.deployment_check import (  # noqa: E402
     TOLERANCE,
@@ -28,11 +33,6 @@ from model_explorer.operations.deployment_check import (  # noqa: E402
     RuntimeScore,
     Scorer,
     judge,
-)
-from model_explorer.runtimes import (  # noqa: E402
-    RUNTIMES,
-    Runtime,  # noqa: E402
-    open_runtime,
 )
 from runtime_probes import SATURATING, default_precision, integer_products  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402

@@ -171,7 +171,7 @@ def check_audit(result: Path, identifier: int, target: Path, out: str, folder: P
 
     from model_explorer.deployment.audit_render import audits_path
     from model_explorer.formats import integer_format
-    from model_explorer.reporting import write_report
+    from model_explorer.reports.text import write_report
     from model_explorer.results import ExplorationResult
 
     assert f"individual {identifier}: precision per layer, asked and executed" in out
@@ -277,7 +277,7 @@ def test_compare_sets_the_runtime_beside_the_individual_it_was_exported_from(
 
 
 def test_each_runtime_reports_every_layer_by_its_name(searched, tmp_path: Path) -> None:
-    from model_explorer.runtimes import describe_kernels, open_runtime
+    from model_explorer.deployment.runtimes import describe_kernels, open_runtime
 
     workload, result = searched
     target = tmp_path / "chosen.onnx"

@@ -27,7 +27,7 @@ from model_explorer.exploration.strategies import StrategySpec, build_strategy
 from model_explorer.operations.result_file import SearchDefinition
 from model_explorer.problems import Constraint, Evaluation, Objective, Problem, Variable
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 from tests_support import without_times
 
 # The algorithms docs/exploration.md documents (tests/test_registries.py checks the registry).

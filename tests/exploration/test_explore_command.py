@@ -206,7 +206,7 @@ def test_auto_starts_from_sensitivity_only_on_genomes_larger_than_the_population
     from types import SimpleNamespace
 
     from model_explorer.operations.explore import sensitivity_start
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     exploration = default_workload_data["workload"]["exploration"]
     exploration["nsga"]["pop_size"] = pop_size
@@ -223,7 +223,7 @@ def test_the_cost_line_says_why_auto_took_no_sensitivity_start(searched) -> None
     and says nothing where the workload asked for a random start or the start was taken."""
     import copy
 
-    from model_explorer.reporting import cost_summary
+    from model_explorer.reports.text import cost_summary
 
     _, path = searched
     result = ExplorationResult.load(path)

@@ -240,7 +240,7 @@ def test_hypervolume_matches_a_hand_computed_front() -> None:
 
 def test_a_result_stored_with_every_calibration_option_is_the_same_search() -> None:
     from model_explorer.operations.result_file import SearchDefinition
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     body = {"model": {"type": "lenet5"}, "calibration": {"method": "mse"}}
     definition = SearchDefinition.of(Workload.from_dict({"workload": body}, check_paths=False))

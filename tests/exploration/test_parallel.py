@@ -15,7 +15,7 @@ from model_explorer.cli import main
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.exploration.runners import RunnerSpec, build_runner
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 from tests_support import without_times
 
 pytestmark = pytest.mark.slow  # each test starts worker processes or a Dask cluster

@@ -241,7 +241,7 @@ def test_a_result_without_the_new_counts_still_loads_and_reports(tmp_path) -> No
     path = save_plain(data, tmp_path / "old.pkl")
     old = ExplorationResult.load(path)
     assert old.sample_forwards() == 0
-    from model_explorer.reporting import write_report
+    from model_explorer.reports.text import write_report
 
     written = write_report(old, tmp_path / "report")
     assert (tmp_path / "report" / "report.md") in written

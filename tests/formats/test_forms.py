@@ -1,6 +1,6 @@
 """A format family's forms for other toolchains (formats/forms.py): modelopt's attributes and the
 ONNX QDQ storage of every built-in format, and families planted by the tests, registered in
-FORMATS alone, written by quantization/export.py and deployment/encodings.py without either
+FORMATS alone, written by deployment/toolchains.py and deployment/encodings.py without either
 naming them, or refused there in one sentence."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from model_explorer.deployment.toolchains import modelopt_config
 from model_explorer.errors import UserError
 from model_explorer.formats import FORMATS, Placement, format_bits, make_format, parse_format
 from model_explorer.formats.forms import QDQForm
 from model_explorer.formats.registry import FormatFamily
 from model_explorer.quantization import QuantizedModel
-from model_explorer.quantization.export import modelopt_config
-from model_explorer.schema import Bits, PositiveInt, Spec
+from model_explorer.schema.specs import Bits, PositiveInt, Spec
 
 # A convolution's weight: per-channel amax along its output channels, blocks along its inputs.
 WEIGHT = Placement(axis=0, block_axis=1)
@@ -239,3 +239,59 @@ def test_a_family_that_takes_no_bounds_is_handed_its_input_clamped(planted) -> N
             expected = chosen.quantize(torch.nn.functional.relu6(x), None, placement)
         assert torch.equal(bounded, expected)
         assert not torch.equal(bounded, chosen.quantize(x, None, placement))
+
+
+class ScaledFP6(FormatFamily):
+    """A scaled FP6 family written as the built-in FP8 ones are, declaring the float8 storage
+    for an element ONNX has no type for: its export once ended in KeyError('e3m2')."""
+
+    name = "planted_fp6_e3m2"
+    element: str | None = "e3m2"
+    reads_amax = True
+
+    def bits(self, options: Any) -> float:
+        return 6.0
+
+    def element_bits(self, options: Any) -> int:
+        return 6
+
+    def quantize(
+        self, x: Tensor, options: Any, amax: Tensor | None, placement: Placement
+    ) -> Tensor:
+        return x
+
+    def qdq_form(self, options: Any, weight: bool) -> QDQForm:
+        return QDQForm("float8", element=self.element)
+
+
+class ElementOptions(Spec):
+    element: str  # no default: the forms are checked when first made
+
+
+@pytest.mark.parametrize(
+    ("element", "said"),
+    [
+        (
+            "e3m2",
+            r"a float8 QDQ form needs an element ONNX has a type for \(e4m3, e5m2\), not 'e3m2'",
+        ),
+        (None, "a QDQ form of storage 'float8' needs element"),
+    ],
+    ids=["an element onnx has no type for", "no element"],
+)
+def test_a_form_the_writers_cannot_write_is_refused_at_registration(
+    element: str | None, said: str
+) -> None:
+    from model_explorer.formats.registry import register_format
+
+    planted = type("Planted", (ScaledFP6,), {"element": element})
+    with pytest.raises(UserError, match=rf"^format family 'planted_fp6_e3m2': {said}"):
+        register_format(NoOptions)(planted)
+    assert "planted_fp6_e3m2" not in FORMATS  # nothing half-registered
+    # options without defaults: registered, and the form refused where it is made
+    register_format(ElementOptions)(planted)
+    try:
+        with pytest.raises(UserError, match=said):
+            FORMATS.get("planted_fp6_e3m2").builder.qdq_form(ElementOptions(element="x"), True)
+    finally:
+        FORMATS._entries.pop("planted_fp6_e3m2")

@@ -251,8 +251,8 @@ def test_modelopt_rebuilds_a_model_in_a_format_from_the_exported_config(name: st
     from torch import nn
 
     mtq = pytest.importorskip("modelopt.torch.quantization")
+    from model_explorer.deployment.toolchains import modelopt_config
     from model_explorer.quantization import QuantizedModel
-    from model_explorer.quantization.export import modelopt_config
 
     torch.manual_seed(0)
     float_model = nn.Sequential(nn.Conv2d(16, 8, 3), nn.Flatten(), nn.Linear(8 * 4 * 4, 10)).eval()

@@ -24,13 +24,13 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 from conftest import write_workload  # noqa: E402
 from model_explorer.cli import main  # noqa: E402
 from model_explorer.deployment.export import export_qdq  # noqa: E402
+from model_explorer.deployment.runtimes import open_runtime, runtime_setting  # noqa: E402
 from model_explorer.errors import UserError  # noqa: E402
 from model_explorer.latency.measure import measure_table  # noqa: E402
 from model_explorer.latency.segments import inferred, segment_model, segments  # noqa: E402
 from model_explorer.latency.table import LatencyTable  # noqa: E402
 from model_explorer.latency.timing import interleaved  # noqa: E402
 from model_explorer.plan import apply_plan  # noqa: E402
-from model_explorer.runtimes import open_runtime, runtime_setting  # noqa: E402
 from runtime_probes import default_precision  # noqa: E402
 from tests_support import calibrated_digits  # noqa: E402
 
@@ -183,7 +183,7 @@ def test_the_segments_integer_kernels_are_those_onnxruntime_runs_in_the_whole_gr
     never exported, the layers whose segment ran an integer kernel under that configuration's
     forms are the layers onnxruntime runs on integers in the whole exported file."""
     _, model, inputs = digits
-    from model_explorer.runtimes import describe_kernels
+    from model_explorer.deployment.runtimes import describe_kernels
 
     generator = np.random.default_rng(3)
     for trial in range(4):
@@ -354,7 +354,7 @@ def test_openvino_s_table_reads_each_layer_inside_the_whole_graph(digits) -> Non
 def test_a_form_the_runtime_refuses_leaves_its_gene_with_its_reason(digits) -> None:  # noqa: ANN001
     """A planted fault: a runtime that refuses any graph holding INT4 weights. The 3- and
     4-bit weight choices leave their genes, said with the runtime's words; the rest is priced."""
-    from model_explorer.runtimes.onnxruntime import OnnxRuntime
+    from model_explorer.deployment.runtimes.onnxruntime import OnnxRuntime
 
     class NoInt4(OnnxRuntime):
         def activate(self, path: Path) -> None:
@@ -380,7 +380,7 @@ def test_a_front_inside_the_timings_spread_is_said_to_be_so() -> None:
     """A latency front spanning 0.7% of the measured time with timings spread 1.2% (the
     measured order reversed) was reported with no word: the sentence says what the times
     cannot tell apart."""
-    from model_explorer.reporting import _separated
+    from model_explorer.reports.text import _separated
 
     said = _separated({"span": 0.007, "spread": 0.012, "reversed_pairs": 2, "pairs": 3})
     assert said == (

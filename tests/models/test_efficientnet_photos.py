@@ -119,8 +119,8 @@ def test_diagnose_takes_the_published_preprocessings_as_normalized(
     photographs, torchvision's ImageNet standardization gives stds near 1: neither is a reason
     to re-normalize or retrain a published network."""
     from model_explorer.analysis.diagnose.base import DiagnosisContext, run_inspectors
-    from model_explorer.context import WorkloadContext
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     data = yaml.safe_load(WORKLOAD.read_text())
     calibrate = data["workload"]["calibration"]["datasets"]["calibrate"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_explorer.metrics import score
+from model_explorer.metrics.functions import score
 from model_explorer.problems.options import QuantizationOptions
 from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 from model_explorer.quantization.format_sensitivity import FormatTable, format_path, hull

@@ -35,7 +35,7 @@ from model_explorer.problems.options import (
     explored_bits,
 )
 from model_explorer.results import ExplorationResult
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 
 
 def new_layout(data: dict) -> dict:
@@ -278,7 +278,7 @@ def test_settings_of_other_problems_in_extra_args_are_set_aside_as_the_original_
     data["workload"]["exploration"]["extra_args"].update(
         threshold_limit=0.8, discrete_threshold_steps=100, block_size=[4, 4]
     )
-    with caplog.at_level(logging.INFO, logger="model_explorer.workload"):
+    with caplog.at_level(logging.INFO, logger="model_explorer.workload.file"):
         workload = Workload.from_dict(data, check_paths=False)
     assert workload.sparsity.block_size == (4, 4)
     (line,) = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]

@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.operations.rebuild import individual_problem, rebuild_problem
 from model_explorer.plan import plan_of
 from model_explorer.results import ExplorationResult, load_individual
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import yaml
 
 from conftest import REPOSITORY
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.operations.rebuild import build_problem
 from model_explorer.results import ExplorationResult
 from model_explorer.sparsity import threshold_steps
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from model_explorer.cli import main
+from model_explorer.deployment.toolchains import modelopt_quantizer_config, quantization_plan
 from model_explorer.errors import UserError
 from model_explorer.quantization import QuantizedModel, TensorQuantizer, make_calibrator
-from model_explorer.quantization.export import modelopt_quantizer_config, quantization_plan
 from model_explorer.quantization.spec import QuantizerSpec
-from model_explorer.workload import Workload
+from model_explorer.workload.file import Workload
 from tests_support import digits_workload_file
 
 

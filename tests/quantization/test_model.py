@@ -11,9 +11,9 @@ import torch
 import torchvision
 from torch import nn
 
+from model_explorer.deployment.toolchains import modelopt_config, quantization_plan
 from model_explorer.errors import UserError
 from model_explorer.quantization import QuantizedModel, WeightQuantizer, fake_quantize
-from model_explorer.quantization.export import modelopt_config, quantization_plan
 from model_explorer.quantization.spec import QuantizerSpec
 
 

@@ -10,11 +10,11 @@ import torch
 import yaml
 
 from model_explorer.cli import main
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.models import save_checkpoint
 from model_explorer.operations.pipeline import build_quantized_model, calibrate_workload
-from model_explorer.workload import Workload
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 from tests_support import digits_workload_file
 
 

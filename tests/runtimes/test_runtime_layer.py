@@ -17,9 +17,9 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
 
 from model_explorer.analysis.compare.environments import ENVIRONMENTS, environment  # noqa: E402
 from model_explorer.cli import main  # noqa: E402
+from model_explorer.deployment.runtimes import RUNTIMES, Runtime, register_runtime  # noqa: E402
 from model_explorer.models import create_model  # noqa: E402
 from model_explorer.results import ExplorationResult  # noqa: E402
-from model_explorer.runtimes import RUNTIMES, Runtime, register_runtime  # noqa: E402
 from model_explorer.tracing import operator_outputs  # noqa: E402
 
 

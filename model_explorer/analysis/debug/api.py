@@ -17,16 +17,16 @@ from model_explorer.analysis.debug.individual import (
     target_of,
 )
 from model_explorer.analysis.debug.repair import Repair
-from model_explorer.metrics import higher_is_better
+from model_explorer.metrics.functions import higher_is_better
 
 
 def _opened(reference: str, workload: str | Path | None, where: str) -> tuple[Any, Any, Any]:
     """(context, result, individual) of `RESULTS#ID`, on the result's stored workload unless
     `workload` names a file (which must describe the same model)."""
-    from model_explorer.context import WorkloadContext
     from model_explorer.operations.reevaluate import check_same_model
     from model_explorer.results import load_individual
-    from model_explorer.workload import Workload
+    from model_explorer.workload.context import WorkloadContext
+    from model_explorer.workload.file import Workload
 
     result, individual = load_individual(reference, where)
     if workload is None:
@@ -93,7 +93,7 @@ def debug_search(
     or `model_explorer.load` returned: per quantized layer its SQNRs in PyTorch and in each of
     `runtimes` on its exported file (an empty tuple: PyTorch's alone), on the first `samples`
     exploration samples; `render.text(report)` prints it as `model-explorer debug` does."""
-    from model_explorer.runtimes import file_runtimes
+    from model_explorer.deployment.runtimes import file_runtimes
 
     file_runtimes(runtimes, "debug_search(runtimes=...)")
     chosen = found._individual(individual)

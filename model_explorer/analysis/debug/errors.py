@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from model_explorer.metrics import output_list
+from model_explorer.metrics.functions import output_list
 from model_explorer.modules import module_hooks, run_on
 
 # onnxruntime's floor for both norms (numpy's float epsilon), so a noiseless tensor gives a

@@ -15,7 +15,7 @@ import onnx
 import torch
 
 from model_explorer.analysis.debug.errors import SQNR, layer_io
-from model_explorer.runtimes import as_input, open_runtime
+from model_explorer.deployment.runtimes import as_input, open_runtime
 
 RUNTIME_COLUMNS = ("local_db", "accumulated_db")
 
@@ -73,8 +73,7 @@ def runtime_errors(
         file = Path(folder) / "tapped.onnx"
         names = [name for pairs in tensors.values() for pair in pairs for name in pair]
         onnx.save(tapped(proto, names), str(file))
-        session = open_runtime(runtime, file)
-        try:
+        with open_runtime(runtime, file) as session:
             for batch in batches:
                 outputs = session.infer(as_input(batch[0]))
                 with model.preserved_settings():
@@ -86,6 +85,4 @@ def runtime_errors(
                         meters[layer]["local_db"].add(outputs[before], outputs[after])
                         if index < len(calls):
                             meters[layer]["accumulated_db"].add(calls[index][0], outputs[after])
-        finally:
-            session.deactivate()
     return {layer: {c: m.db for c, m in columns.items()} for layer, columns in meters.items()}

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 from model_explorer.analysis.debug.errors import layer_errors
 from model_explorer.analysis.debug.repair import AlreadyMeets, Repair, Unreachable, repair
 from model_explorer.errors import UserError
-from model_explorer.metrics import higher_is_better
+from model_explorer.metrics.functions import higher_is_better
 from model_explorer.plan import layer_formats
 
 if TYPE_CHECKING:
-    from model_explorer.context import WorkloadContext
     from model_explorer.results import ExplorationResult, Individual
+    from model_explorer.workload.context import WorkloadContext
 
 
 @dataclass
@@ -139,8 +139,8 @@ def _runtime_columns(
     where: str,
 ) -> None:
     from model_explorer.analysis.debug.exported import runtime_errors
+    from model_explorer.deployment.runtimes import RuntimeUnavailable
     from model_explorer.operations.deployment_check import export_individual
-    from model_explorer.runtimes import RuntimeUnavailable
 
     with tempfile.TemporaryDirectory(prefix="model_explorer_debug_") as folder:
         path = Path(folder) / "individual.onnx"

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.problems.options import explored_bits
-from model_explorer.registry import Registry, import_object
+from model_explorer.schema.registry import Registry, import_object
+from model_explorer.workload.context import WorkloadContext
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from model_explorer.analysis.diagnose.recommendations import (
     apply_recommendations,
     merged_recommendations,
 )
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError, WorkloadError
 from model_explorer.fileio import atomic_path
-from model_explorer.paths import workload_root
 from model_explorer.problems.options import explored_bits
-from model_explorer.workload import Workload
-from model_explorer.yamlfile import read_yaml
+from model_explorer.schema.paths import workload_root
+from model_explorer.schema.yamlfile import read_yaml
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 
 def default_out_dir(workload: Workload) -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.analysis.diagnose.base import SEVERITIES, Finding
-from model_explorer.original_layout import translate
 from model_explorer.quantization.spec import CalibrationSpec
+from model_explorer.workload.original_layout import translate
 
 
 def _merge(target: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from model_explorer.errors import UserError
-from model_explorer.registry import Registry
+from model_explorer.schema.registry import Registry
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -23,7 +23,7 @@ from model_explorer.cost.energy.base import (
     register_energy_backend,
 )
 from model_explorer.cost.layers import measure_layers
-from model_explorer.schema import PositiveFloat, PositiveInt, Spec
+from model_explorer.schema.specs import PositiveFloat, PositiveInt, Spec
 
 
 class Accelerator(Spec):

@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 from torch import nn
 
 from model_explorer.cost.layers import WEIGHT_LAYERS
-from model_explorer.registry import Registry
-from model_explorer.schema import PositiveInt, TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import PositiveInt, TypedSpec
 
 CSV_COLUMNS = [
     "layer_idx",

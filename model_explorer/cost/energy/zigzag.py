@@ -22,8 +22,8 @@ from torch import nn
 from model_explorer.cost.energy.base import LayerEnergy, energy_layers, register_energy_backend
 from model_explorer.cost.layers import measure_layers
 from model_explorer.errors import UserError
-from model_explorer.onnx_export import export_onnx
-from model_explorer.schema import Spec
+from model_explorer.schema.specs import Spec
+from model_explorer.tracing.onnx_export import export_onnx
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from model_explorer.exploration.runners.recipe import ProblemRecipe
 from model_explorer.problems.base import Evaluation, Problem
-from model_explorer.registry import Registry
-from model_explorer.schema import TypedSpec
+from model_explorer.schema.registry import Registry
+from model_explorer.schema.specs import TypedSpec
 
 # Called as each genome finishes: (position in the list, configuration, evaluation).
 Done = Callable[[int, list[Any], Evaluation], None]

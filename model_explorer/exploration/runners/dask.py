@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from model_explorer.errors import UserError
 from model_explorer.exploration.runners.base import Runner, register_runner
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 
 
 class DaskOptions(Spec):

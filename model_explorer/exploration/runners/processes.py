@@ -24,7 +24,7 @@ from model_explorer.exploration.runners.worker import (
     install,
 )
 from model_explorer.problems.base import Problem
-from model_explorer.schema import PositiveInt, Spec
+from model_explorer.schema.specs import PositiveInt, Spec
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -22,8 +23,10 @@ class ProblemRecipe:
     root: str | None = None
     builder: str = ""
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """The recipe's identity: a hash of all of it, computed once (a runner reads it for
+        every generation, a Dask worker for every genome; the recipe does not change)."""
         text = json.dumps(asdict(self), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -15,9 +15,9 @@ from typing import Any
 from model_explorer.errors import UserError
 from model_explorer.exploration.runners.recipe import ProblemRecipe, file_digest
 from model_explorer.memory import keep_freed_memory
-from model_explorer.paths import resolve_path
 from model_explorer.problems.base import Evaluation, Problem
-from model_explorer.registry import import_object
+from model_explorer.schema.paths import resolve_path
+from model_explorer.schema.registry import import_object
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Environments of `compare`: named ways to run the same model on the same inputs, each a
-registered entry (fixed names, `threads=N`, every runtime of runtimes/ as `NAME` and
+registered entry (fixed names, `threads=N`, every runtime of deployment/runtimes/ as `NAME` and
 `NAME:SETTING`, `quantized:RESULTS#ID`, `deployed-NAME:RESULTS#ID`, `package.module:factory`)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ An Environment is prepared once from a copy of the float model (eval mode, CPU, 
 example batch; `run(inputs)` then returns the logits as float64 on the CPU, whatever precision or
 device it computed in. `intermediates(inputs)` returns every operator's output by name, in
 execution order, where the backend exposes them (eager PyTorch in any precision, quantized
-models, user modules; every runtime of runtimes/ every module's output, its `tap`),
+models, user modules; every runtime of deployment/runtimes/ every module's output, its `tap`),
 and None where it does not (torch.compile, exported individuals): localisation then uses the
 eager float32 model (or the environment's `stand_in`) in its place. An environment that cannot
 run here raises EnvironmentSkipped with the reason when it is prepared.
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
-from model_explorer.registry import Registry
+from model_explorer.schema.registry import Registry
 from model_explorer.tracing import operator_outputs  # noqa: F401 - environments take it from here
 
 

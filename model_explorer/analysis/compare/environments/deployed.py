@@ -21,8 +21,8 @@ from model_explorer.analysis.compare.environments.base import (
     logits,
 )
 from model_explorer.analysis.compare.environments.runtime import made
+from model_explorer.deployment.runtimes import RUNTIMES, Runtime, RuntimeUnavailable, as_input
 from model_explorer.errors import UserError
-from model_explorer.runtimes import RUNTIMES, Runtime, RuntimeUnavailable, as_input
 
 FORM = {"onnx": "QDQ ONNX", "pytorch": "quantize/dequantize operators"}
 

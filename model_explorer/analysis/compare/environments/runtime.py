@@ -1,8 +1,8 @@
-"""Environments of a runtime (runtimes/): the float model in each registered runtime, named
-after it and run under the setting compare uses for it (`onnxruntime`, `openvino`: float32,
-`tvm`: opt_level 3, `litert`), or as `NAME:SETTING` under another (`tvm:0`, `tvm:3:cuda`,
-`onnxruntime:basic`). Their intermediates are every module's output as the runtime computes
-it (the runtime's `tap`)."""
+"""Environments of a runtime (deployment/runtimes/): the float model in each registered
+runtime, named after it and run under the setting compare uses for it (`onnxruntime`,
+`openvino`: float32, `tvm`: opt_level 3, `litert`), or as `NAME:SETTING` under another (`tvm:0`,
+`tvm:3:cuda`, `onnxruntime:basic`). Their intermediates are every module's output as the
+runtime computes it (the runtime's `tap`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from model_explorer.analysis.compare.environments.base import (
     EnvironmentSkipped,
     logits,
 )
+from model_explorer.deployment.runtimes import RUNTIMES, Runtime, RuntimeUnavailable, as_input
 from model_explorer.errors import UserError
-from model_explorer.runtimes import RUNTIMES, Runtime, RuntimeUnavailable, as_input
 
 
 def made(runtime: type[Runtime], setting: str) -> Runtime:

@@ -26,9 +26,9 @@ from pydantic import ValidationError
 
 from model_explorer.datasets.base import DATASETS
 from model_explorer.errors import did_you_mean
-from model_explorer.metrics import METRICS
+from model_explorer.metrics.functions import METRICS
 from model_explorer.problems.registry import PROBLEMS
-from model_explorer.schema import validation_problems
+from model_explorer.schema.specs import validation_problems
 
 ACCURACY_FUNCTIONS = {
     "classification_accuracy": "top1",

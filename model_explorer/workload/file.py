@@ -34,18 +34,18 @@ from model_explorer.datasets.base import DatasetSpec
 from model_explorer.errors import WorkloadError
 from model_explorer.exploration.algorithms import ONE_OBJECTIVE, needs_several_objectives
 from model_explorer.exploration.spec import ExplorationSpec
-from model_explorer.metrics import MetricSpec
+from model_explorer.metrics.functions import MetricSpec
 from model_explorer.models.registry import ModelSpec
-from model_explorer.original_layout import Translation, translate
-from model_explorer.paths import workload_root
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
-from model_explorer.roles import DATASET_ROLES
-from model_explorer.schema import NonNegativeInt, Spec, validation_problems
+from model_explorer.schema.paths import workload_root
+from model_explorer.schema.roles import DATASET_ROLES
+from model_explorer.schema.specs import NonNegativeInt, Spec, validation_problems
+from model_explorer.schema.yamlfile import apply_overrides, read_yaml
 from model_explorer.sparsity.spec import SparsitySpec
-from model_explorer.training import RetrainingSpec
-from model_explorer.yamlfile import apply_overrides, read_yaml
+from model_explorer.training.loop import RetrainingSpec
+from model_explorer.workload.original_layout import Translation, translate
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from model_explorer.errors import did_you_mean
-from model_explorer.paths import resolve_path
-from model_explorer.registry import Registry
+from model_explorer.schema.paths import resolve_path
+from model_explorer.schema.registry import Registry
 
 
 def _positive(value: float) -> float:

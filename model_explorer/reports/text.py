@@ -334,7 +334,7 @@ def write_report(
 def _write_figures(result: ExplorationResult, out: Path) -> list[Path]:
     """The front, per-layer and convergence plots, the front as pgfplots, and the DRAM energy
     per layer when the result's workload names an energy CSV that exists."""
-    from model_explorer import plotting
+    from model_explorer.reports import plots as plotting
 
     figures = {
         "front.png": plotting.plot_front(result),

@@ -22,8 +22,8 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from model_explorer.onnx_export import drop_marker_domain, mark, marker_index, trace_marked
 from model_explorer.tracing import operator_outputs
+from model_explorer.tracing.onnx_export import drop_marker_domain, mark, marker_index, trace_marked
 
 
 def last_operators(model: nn.Module, example: Tensor) -> dict[str, str]:

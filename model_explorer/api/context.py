@@ -13,15 +13,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from model_explorer.context import WorkloadContext
+from model_explorer.api.arguments import ARGUMENTS, check_first_calls, seeded
+from model_explorer.api.stepped import Stepped, as_pair
 from model_explorer.datasets import TensorCache
 from model_explorer.errors import UserError
-from model_explorer.library.arguments import ARGUMENTS, check_first_calls, seeded
-from model_explorer.library.stepped import Stepped, as_pair
-from model_explorer.metrics import needs_reference
+from model_explorer.metrics.functions import needs_reference
 from model_explorer.modules import sample_count
-from model_explorer.roles import DATASET_ROLES
-from model_explorer.workload import Workload, dataset_spec
+from model_explorer.schema.roles import DATASET_ROLES
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload, dataset_spec
 
 # The roles a caller's data stands for: the exploration data also gives the baseline.
 SAME_DATA = {"baseline": "exploration"}

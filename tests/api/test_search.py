@@ -36,7 +36,7 @@ def test_a_search_from_python_is_the_search_of_the_workload_file(trained_digits,
     individuals, evaluated alike, and the same front scored alike on the held-out data."""
     from model_explorer.datasets import build_loader
     from model_explorer.models import build_model
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     workload_file, _ = trained_digits
     data = yaml.safe_load(workload_file.read_text())
@@ -281,7 +281,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import model_explorer
 from model_explorer.cli import main
 from model_explorer.errors import UserError
-from model_explorer.metrics import evaluate
+from model_explorer.metrics.functions import evaluate
 
 digits = load_digits()
 x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16
@@ -339,7 +339,7 @@ def test_a_result_comes_back_with_the_objects_it_was_searched_on(trained, tmp_pa
     """`model_explorer.load` gives a finished search back as `search` returned it: the same
     front, and a member's model scoring what was recorded; resuming a complete result says
     so and names `load`."""
-    from model_explorer.metrics import evaluate
+    from model_explorer.metrics.functions import evaluate
 
     net, train, held = trained
     found = _search(trained, tmp_path)

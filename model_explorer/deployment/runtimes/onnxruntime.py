@@ -10,7 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.runtimes.base import Kernel, Runtime, missing_package, register_runtime
+from model_explorer.deployment.runtimes.base import (
+    Kernel,
+    Runtime,
+    missing_package,
+    register_runtime,
+)
 
 # onnxruntime's operators that compute a product of integers.
 INTEGER_KERNELS = {

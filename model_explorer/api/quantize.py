@@ -12,9 +12,9 @@ from typing import Any
 
 from torch import nn
 
+from model_explorer.api.arguments import seeded
+from model_explorer.api.context import check_module
 from model_explorer.errors import UserError
-from model_explorer.library.arguments import seeded
-from model_explorer.library.context import check_module
 from model_explorer.plan import INPUT_BITS, WEIGHT_BITS, apply_plan
 
 

@@ -12,9 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from model_explorer.deployment.runtimes.base import (
+    Kernel,
+    Runtime,
+    missing_package,
+    register_runtime,
+)
+from model_explorer.deployment.runtimes.onnxruntime import FLOAT_KERNELS
 from model_explorer.errors import UserError
-from model_explorer.runtimes.base import Kernel, Runtime, missing_package, register_runtime
-from model_explorer.runtimes.onnxruntime import FLOAT_KERNELS
 
 _PRODUCTS = ("Convolution", "FullyConnected", "MatMul", "Deconvolution", "GroupConvolution")
 

@@ -15,11 +15,11 @@ from model_explorer.datasets import DatasetSpec, TensorCache, build_loader
 from model_explorer.datasets.checks import check_against_model
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
-from model_explorer.metrics import evaluate, needs_reference, reference_outputs
+from model_explorer.metrics.functions import evaluate, needs_reference, reference_outputs
 from model_explorer.models import build_model
 from model_explorer.models.registry import model_info
-from model_explorer.roles import DATASET_ROLES
-from model_explorer.workload import Workload, dataset_spec
+from model_explorer.schema.roles import DATASET_ROLES
+from model_explorer.workload.file import Workload, dataset_spec
 
 log = logging.getLogger(__name__)
 

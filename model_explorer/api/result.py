@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from model_explorer.results import ExplorationResult, Individual
 
 if TYPE_CHECKING:
-    from model_explorer.library.context import ObjectContext
+    from model_explorer.api.context import ObjectContext
 
 
 class Search:

@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from model_explorer.errors import UserError, first_line
-from model_explorer.runtimes.base import (
+from model_explorer.deployment.runtimes.base import (
     Kernel,
     Runtime,
     RuntimeUnavailable,
     missing_package,
     register_runtime,
 )
+from model_explorer.errors import UserError, first_line
 
 DEFAULT_TARGET = "llvm"
 DEFAULT_OPT_LEVEL = 3
@@ -208,7 +208,7 @@ class Tvm(Runtime):
     def tap(self, model: Any, example: Any, folder: Path) -> tuple[Any, list[tuple[str, str]]]:
         """Every module's output through torch.export, the path compare's `tvm` runs the model
         on (the ONNX frontend refuses many exports: a Pad computed from the input's shape)."""
-        from model_explorer.runtimes.taps import tapped_module
+        from model_explorer.deployment.runtimes.taps import tapped_module
 
         wrapper, names = tapped_module(model, example)
         tapped = self.fresh()

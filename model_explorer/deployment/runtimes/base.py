@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.registry import Registry
+from model_explorer.schema.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class Runtime:
     def activate_model(self, model: Any, example: Any, folder: Path) -> None:
         """Take a float32 PyTorch model in eval mode (with `example`, a batch, for tracing):
         by default its ONNX export (opset 13, batch norms folded), activated."""
-        from model_explorer.onnx_export import export_onnx
+        from model_explorer.tracing.onnx_export import export_onnx
 
         self.activate(export_onnx(model, example, folder / "model.onnx", True))
 
@@ -164,12 +164,20 @@ class Runtime:
     def deactivate(self) -> None:
         """Let go of sessions and compiled modules."""
 
+    def __enter__(self) -> Runtime:
+        """`with open_runtime(name, path) as runtime:` deactivates it when the block ends,
+        however it ends."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.deactivate()
+
     def tap(self, model: Any, example: Any, folder: Path) -> tuple[Outputs, list[tuple[str, str]]]:
         """Every module's output of `model` as this runtime computes it: a function from a
         batch to the outputs by name, and (output, tracer name) pairs in execution order. By
         default the export with every module's output marked (runtimes/taps.py), activated in
         a second instance under the same setting."""
-        from model_explorer.runtimes.taps import tapped_export
+        from model_explorer.deployment.runtimes.taps import tapped_export
 
         names = tapped_export(model, example, folder / "tapped.onnx")
         tapped = self.fresh()

@@ -1,7 +1,7 @@
 """Accuracy functions by name (top-1, top-k, segmentation pixel accuracy, mean IoU), label-free
 fidelity to the float model (agreement, agreement_top5, cosine, kl), and `evaluate`.
 
-The metric classes live in metric_classes.py; here they are registered, built from a workload's
+The metric classes live in classes.py; here they are registered, built from a workload's
 `metric:` (or the user's own class), and run over batches. A model with several outputs (a
 tuple of tensors) gets one metric per output and `evaluate` returns a list. A fidelity metric
 (`needs_reference`) compares outputs with the float model's outputs on the same samples instead
@@ -20,7 +20,7 @@ from pydantic import ConfigDict
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
-from model_explorer.metric_classes import (
+from model_explorer.metrics.classes import (
     Agreement,
     Cosine,
     KLDivergence,
@@ -31,8 +31,8 @@ from model_explorer.metric_classes import (
     TopKAgreement,
 )
 from model_explorer.modules import run_on, to_device
-from model_explorer.registry import Registry, call_user_code
-from model_explorer.schema import NonNegativeInt, PositiveInt, Spec, TypedSpec
+from model_explorer.schema.registry import Registry, call_user_code
+from model_explorer.schema.specs import NonNegativeInt, PositiveInt, Spec, TypedSpec
 
 
 class ImportedMetricOptions(Spec):
@@ -236,7 +236,7 @@ def score(
     if any(module.training for module in model.modules()):  # a search scores thousands of times
         model.eval()
     first = create_metric(metric)  # the first output's; each further output gets its own
-    if hasattr(first, "of_model"):  # a caller's function of the whole model (library/)
+    if hasattr(first, "of_model"):  # a caller's function of the whole model (api/)
         return first.of_model(model, batches)
     if device is None:
         device = next((p.device for p in model.parameters()), torch.device("cpu"))

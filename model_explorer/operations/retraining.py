@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 from torch import nn
 
-from model_explorer.context import WorkloadContext
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.models import load_checkpoint, save_checkpoint
@@ -28,8 +27,9 @@ from model_explorer.operations.reevaluate import check_same_model, primary_cost
 from model_explorer.plan import plan_of
 from model_explorer.problems import Problem
 from model_explorer.results import ExplorationResult, Individual
-from model_explorer.training import TrainingResult, train
-from model_explorer.workload import Workload
+from model_explorer.training.loop import TrainingResult, train
+from model_explorer.workload.context import WorkloadContext
+from model_explorer.workload.file import Workload
 
 log = logging.getLogger(__name__)
 

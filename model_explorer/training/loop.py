@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from model_explorer.datasets.base import DatasetSpec
-from model_explorer.metrics import MetricSpec, evaluate, output_list
+from model_explorer.metrics.functions import MetricSpec, evaluate, output_list
 from model_explorer.modules import to_device
-from model_explorer.schema import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, Spec
+from model_explorer.schema.specs import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, Spec
 
 log = logging.getLogger(__name__)
 

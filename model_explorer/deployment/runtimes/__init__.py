@@ -4,11 +4,11 @@ environments, the deployment check and localisation's taps all use. Importing th
 registers the shipped runtimes; none imports its backend until it is made."""
 
 # Explicit imports register the shipped runtimes (each module imports its backend lazily).
-from model_explorer.runtimes import litert as _litert  # noqa: F401
-from model_explorer.runtimes import onnxruntime as _onnxruntime  # noqa: F401
-from model_explorer.runtimes import openvino as _openvino  # noqa: F401
-from model_explorer.runtimes import tvm as _tvm  # noqa: F401
-from model_explorer.runtimes.base import (
+from model_explorer.deployment.runtimes import litert as _litert  # noqa: F401
+from model_explorer.deployment.runtimes import onnxruntime as _onnxruntime  # noqa: F401
+from model_explorer.deployment.runtimes import openvino as _openvino  # noqa: F401
+from model_explorer.deployment.runtimes import tvm as _tvm  # noqa: F401
+from model_explorer.deployment.runtimes.base import (
     RUNTIMES,
     Kernel,
     Runtime,

@@ -203,7 +203,7 @@ def test_a_shuffling_loader_is_read_alike_by_the_same_call(tmp_path: Path) -> No
 def test_a_search_keeps_the_shipped_accuracy_floor_unless_told(tmp_path: Path) -> None:
     """As every shipped workload, a feasible member keeps 98% of the float model's score (a
     member at 78.6% was on the front of a Python search); a constraint in `settings` wins."""
-    from model_explorer.metrics import evaluate
+    from model_explorer.metrics.functions import evaluate
 
     data = batches(4)
     net = small_net()
@@ -262,7 +262,7 @@ def test_progress_shows_where_someone_watches(monkeypatch: pytest.MonkeyPatch) -
     terminal or a notebook, not in a log file or a test, and `progress=` decides where given."""
     import sys
 
-    from model_explorer.library import search as library
+    from model_explorer.api import search as library
 
     asked = []
     monkeypatch.setattr(library, "_run", lambda *arguments: asked.append(arguments[-1]))
@@ -294,7 +294,7 @@ class FixedBatch(nn.Module):
 def test_a_model_made_for_its_batch_size_passes_the_first_call() -> None:
     """The first call tries two samples, then the whole first batch: a model that takes only
     its own batch size is not refused for it there (the other model refused as before)."""
-    from model_explorer.library.arguments import check_first_calls
+    from model_explorer.api.arguments import check_first_calls
 
     whole = batches()[0][0]
     first = {"exploration": (whole[:2], whole)}

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from model_explorer.errors import UserError
-from model_explorer.metric_classes import Metric
-from model_explorer.metrics import METRICS, Outcome
+from model_explorer.metrics.classes import Metric
+from model_explorer.metrics.functions import METRICS, Outcome
 
 # name -> (function, higher is better)
 FUNCTIONS: dict[str, tuple[Callable[..., Any], bool]] = {}

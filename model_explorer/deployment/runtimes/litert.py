@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from model_explorer.deployment.runtimes.base import Runtime, RuntimeUnavailable, register_runtime
 from model_explorer.errors import first_line
-from model_explorer.runtimes.base import Runtime, RuntimeUnavailable, register_runtime
 
 
 @register_runtime
@@ -103,7 +103,7 @@ def _per_sample(runner: Any, array: np.ndarray) -> dict[str, np.ndarray]:
 def _tapped(model: nn.Module, example: Tensor, path: Path) -> tuple[Any, list[str]]:
     """The file with every module's output beside the logits, and the tracer's names of
     those outputs."""
-    from model_explorer.runtimes.taps import tapped_module
+    from model_explorer.deployment.runtimes.taps import tapped_module
 
     wrapper, names = tapped_module(model, example)
     return _converted(wrapper, example, path), names

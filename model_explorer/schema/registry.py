@@ -189,7 +189,7 @@ def import_object(
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise UserError(f"{where}: '{path}' is not of the form '{IMPORT_PATH}'")
-    if module_name == "python":  # library/search.py's placeholders of objects given in Python
+    if module_name == "python":  # api/search.py's placeholders of objects given in Python
         raise UserError(
             f"{where}: '{path}' stands for an object given to model_explorer.search in Python, "
             "which no command can rebuild; in Python, model_explorer.load(RESULTS, model, data) "

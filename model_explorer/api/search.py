@@ -1,7 +1,7 @@
 """`model_explorer.search(model, data=loader, ...)`: the search a workload file describes,
 started from objects a caller holds. The arguments become the workload's settings under the
 YAML's names (anything else through `settings=`, laid out as under `workload:`), the model and
-the data stay objects (library/context.py), and the same calibration and `explore` as the
+the data stay objects (api/context.py), and the same calibration and `explore` as the
 command line's run on them."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 from torch import nn
 
+from model_explorer.api.arguments import check_batches, check_bits, check_search
+from model_explorer.api.context import ObjectContext, check_module
+from model_explorer.api.result import Search
 from model_explorer.errors import UserError
-from model_explorer.library.arguments import check_batches, check_bits, check_search
-from model_explorer.library.context import ObjectContext, check_module
-from model_explorer.library.result import Search
 
 # What the workload's model and data sections say of objects given in Python: `python:` names,
 # which the registries accept and which no file can resolve.
@@ -41,7 +41,7 @@ def _metric(score: str | Callable[..., Any], maximize: bool | None) -> str:
         return score
     if not callable(score):
         raise UserError(f"score: a metric's name or a function, got {type(score).__name__}")
-    from model_explorer.library.scores import metric_name
+    from model_explorer.api.scores import metric_name
 
     return metric_name(score, True if maximize is None else maximize)
 
@@ -58,7 +58,7 @@ def _constrained(settings: Mapping[str, Any] | None) -> bool:
 
 
 def _higher_is_better(metric: str) -> bool:
-    from model_explorer.metrics import higher_is_better
+    from model_explorer.metrics.functions import higher_is_better
 
     try:
         return higher_is_better(metric)
@@ -204,7 +204,7 @@ def load(
             the result, must be of these weights).
     """
     from model_explorer.results import ExplorationResult
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     check_module(model)
     check_batches("load", "data", data)
@@ -262,7 +262,7 @@ def _placed(body: dict[str, Any], output: str | Path | None, resume: bool) -> tu
     `calibration.file` is set); a runner in other processes, or an existing result file
     without `resume`, refused."""
     from model_explorer.operations.explore import result_path
-    from model_explorer.workload import Workload
+    from model_explorer.workload.file import Workload
 
     source = "model_explorer.search(...)"
     workload = Workload.from_dict({"workload": body}, source=source)
