@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPOSITORY
 from model_explorer.cli import main
-from model_explorer.cost.energy import analytic_energy
+from model_explorer.cost.energy.analytic import analytic_energy
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.spec import NSGASpec
 from model_explorer.models import create_model

@@ -23,13 +23,9 @@ from model_explorer.analysis.diagnose import DEFAULT_ORDER, INSPECTORS
 from model_explorer.analysis.hooks import ANALYSES, HookRunner, load_analysis
 from model_explorer.cli import main
 from model_explorer.cli.listing import REGISTRIES
-from model_explorer.cost.energy import (
-    CSV_COLUMNS,
-    ENERGY_BACKENDS,
-    EnergyEvaluationSpec,
-    analytic_energy,
-    energy_layers,
-)
+from model_explorer.cost.energy.analytic import analytic_energy
+from model_explorer.cost.energy.base import CSV_COLUMNS, energy_layers
+from model_explorer.cost.energy.spec import ENERGY_BACKENDS, EnergyEvaluationSpec
 from model_explorer.datasets import DATASETS, DatasetSpec
 from model_explorer.exploration import Explorer
 from model_explorer.exploration.algorithms import ALGORITHMS, AlgorithmSpec

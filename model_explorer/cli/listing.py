@@ -77,7 +77,7 @@ def _inspectors() -> Any:
 
 
 def _energy() -> Any:
-    from model_explorer.cost.energy import ENERGY_BACKENDS
+    from model_explorer.cost.energy.spec import ENERGY_BACKENDS
 
     return ENERGY_BACKENDS
 

@@ -11,13 +11,12 @@ import torch
 
 from model_explorer.cost.energy.base import (
     CSV_COLUMNS,
-    ENERGY_BACKENDS,
-    EnergyEvaluationSpec,
     LayerEnergy,
     energy_layers,
     rows_from_records,
 )
 from model_explorer.cost.energy.model import EnergyModel
+from model_explorer.cost.energy.spec import ENERGY_BACKENDS, EnergyEvaluationSpec
 from model_explorer.cost.graph import layer_producers
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path

@@ -4,6 +4,10 @@ An entry has a builder, optionally the pydantic model of the options it accepts 
 workload names it) and `info` (plain facts, e.g. a model's input shape). Besides fixed names a
 registry may resolve a namespace (`torchvision:<name>`, `threads=<N>`: the builder receives the
 item first) and, when it accepts import paths, `package.module:attribute` names of user code.
+
+A built-in entry may be declared rather than registered (`declare`): its name, options and info
+given where the registry is, its builder named by import path and imported when it is first
+used, so that reading and checking a workload imports no builder's module (nor torch).
 """
 
 from __future__ import annotations
@@ -26,14 +30,32 @@ T = TypeVar("T")
 IMPORT_PATH = "package.module:factory"
 
 
-@dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One registered builder, the pydantic model of the options it accepts, and facts about it."""
+    """One registered builder, the pydantic model of the options it accepts, and facts about it.
+    A declared entry's builder is its `package.module:attribute` until first read."""
 
-    name: str
-    builder: T
-    options: Any = None
-    info: Any = None
+    def __init__(self, name: str, builder: T, options: Any = None, info: Any = None) -> None:
+        self.name, self.options, self.info = name, options, info
+        self._builder: Any = builder
+        self._declared: str | None = None
+
+    @classmethod
+    def declared(cls, name: str, path: str, options: Any = None, info: Any = None) -> Entry[T]:
+        entry: Entry[T] = cls(name, None, options, info)  # type: ignore[arg-type]
+        entry._declared = path
+        return entry
+
+    @property
+    def builder(self) -> T:
+        if self._declared is not None:
+            module, _, attribute = self._declared.partition(":")
+            self._builder = getattr(importlib.import_module(module), attribute)
+            self._declared = None
+        return self._builder  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        builder = self._declared or self._builder
+        return f"Entry({self.name!r}, {builder!r}, options={self.options!r})"
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,13 @@ class Registry(Generic[T]):
             return builder
 
         return decorator
+
+    def declare(self, name: str, path: str, *, options: Any = None, info: Any = None) -> None:
+        """Declare a built-in entry whose builder, `package.module:attribute`, is imported when
+        first used (see the module docstring)."""
+        if name in self._entries:
+            raise ValueError(f"{self.kind} '{name}' is registered twice")
+        self._entries[name] = Entry.declared(name, path, options, info)
 
     def register_namespace(
         self,

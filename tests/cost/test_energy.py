@@ -13,8 +13,10 @@ from torch import nn
 
 from conftest import REPOSITORY
 from model_explorer.cli import main
-from model_explorer.cost.energy import CSV_COLUMNS, Accelerator, analytic_energy, energy_layers
+from model_explorer.cost.energy.analytic import analytic_energy
+from model_explorer.cost.energy.base import CSV_COLUMNS, energy_layers
 from model_explorer.cost.energy.model import EnergyModel
+from model_explorer.cost.energy.spec import Accelerator
 from model_explorer.cost.graph import layer_producers
 from model_explorer.models import create_model
 from model_explorer.operations.energy import read_energy_csv, write_energy_csv

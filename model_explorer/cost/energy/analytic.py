@@ -16,31 +16,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from model_explorer.cost.energy.base import (
-    LayerEnergy,
-    energy_layers,
-    layer_energy,
-    register_energy_backend,
-)
+from model_explorer.cost.energy.base import LayerEnergy, energy_layers, layer_energy
+from model_explorer.cost.energy.spec import Accelerator
 from model_explorer.cost.layers import measure_layers
-from model_explorer.schema.specs import PositiveFloat, PositiveInt, Spec
 
 
-class Accelerator(Spec):
-    """The analytic backend's options, its accelerator: global buffer, DRAM word, energy per
-    DRAM access."""
-
-    global_buffer_kib: PositiveFloat = 108.0  # Eyeriss' global buffer
-    """The global buffer in KiB; half of it holds weights, so a layer whose weights do not fit
-    is read in tiles of output channels and its input streamed from DRAM once per tile."""
-    word_bits: PositiveInt = 16
-    """The bits one DRAM access moves: the precision the counts assume (the table's
-    `bitwidth`), from which the `energy` objective scales them to each layer's bit widths."""
-    dram_pj_per_word: PositiveFloat = 200.0  # about 200 times a 16-bit MAC (Eyeriss' ratios)
-    """The energy of one DRAM access (one word), in pJ."""
-
-
-@register_energy_backend("analytic", options=Accelerator)
 def analytic_energy(
     model: nn.Module,
     example: torch.Tensor,

@@ -1,26 +1,25 @@
 """Per-layer DRAM accesses and energy of convolution and linear layers, from interchangeable
 backends with one interface (the original tool read them from Timeloop runs).
 
-Every backend is registered in ENERGY_BACKENDS with the pydantic model of its own options and is
-called as `backend(model, example, options, layers)`. It returns one `LayerEnergy` per layer with
-DRAM word accesses for weights (w), inputs (i) and outputs (o), split into reads, updates (writes
-of results) and fills (writes of data arriving from outside), the energy of each data type in pJ
+Every backend is registered in ENERGY_BACKENDS (spec.py, with the workload's section and each
+shipped backend's options, none of it importing torch) and is called as
+`backend(model, example, options, layers)`. It returns one `LayerEnergy` per layer with DRAM
+word accesses for weights (w), inputs (i) and outputs (o), split into reads, updates (writes of
+results) and fills (writes of data arriving from outside), the energy of each data type in pJ
 and the word width they assume. The CSV written by `energy_analysis` has the original tool's
-columns plus the layer name. The workload's `energy_evaluation` names the backend (`backend`) and
-holds its options beside the keys every backend shares.
+columns plus the layer name. The workload's `energy_evaluation` names the backend (`backend`)
+and holds its options beside the keys every backend shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from typing import Any
 
 from torch import nn
 
 from model_explorer.cost.layers import WEIGHT_LAYERS
-from model_explorer.schema.registry import Registry
-from model_explorer.schema.specs import PositiveInt, TypedSpec
 
 CSV_COLUMNS = [
     "layer_idx",
@@ -67,35 +66,6 @@ class LayerEnergy:
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
-
-
-EnergyBackend = Callable[..., list[LayerEnergy]]
-ENERGY_BACKENDS: Registry[EnergyBackend] = Registry("energy backend")
-
-
-def register_energy_backend(name: str, options: Any) -> Callable[[EnergyBackend], EnergyBackend]:
-    """Register `backend(model, example, options=None, layers=None) -> list[LayerEnergy]` with
-    the pydantic model of its options (keys of `energy_evaluation` beside `backend`)."""
-    return ENERGY_BACKENDS.register(name, options=options)
-
-
-class EnergyEvaluationSpec(TypedSpec):
-    """Per-layer DRAM accesses: read from `dram_analysis_file` (written by `energy-analysis`),
-    else computed by `backend` when a problem needs them; the backend's options sit beside."""
-
-    registry: ClassVar[Registry[Any]] = ENERGY_BACKENDS
-    type_key: ClassVar[str] = "backend"
-    backend: str = "analytic"
-    """What counts the DRAM accesses: `analytic` (no extra dependency) or `zigzag` (the `zigzag`
-    extra); the keys beside it are that backend's own options (`model-explorer list energy`)."""
-    dram_analysis_file: str | None = None
-    """The per-layer DRAM table (CSV) that `energy-analysis` writes and the `energy` objective
-    reads; a search refuses to start while it is missing. Null: `energy-analysis` writes
-    `results/<name>_dram_accesses.csv` and a search counts the accesses itself when it starts."""
-    input_shape: list[PositiveInt] | None = None
-    """The input [N, C, H, W] the accesses are counted for; null: one sample shaped like the
-    exploration data. The model runs on it once, and a shape it cannot take is an error that
-    names a shape that fits."""
 
 
 def energy_layers(model: nn.Module, include: Sequence[str] | None = None) -> dict[str, nn.Module]:

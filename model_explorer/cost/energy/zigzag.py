@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from model_explorer.cost.energy.base import LayerEnergy, energy_layers, register_energy_backend
+from model_explorer.cost.energy.base import LayerEnergy, energy_layers
+from model_explorer.cost.energy.spec import ZigZagOptions
 from model_explorer.cost.layers import measure_layers
 from model_explorer.errors import UserError
-from model_explorer.schema.specs import Spec
 from model_explorer.tracing.onnx_export import export_onnx
 
 log = logging.getLogger(__name__)
@@ -58,16 +58,6 @@ def _export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
     return path
 
 
-class ZigZagOptions(Spec):
-    """The zigzag backend's options: a hardware description shipped with ZigZag."""
-
-    hardware: str = "eyeriss_like"
-    """The hardware description shipped with the `zigzag` extra, by name (`eyeriss_like`,
-    `tpu_like`, `edge_tpu_like`, ...), with its own mapping where one ships; an unknown name
-    is an error listing the known ones."""
-
-
-@register_energy_backend("zigzag", options=ZigZagOptions)
 def zigzag_energy(
     model: nn.Module,
     example: torch.Tensor,
