@@ -15,7 +15,7 @@ from torch import nn
 
 from model_explorer.api.arguments import ARGUMENTS, check_first_calls, seeded
 from model_explorer.api.stepped import Stepped, as_pair
-from model_explorer.datasets import TensorCache
+from model_explorer.datasets.cache import TensorCache
 from model_explorer.errors import UserError
 from model_explorer.metrics.functions import needs_reference
 from model_explorer.modules import sample_count

@@ -17,7 +17,7 @@ def _models() -> Any:
 
 
 def _datasets() -> Any:
-    from model_explorer.datasets import DATASETS
+    from model_explorer.datasets.spec import DATASETS
 
     return DATASETS
 

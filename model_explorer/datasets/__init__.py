@@ -1,35 +1,34 @@
-"""Dataset registry: digits (bundled with scikit-learn), cifar10, imagefolder, imagenet (image
-folder or WebDataset shards), imagenet_c and arrays from local files, `package.module:builder`
-of the user's code; seeded subsets; and a TensorCache that decodes an evaluation subset once."""
+"""Datasets: the registry and every dataset's settings (spec.py, no torch), the built-in builders
+(digits, bundled with scikit-learn; photos; sentences; cifar10; imagefolder; imagenet, image
+folders or WebDataset shards; imagenet_c; arrays from local files; imported.py: a
+`package.module:builder` of the user's code, each imported when it first builds), seeded
+subsets and loaders (base.py), and a TensorCache that decodes an evaluation subset once
+(cache.py). Its public names load their modules on first use (SPEC 1)."""
 
 from __future__ import annotations
 
-# Explicit imports register the built-in builders; nothing else runs at import.
-from model_explorer.datasets import arrays as _arrays  # noqa: E402,F401
-from model_explorer.datasets import digits as _digits  # noqa: E402,F401
-from model_explorer.datasets import imagenet as _imagenet  # noqa: E402,F401
-from model_explorer.datasets import imported as _imported  # noqa: E402,F401
-from model_explorer.datasets import photos as _photos  # noqa: E402,F401
-from model_explorer.datasets import text as _text  # noqa: E402,F401
-from model_explorer.datasets import vision as _vision  # noqa: E402,F401
-from model_explorer.datasets.base import (
-    DATASETS,
-    DatasetSpec,
-    SampleStream,
-    build_dataset,
-    build_loader,
-    register_dataset,
-    select_indices,
-)
-from model_explorer.datasets.cache import TensorCache
+import importlib
+from typing import Any
 
-__all__ = [
-    "DATASETS",
-    "DatasetSpec",
-    "SampleStream",
-    "TensorCache",
-    "build_dataset",
-    "build_loader",
-    "register_dataset",
-    "select_indices",
-]
+_LAZY = {
+    "DATASETS": "spec",
+    "DatasetSpec": "spec",
+    "register_dataset": "spec",
+    "SampleStream": "base",
+    "build_dataset": "base",
+    "build_loader": "base",
+    "select_indices": "base",
+    "TensorCache": "cache",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from model_explorer.datasets.base import DatasetSpec, register_dataset
 from model_explorer.datasets.files import ArrayFile
+from model_explorer.datasets.spec import ArraysOptions, DatasetSpec
 from model_explorer.errors import UserError
-from model_explorer.schema.specs import Spec
-
-
-class ArraysOptions(Spec):
-    requires_path: ClassVar[bool] = True
-    inputs_key: str = "inputs"
-    """Name of the inputs array in a `.npz` or `.h5` file (one entry per sample along the first
-    axis); not used for a `.npy` file."""
-    labels_key: str = "labels"
-    """Name of the labels array in a `.npz` or `.h5` file; not used for a `.npy` file."""
-    labels_path: str | None = None
-    """The `.npy` file of labels when `path` is a `.npy` file of inputs, and needed then;
-    relative paths start from the workload's root."""
 
 
 def read_arrays(path: str, options: ArraysOptions, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +39,6 @@ def _labels_file(inputs: Path, options: ArraysOptions, where: str) -> np.ndarray
         return file.read(file.names[0])
 
 
-@register_dataset("arrays", options=ArraysOptions)
 def arrays(spec: DatasetSpec, where: str) -> Dataset:
     """Inputs as float32 in the stored layout (e.g. N, C, H, W); integer labels as int64."""
     inputs, labels = read_arrays(str(spec.resolve(spec.path or "")), spec.options, where)

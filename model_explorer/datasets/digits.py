@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-from model_explorer.datasets.base import DatasetSpec, register_dataset
-from model_explorer.schema.specs import NonNegativeInt, Spec
+from model_explorer.datasets.spec import DatasetSpec, DigitsOptions
 
 # Shares of the 1797 images in the train / validation / test splits (stratified by class).
 SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
-
-
-class DigitsOptions(Spec):
-    split: Literal["train", "validation", "test", "all"] = "test"
-    """Which part of the 1797 images: a 60 / 20 / 20 % split stratified by class, or `all` of
-    them."""
-    resize: Literal[8, 16, 32] = 8
-    """Side of the images in pixels: `8` as stored, `16` or `32` upsampled bilinearly."""
-    channels: Literal[1, 3] = 1
-    """`1`: grey images; `3`: the grey channel repeated, for networks that take RGB."""
-    split_seed: NonNegativeInt = 0
-    """Draws the split; kept apart from the workload's `seed` so that changing the search seed
-    never moves test images into training."""
 
 
 @lru_cache(maxsize=4)
@@ -76,7 +61,6 @@ def digits_tensors(
     return x, y
 
 
-@register_dataset("digits", options=DigitsOptions)
 def digits(spec: DatasetSpec, where: str) -> Dataset:
     options: DigitsOptions = spec.options
     return TensorDataset(

@@ -13,27 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ConfigDict
 from torch.utils.data import Dataset
 
-from model_explorer.datasets.base import DATASETS, DatasetSpec
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.errors import UserError
 from model_explorer.schema.registry import call_user_code
-from model_explorer.schema.specs import Spec
 
 
-class ImportedDatasetOptions(Spec):
-    """A `package.module:builder` dataset takes any key beside the common ones: each is a
-    keyword argument of the builder, checked against its signature when it is called."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-DATASETS.import_options = ImportedDatasetOptions
-
-
-@DATASETS.adapt_imports
-def _from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str], Dataset]:
+def from_user_code(function: Callable[..., Any]) -> Callable[[DatasetSpec, str], Dataset]:
     """The registry's `(spec, where) -> dataset` around the user's `builder(path=, **kwargs)`."""
 
     def build(spec: DatasetSpec, where: str) -> Dataset:

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from model_explorer.datasets.base import DatasetSpec, register_dataset
+from model_explorer.datasets.spec import DatasetSpec, PhotosOptions
 from model_explorer.errors import UserError
-from model_explorer.schema.specs import PositiveInt, Spec
 
 # The photographs of skimage/data (synthetic test patterns, text and line art left out) and of
 # scikit-learn, in the order the splits count them.
@@ -46,18 +44,6 @@ NORMALISATION = {
     "lite": ((127.0, 127.0, 127.0), (128.0, 128.0, 128.0)),
     "imagenet": ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)),
 }
-
-
-class PhotosOptions(Spec):
-    split: Literal["calibrate", "explore", "test", "all"] = "explore"
-    """`calibrate`: the crops of five photographs (194); `test`: those of five others, which no
-    search selects on (reevaluation); `explore`: those of the remaining ten; `all`: every crop
-    (804)."""
-    size: PositiveInt = 224
-    """Side in pixels of the square input each crop is resized to."""
-    preprocessing: Literal["lite", "imagenet"] = "lite"
-    """How pixels are normalised: `lite`, (pixel - 127) / 128 as EfficientNet-Lite expects;
-    `imagenet`, with torchvision's ImageNet mean and std."""
 
 
 @lru_cache(maxsize=1)
@@ -132,6 +118,5 @@ class Photos(Dataset):
         return (pixels - self.mean) / self.std, torch.tensor(0)
 
 
-@register_dataset("photos", options=PhotosOptions)
 def photos(spec: DatasetSpec, where: str) -> Dataset:
     return Photos(spec.options)

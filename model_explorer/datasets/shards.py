@@ -19,13 +19,6 @@ IMAGE_KEYS = "jpg;jpeg;png;input.jpeg;input.jpg;input.png"
 LABEL_KEYS = "cls;target.cls"
 
 
-def expand_shards(pattern: str) -> list[str]:
-    """The shard files a brace pattern names (`train-{0000..0136}.tar`), in its order."""
-    from braceexpand import braceexpand
-
-    return list(braceexpand(pattern))
-
-
 class ShardStream(SampleStream):
     """(image, label) pairs from tar shards; `transform` turns the RGB PIL image into a tensor."""
 

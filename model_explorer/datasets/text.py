@@ -14,32 +14,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from model_explorer.datasets.base import DatasetSpec, register_dataset
+from model_explorer.datasets.spec import DatasetSpec, SentencesOptions
 from model_explorer.errors import UserError
 from model_explorer.schema.paths import resolve_path
-from model_explorer.schema.specs import NonNegativeInt, PositiveInt, Spec
 
 SPLIT_FRACTIONS = {"train": 0.6, "validation": 0.2}
-
-
-class SentencesOptions(Spec):
-    split: Literal["train", "validation", "test", "all"] = "test"
-    """Which part of the texts: a 60 / 20 / 20 % split drawn by `split_seed`, or `all` of
-    them."""
-    tokenizer: str = "all_minilm_l6_v2"
-    """The tokenizer that turns texts into token ids: that of a model that ships one
-    (`all_minilm_l6_v2`), or a local Hugging Face tokenizer folder."""
-    max_length: PositiveInt = 32
-    """Tokens per text: longer texts are cut, shorter ones padded to this length."""
-    split_seed: NonNegativeInt = 0
-    """Draws the split; kept apart from the workload's `seed` so that changing the search seed
-    never moves test texts into training."""
 
 
 def python_docs_sentences(min_words: int = 5, max_words: int = 40) -> list[str]:
@@ -95,7 +79,6 @@ def tokenizer_folder(name: str, where: str, root: Path | None = None) -> Path:
     )
 
 
-@register_dataset("sentences", options=SentencesOptions)
 def sentences(spec: DatasetSpec, where: str) -> Dataset:
     options: SentencesOptions = spec.options
     texts = _split(_texts(spec, where), options.split, options.split_seed)

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from model_explorer.datasets.base import DatasetSpec
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.exploration.algorithms import AlgorithmSpec
 from model_explorer.exploration.runners.base import RunnerSpec
 from model_explorer.exploration.strategies import StrategySpec

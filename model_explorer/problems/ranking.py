@@ -97,7 +97,7 @@ class DivergenceRanking:
         wider table (a rate per bit) on the first third of the samples."""
         if self.selection == "accuracy":
             return self.batches, self.metric
-        from model_explorer.datasets import TensorCache
+        from model_explorer.datasets.cache import TensorCache
 
         count = -(-self.batches.num_samples // 3) if wider else self.batches.num_samples
         inputs = self.batches.inputs

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from model_explorer.datasets.base import DatasetSpec
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.swap import SWAPPABLE
 from model_explorer.schema.registry import Registry

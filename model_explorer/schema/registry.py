@@ -93,6 +93,7 @@ class Registry(Generic[T]):
         # The pydantic model of the keys an imported entry takes where a workload names it.
         self.import_options = import_options
         self.adapt_import: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+        self._adapter_path: str | None = None
         self._entries: dict[str, Entry[T]] = {}
         self._namespaces: dict[str, Namespace] = {}
 
@@ -138,6 +139,17 @@ class Registry(Generic[T]):
         builder (without it, the imported callable is the builder)."""
         self.adapt_import = adapter
         return adapter
+
+    def declare_import_adapter(self, path: str) -> None:
+        """The adapter of imported callables (see `adapt_imports`), by its import path: imported
+        when an import path is first resolved."""
+        self._adapter_path = path
+
+    def _adapter(self) -> Callable[[Callable[..., Any]], Callable[..., Any]] | None:
+        if self.adapt_import is None and self._adapter_path is not None:
+            module, _, attribute = self._adapter_path.partition(":")
+            self.adapt_import = getattr(importlib.import_module(module), attribute)
+        return self.adapt_import
 
     def names(self, pattern: str | None = None) -> list[str]:
         """Registered names, sorted, optionally filtered by a shell-style pattern."""
@@ -205,7 +217,8 @@ class Registry(Generic[T]):
             return functools.partial(space.builder, item)
         if self.imports and ":" in name:
             imported = import_object(name, where or self.kind, self.imports, folders)
-            return self.adapt_import(imported) if self.adapt_import else imported
+            adapt = self._adapter()
+            return adapt(imported) if adapt else imported
         return self.get(name, where).builder  # type: ignore[return-value]
 
 

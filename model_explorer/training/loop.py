@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from model_explorer.datasets.base import DatasetSpec
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.metrics.functions import MetricSpec, evaluate, output_list
 from model_explorer.modules import to_device
 from model_explorer.schema.specs import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt, Spec

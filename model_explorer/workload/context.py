@@ -11,8 +11,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from model_explorer.datasets import DatasetSpec, TensorCache, build_loader
+from model_explorer.datasets.base import build_loader
+from model_explorer.datasets.cache import TensorCache
 from model_explorer.datasets.checks import check_against_model
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
 from model_explorer.metrics.functions import evaluate, needs_reference, reference_outputs

@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from model_explorer.cost.energy.spec import EnergyEvaluationSpec
-from model_explorer.datasets.base import DatasetSpec
+from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.errors import WorkloadError
 from model_explorer.exploration.algorithms import ONE_OBJECTIVE, needs_several_objectives
 from model_explorer.exploration.spec import ExplorationSpec

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from model_explorer.datasets.base import DATASETS
+from model_explorer.datasets.spec import DATASETS
 from model_explorer.errors import did_you_mean
 from model_explorer.metrics.functions import METRICS
 from model_explorer.problems.registry import PROBLEMS

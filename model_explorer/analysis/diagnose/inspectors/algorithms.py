@@ -18,7 +18,7 @@ from model_explorer.analysis.diagnose.base import (
     Finding,
     register_inspector,
 )
-from model_explorer.datasets.base import DATASETS
+from model_explorer.datasets.spec import DATASETS
 from model_explorer.modules import module_hooks, tensors_in
 from model_explorer.quantization.model import data_quantizers
 
