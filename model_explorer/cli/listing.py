@@ -23,7 +23,7 @@ def _datasets() -> Any:
 
 
 def _metrics() -> Any:
-    from model_explorer.metrics.functions import METRICS
+    from model_explorer.metrics.spec import METRICS
 
     return METRICS
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from pydantic import ConfigDict
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
@@ -30,21 +29,9 @@ from model_explorer.metrics.classes import (
     TopKAccuracy,
     TopKAgreement,
 )
+from model_explorer.metrics.spec import METRICS, MetricSpec
 from model_explorer.modules import run_on, to_device
-from model_explorer.schema.registry import Registry, call_user_code
-from model_explorer.schema.specs import NonNegativeInt, PositiveInt, Spec, TypedSpec
-
-
-class ImportedMetricOptions(Spec):
-    """A `package.module:Class` metric takes any key beside `type`: its constructor's arguments."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-MetricBuilder = Callable[[Any], Metric]
-METRICS: Registry[MetricBuilder] = Registry(
-    "metric", "metric class", "package.module:Class", ImportedMetricOptions
-)
+from model_explorer.schema.registry import call_user_code
 
 
 class UserMetric(Metric):
@@ -68,8 +55,9 @@ class UserMetric(Metric):
         return None if bound is None else bound(remaining)
 
 
-@METRICS.adapt_imports
-def _user_metric(cls: Callable[..., Any]) -> MetricBuilder:
+def user_metric(cls: Callable[..., Any]) -> Callable[[Any], Metric]:
+    """The registry's builder around a `package.module:Class` metric of the user's code."""
+
     def build(options: Any) -> Metric:
         name = f"{cls.__module__}:{getattr(cls, '__qualname__', cls)}"
         keys = (options.model_extra or {}) if options is not None else {}
@@ -83,39 +71,41 @@ def _user_metric(cls: Callable[..., Any]) -> MetricBuilder:
     return build
 
 
-class MetricSpec(TypedSpec):
-    """The accuracy function, by name (`top1`) or with options (`{type: topk, k: 5}`)."""
-
-    registry: ClassVar[Registry[Any]] = METRICS
-    type: str
-    """The metric's name (`model-explorer list metrics`) or your own `package.module:Class`."""
+# The built-in metrics' builders, declared by name in spec.py.
+def build_agreement(options: Any) -> Metric:
+    return Agreement()
 
 
-class TopKOptions(Spec):
-    k: PositiveInt = 5
-    """A sample counts as right when its label is among the model's `k` highest scores."""
+def build_agreement_top5(options: Any) -> Metric:
+    return TopKAgreement(5)
 
 
-class SegmentationOptions(Spec):
-    num_classes: PositiveInt | None = None
-    """Classes of the confusion matrix (the model's output channels when not given)."""
-    ignore_index: NonNegativeInt | None = 255
-    """A label value whose pixels are left out (`null`: every pixel counts)."""
+def build_cosine(options: Any) -> Metric:
+    return Cosine()
 
 
-METRICS.register("agreement")(lambda options: Agreement())
-METRICS.register("agreement_top5")(lambda options: TopKAgreement(5))
-METRICS.register("cosine")(lambda options: Cosine())
-METRICS.register("kl")(lambda options: KLDivergence())
-METRICS.register("top1")(lambda options: TopKAccuracy(1))
-METRICS.register("top5")(lambda options: TopKAccuracy(5))
-METRICS.register("topk", options=TopKOptions)(lambda options: TopKAccuracy(options.k))
-METRICS.register("pixel_accuracy", options=SegmentationOptions)(
-    lambda options: PixelAccuracy(options.num_classes, options.ignore_index)
-)
-METRICS.register("mean_iou", options=SegmentationOptions)(
-    lambda options: MeanIoU(options.num_classes, options.ignore_index)
-)
+def build_kl(options: Any) -> Metric:
+    return KLDivergence()
+
+
+def build_top1(options: Any) -> Metric:
+    return TopKAccuracy(1)
+
+
+def build_top5(options: Any) -> Metric:
+    return TopKAccuracy(5)
+
+
+def build_topk(options: Any) -> Metric:
+    return TopKAccuracy(options.k)
+
+
+def build_pixel_accuracy(options: Any) -> Metric:
+    return PixelAccuracy(options.num_classes, options.ignore_index)
+
+
+def build_mean_iou(options: Any) -> Metric:
+    return MeanIoU(options.num_classes, options.ignore_index)
 
 
 def create_metric(spec: MetricSpec | str) -> Metric:

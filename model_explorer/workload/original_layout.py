@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from model_explorer.datasets.spec import DATASETS
 from model_explorer.errors import did_you_mean
-from model_explorer.metrics.functions import METRICS
+from model_explorer.metrics.spec import METRICS
 from model_explorer.problems.registry import PROBLEMS
 from model_explorer.schema.specs import validation_problems
 
