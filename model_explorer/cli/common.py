@@ -58,7 +58,7 @@ def positive_int(text: str) -> int:
 
 def registered_input_shape(name: str) -> tuple[int, ...] | None:
     """The input shape, batch 1, of a model registered as `name`; None for other models."""
-    from model_explorer.models import MODELS
+    from model_explorer.models.spec import MODELS
 
     return (1, *MODELS.get(name).info.input_shape) if name in MODELS else None
 

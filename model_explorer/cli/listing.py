@@ -11,7 +11,7 @@ from model_explorer.cli.common import command
 
 
 def _models() -> Any:
-    from model_explorer.models import MODELS
+    from model_explorer.models.spec import MODELS
 
     return MODELS
 

@@ -1,35 +1,34 @@
-"""Model registry: built-in small nets, torchvision models by name, `package.module:factory`."""
+"""Models: the registry and the workload's `model:` settings (spec.py, no torch), the built-in
+factories (small nets, digits_vit, efficientnet_lite0, all_minilm_l6_v2, torchvision models by
+name; each imported when first built), create_model (registry.py) and checkpoints
+(checkpoints.py: build_model, load and save, fold_batchnorm). Its public names load their
+modules on first use (SPEC 1)."""
 
 from __future__ import annotations
 
-# Explicit imports register the built-in builders; nothing else runs at import.
-from model_explorer.models import builtin as _builtin  # noqa: E402,F401
-from model_explorer.models import efficientnet_lite as _efficientnet_lite  # noqa: E402,F401
-from model_explorer.models import sentence_embedding as _sentence_embedding  # noqa: E402,F401
-from model_explorer.models import torchvision_models as _torchvision  # noqa: E402,F401
-from model_explorer.models import vision_transformer as _vision_transformer  # noqa: E402,F401
-from model_explorer.models.checkpoints import (
-    build_model,
-    fold_batchnorm,
-    load_checkpoint,
-    save_checkpoint,
-)
-from model_explorer.models.registry import (
-    MODELS,
-    ModelInfo,
-    ModelSpec,
-    create_model,
-    register_model,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "MODELS",
-    "ModelInfo",
-    "ModelSpec",
-    "build_model",
-    "create_model",
-    "fold_batchnorm",
-    "load_checkpoint",
-    "register_model",
-    "save_checkpoint",
-]
+_LAZY = {
+    "MODELS": "spec",
+    "ModelInfo": "spec",
+    "ModelSpec": "spec",
+    "register_model": "spec",
+    "create_model": "registry",
+    "build_model": "checkpoints",
+    "fold_batchnorm": "checkpoints",
+    "load_checkpoint": "checkpoints",
+    "save_checkpoint": "checkpoints",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from collections.abc import Callable
 
-from model_explorer.models.registry import register_model
+from torch import Tensor, nn
 
 
 def _conv_bn_relu(in_channels: int, out_channels: int) -> list[nn.Module]:
@@ -15,7 +15,6 @@ def _conv_bn_relu(in_channels: int, out_channels: int) -> list[nn.Module]:
     ]
 
 
-@register_model("digits_cnn", input_shape=(1, 8, 8))
 def digits_cnn(num_classes: int = 10, in_channels: int = 1, width: int = 16) -> nn.Module:
     """Three convolutions and two linear layers for scikit-learn's 8x8 digits (any size works)."""
     return nn.Sequential(
@@ -31,7 +30,6 @@ def digits_cnn(num_classes: int = 10, in_channels: int = 1, width: int = 16) -> 
     )
 
 
-@register_model("lenet5", input_shape=(1, 32, 32))
 def lenet5(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
     """LeNet-5 (LeCun et al., 1998) with ReLU and max pooling, for 32x32 inputs."""
     return nn.Sequential(
@@ -103,14 +101,14 @@ class CifarResNet(nn.Module):
         return self.fc(self.pool(x).flatten(1))
 
 
-def _register_cifar_resnet(depth: int) -> None:
+def _cifar_resnet(depth: int) -> Callable[..., nn.Module]:
     def factory(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
         return CifarResNet(depth, num_classes, in_channels)
 
     factory.__name__ = factory.__qualname__ = f"resnet{depth}"
     factory.__doc__ = f"CIFAR-style ResNet-{depth} for 32x32 inputs."
-    register_model(f"resnet{depth}", input_shape=(3, 32, 32))(factory)
+    return factory
 
 
-for _depth in (20, 32, 44, 56):
-    _register_cifar_resnet(_depth)
+# the factories models/spec.py declares
+resnet20, resnet32, resnet44, resnet56 = (_cifar_resnet(depth) for depth in (20, 32, 44, 56))

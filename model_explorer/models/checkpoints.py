@@ -12,7 +12,8 @@ from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
-from model_explorer.models.registry import ModelSpec, create_model, ships_weights
+from model_explorer.models.registry import create_model
+from model_explorer.models.spec import ModelSpec, ships_weights
 from model_explorer.schema.paths import resolve_path
 
 

@@ -13,12 +13,10 @@ import io
 from torch import nn
 
 from model_explorer.errors import UserError
-from model_explorer.models.registry import register_model
 
 LITE0 = "efficientnet_lite0"
 
 
-@register_model(LITE0, input_shape=(3, 224, 224), ships_weights=True)
 def efficientnet_lite0(num_classes: int = 1000) -> nn.Module:
     """EfficientNet-Lite0 (4.7 M parameters, ReLU6, no squeeze-excitation), ImageNet weights;
     another `num_classes` gets a fresh classifier on the pretrained features."""

@@ -19,7 +19,6 @@ from pathlib import Path
 from torch import Tensor, nn
 
 from model_explorer.errors import UserError
-from model_explorer.models.registry import register_model
 
 MINILM = "all_minilm_l6_v2"
 
@@ -73,7 +72,6 @@ class SentenceEmbedder(nn.Module):
         return nn.functional.normalize(pooled, p=2, dim=1)
 
 
-@register_model(MINILM, input_shape=(32,), ships_weights=True)  # input: 32 token ids
 def all_minilm_l6_v2() -> nn.Module:
     """sentence-transformers' all-MiniLM-L6-v2 (6 BERT layers, 384 wide, 22.7 M parameters)
     with its pretrained weights, as sentence embeddings of token ids."""

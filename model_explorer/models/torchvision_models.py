@@ -13,11 +13,6 @@ from typing import Any
 from torch import nn
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.models.registry import MODELS, ModelInfo
-
-# The original tool's model types that are torchvision architectures, under its names; it
-# loaded torchvision's ImageNet weights for them, here `model.weights` names a local file.
-ORIGINAL_TORCHVISION = ("resnet18", "resnet50")
 
 
 def classification_models() -> list[str]:
@@ -27,7 +22,6 @@ def classification_models() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-@MODELS.register_namespace("torchvision")
 def torchvision_model(name: str, **kwargs: Any) -> nn.Module:
     import torchvision.models
 
@@ -40,7 +34,6 @@ def torchvision_model(name: str, **kwargs: Any) -> nn.Module:
     return torchvision.models.get_model(name, weights=None, **kwargs)
 
 
-for _name in ORIGINAL_TORCHVISION:
-    MODELS.register(_name, info=ModelInfo((3, 224, 224), pretrained_in_original=True))(
-        functools.partial(torchvision_model, _name)
-    )
+# the original tool's names (models/spec.py declares them)
+resnet18 = functools.partial(torchvision_model, "resnet18")
+resnet50 = functools.partial(torchvision_model, "resnet50")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model_explorer.models.registry import register_model
-
 
 class EncoderBlock(nn.Module):
     """Pre-norm transformer block: attention, then a two-layer MLP, each with a residual."""
@@ -56,7 +54,6 @@ class VisionTransformer(nn.Module):
         return self.head(self.norm(tokens[:, 0]))
 
 
-@register_model("digits_vit", input_shape=(1, 8, 8))
 def digits_vit(num_classes: int = 10, in_channels: int = 1, **options: int) -> nn.Module:
     """A 2-block vision transformer (dim 32, 4 heads, 2x2 patches) for the 8x8 digits."""
     return VisionTransformer(num_classes=num_classes, in_channels=in_channels, **options)

@@ -65,7 +65,7 @@ class Namespace:
 
     prefix: str
     separator: str
-    builder: Callable[..., Any]
+    builder: Callable[..., Any] | str  # a declared namespace's builder by import path
     placeholder: str
     listed: bool = True
 
@@ -131,6 +131,13 @@ class Registry(Generic[T]):
             return builder
 
         return decorator
+
+    def declare_namespace(
+        self, prefix: str, path: str, *, separator: str = ":", placeholder: str = "<name>"
+    ) -> None:
+        """A namespace whose builder, `package.module:attribute`, is imported when a name of it
+        is first resolved (see `declare`)."""
+        self._namespaces[prefix] = Namespace(prefix, separator, path, placeholder)
 
     def adapt_imports(
         self, adapter: Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -214,7 +221,11 @@ class Registry(Generic[T]):
         found = self.namespace(name)
         if found is not None:
             space, item = found
-            return functools.partial(space.builder, item)
+            builder = space.builder
+            if isinstance(builder, str):  # declared: imported now
+                module, _, attribute = builder.partition(":")
+                builder = getattr(importlib.import_module(module), attribute)
+            return functools.partial(builder, item)
         if self.imports and ":" in name:
             imported = import_object(name, where or self.kind, self.imports, folders)
             adapt = self._adapter()

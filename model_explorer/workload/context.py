@@ -18,8 +18,8 @@ from model_explorer.datasets.spec import DatasetSpec
 from model_explorer.devices import workload_device
 from model_explorer.errors import UserError
 from model_explorer.metrics.functions import evaluate, needs_reference, reference_outputs
-from model_explorer.models import build_model
-from model_explorer.models.registry import model_info
+from model_explorer.models.checkpoints import build_model
+from model_explorer.models.spec import model_info
 from model_explorer.schema.roles import DATASET_ROLES
 from model_explorer.workload.file import Workload, dataset_spec
 

@@ -35,7 +35,7 @@ from model_explorer.errors import WorkloadError
 from model_explorer.exploration.algorithms import ONE_OBJECTIVE, needs_several_objectives
 from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.metrics.spec import MetricSpec
-from model_explorer.models.registry import ModelSpec
+from model_explorer.models.spec import ModelSpec
 from model_explorer.problems.spec import ProblemSpec
 from model_explorer.quantization.calibrators import CALIBRATORS
 from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
