@@ -39,7 +39,7 @@ def calibrate(
         **options: the calibrator's own options, as the workload's `calibration:` writes them
             beside `method` (`percentile=99.9`, `num_bins=1024`).
     """
-    from model_explorer.quantization import QuantizedModel
+    from model_explorer.quantization.model import QuantizedModel
     from model_explorer.quantization.spec import QuantizationSpec
 
     spec = QuantizationSpec.model_validate(dict(quantization or {}))

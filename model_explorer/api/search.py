@@ -231,7 +231,7 @@ def _run(workload: Any, path: Path, context: ObjectContext, resume: bool, progre
         calibrate_workload(context, if_missing=True)
         return Search(*explore(workload, options, context=context), context)
     except UserError as error:  # the command line's advice, said as a caller of search does it
-        from model_explorer.quantization.calibrators import RECALIBRATE
+        from model_explorer.quantization.spec import RECALIBRATE
 
         if RECALIBRATE not in str(error):
             raise

@@ -168,7 +168,8 @@ def _random_samples(model: Any, args: argparse.Namespace) -> Any:
 
 def _model_samples(args: argparse.Namespace) -> tuple[Any, Any]:
     """--model: the model and its samples (--input-data, else one random sample)."""
-    from model_explorer.models import create_model, load_checkpoint
+    from model_explorer.models.checkpoints import load_checkpoint
+    from model_explorer.models.registry import create_model
 
     if Path(args.model).suffix.lower() in MODEL_FILES:
         raise UserError(

@@ -45,7 +45,7 @@ def _cost_arguments(parser: argparse.ArgumentParser) -> None:
     help="per-operation cost table: params, MACs, memory, time",
 )
 def cost_command(args: argparse.Namespace) -> int:
-    from model_explorer.cost import analyze_cost
+    from model_explorer.cost.analyze import analyze_cost
     from model_explorer.cost.render import (
         conventions_text,
         cost_frame,
@@ -195,7 +195,7 @@ def blocks_command(args: argparse.Namespace) -> int:
 
 def _cost_model(args: argparse.Namespace):  # noqa: ANN202
     """(model, input shape, description) from a workload or from --model."""
-    from model_explorer.models import create_model
+    from model_explorer.models.registry import create_model
 
     if (args.workload is None) == (args.model is None):
         raise UserError("cost: give either a WORKLOAD file or --model NAME")

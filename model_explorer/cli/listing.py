@@ -65,7 +65,7 @@ def _formats() -> Any:
 
 
 def _calibrators() -> Any:
-    from model_explorer.quantization.calibrators import CALIBRATORS
+    from model_explorer.quantization.spec import CALIBRATORS
 
     return CALIBRATORS
 

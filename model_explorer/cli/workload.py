@@ -155,7 +155,7 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def calibrate_command(args: argparse.Namespace) -> int:
     from model_explorer.operations.pipeline import calibrate_workload, report_coverage
-    from model_explorer.quantization.calibrators import CALIBRATORS
+    from model_explorer.quantization.spec import CALIBRATORS
     from model_explorer.workload.context import WorkloadContext
 
     workload = load_workload(args)

@@ -14,8 +14,8 @@ from model_explorer.problems.quantization import LayerwiseQuantizationProblem
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from model_explorer.quantization import QuantizedModel
     from model_explorer.quantization.coverage import Coverage
+    from model_explorer.quantization.model import QuantizedModel
     from model_explorer.workload.context import WorkloadContext
 
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
-from model_explorer.models import load_checkpoint, save_checkpoint
+from model_explorer.models.checkpoints import load_checkpoint, save_checkpoint
 from model_explorer.operations.rebuild import individual_problem, rebuild_problem
 from model_explorer.operations.reevaluate import check_same_model, primary_cost
 from model_explorer.plan import plan_of

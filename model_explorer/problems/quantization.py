@@ -24,8 +24,8 @@ from model_explorer.problems.objectives import (
     objective_info,
 )
 from model_explorer.problems.options import BitOptions, ProblemOptions, QuantizationOptions
-from model_explorer.quantization import QuantizedModel
 from model_explorer.quantization.elision import ActivationElision
+from model_explorer.quantization.model import QuantizedModel
 
 
 def per_output_minimum(

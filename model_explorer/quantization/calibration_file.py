@@ -20,7 +20,8 @@ from torch import nn
 from model_explorer.errors import UserError
 from model_explorer.fileio import atomic_path, read_torch_file
 from model_explorer.quantization.attention import ActivationProduct
-from model_explorer.quantization.calibrators import RECALIBRATE, calibrator_from_state
+from model_explorer.quantization.calibrators import calibrator_from_state
+from model_explorer.quantization.spec import RECALIBRATE
 
 CALIBRATION_FORMAT = "model_explorer.calibration"
 # 3: the quantizer settings the file was made with are recorded ("settings").

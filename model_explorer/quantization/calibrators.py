@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from torch import Tensor
 
 from model_explorer.errors import UserError, did_you_mean
-from model_explorer.schema.registry import Registry
+from model_explorer.quantization.spec import CALIBRATORS, CalibratorInfo
 from model_explorer.schema.specs import (
     Spec,
     validation_problems,
@@ -41,16 +41,15 @@ from model_explorer.schema.specs import (
 
 # What to run where a calibration file does not fit it (calibration_file.py, the histogram
 # calibrators); a caller of the Python API is told its own way instead (api/search.py).
-RECALIBRATE = "`model-explorer calibrate WORKLOAD --force`"
-
-CALIBRATORS: Registry[type[Calibrator]] = Registry("calibrator")
 
 C = TypeVar("C", bound="type[Calibrator]")
 
 
 def register_calibrator(cls: C) -> C:
-    """Class decorator: register a Calibrator under its `method`, with its `Options` model."""
-    return CALIBRATORS.register(cls.method, options=cls.Options)(cls)
+    """Class decorator: register a Calibrator under its `method`, with its `Options` model
+    (the built-in ones are declared in spec.py)."""
+    info = CalibratorInfo(per_channel=cls.per_channel)
+    return CALIBRATORS.register(cls.method, options=cls.Options, info=info)(cls)
 
 
 class Calibrator:
@@ -130,7 +129,6 @@ class Calibrator:
         raise NotImplementedError
 
 
-@register_calibrator
 class MaxCalibrator(Calibrator):
     """amax = max |x| seen, over everything (axis None) or per index along `axis`; the same for
     every bit width."""

@@ -20,11 +20,9 @@ from model_explorer.quantization.amax_rules import (
     percentile_amax,
 )
 from model_explorer.quantization.calibrators import (
-    RECALIBRATE,
     Calibrator,
-    register_calibrator,
 )
-from model_explorer.schema.specs import Bits, NonNegativeInt, Percentage, PositiveInt, Spec
+from model_explorer.quantization.spec import RECALIBRATE, PercentileOptions, SearchOptions
 
 
 class HistogramCalibrator(Calibrator):
@@ -175,42 +173,6 @@ class HistogramCalibrator(Calibrator):
         return calibrator
 
 
-class PercentileOptions(Spec):
-    """`percentile`: the share of |x| (in %) that lies below amax, one for every bit width or
-    one per width (`{8: 99.99, 4: 99.9, 2: 99.0}`: a width takes the entry of the largest
-    width up to it, else the smallest entry's); `num_bins`: the histogram's bins to start
-    with."""
-
-    percentile: Percentage | dict[Bits, Percentage] = 99.99
-    """The share (in %) of the inputs' magnitudes that lies below amax: one for every bit width,
-    or one per width (`{8: 99.99, 4: 99.9, 2: 99.0}`), a width taking the entry of the largest
-    width up to it, else the smallest width's."""
-    num_bins: PositiveInt = 2048
-    """The histogram's bins to start with; values beyond its top add bins, and past four times
-    this many, neighbouring bins are merged."""
-
-    def at(self, num_bits: int) -> float:
-        """The percentile of bit width `num_bits`."""
-        if not isinstance(self.percentile, dict):
-            return self.percentile
-        widths = sorted(self.percentile)
-        below = [w for w in widths if w <= num_bits]
-        return self.percentile[below[-1] if below else widths[0]]
-
-
-class SearchOptions(Spec):
-    """The options of a search for amax among the histogram's bin edges: `num_bins` to start
-    with, the candidates from bin `start_bin` on."""
-
-    num_bins: PositiveInt = 2048
-    """The histogram's bins to start with; values beyond its top add bins, and past four times
-    this many, neighbouring bins are merged."""
-    start_bin: NonNegativeInt = 128
-    """The bin edge (counted from 0) where the candidates for amax start: every edge from it
-    to the histogram's top is tried, at most about 2048 of them."""
-
-
-@register_calibrator
 class PercentileCalibrator(HistogramCalibrator):
     """amax: the upper edge of the bin where the cumulative share of |x| reaches `percentile`;
     the same for every bit width."""
@@ -241,7 +203,6 @@ class PercentileCalibrator(HistogramCalibrator):
         )
 
 
-@register_calibrator
 class MseCalibrator(HistogramCalibrator):
     """amax: the candidate edge with the least squared quantization error over the histogram,
     per bit width."""
@@ -262,7 +223,6 @@ class MseCalibrator(HistogramCalibrator):
         )
 
 
-@register_calibrator
 class EntropyCalibrator(HistogramCalibrator):
     """amax: the candidate edge whose quantized distribution diverges least (Kullback-Leibler)
     from the histogram, per bit width."""

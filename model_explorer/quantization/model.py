@@ -24,12 +24,17 @@ from model_explorer.errors import UserError
 from model_explorer.modules import run_on, set_child, to_device, unfused_attention
 from model_explorer.quantization import calibration_file
 from model_explorer.quantization.attention import ActivationProduct
-from model_explorer.quantization.calibrators import CALIBRATORS, calibrator_options
+from model_explorer.quantization.calibrators import calibrator_options
 from model_explorer.quantization.functional import Interceptor
 from model_explorer.quantization.layers import TransformedLayer
 from model_explorer.quantization.operands import OPERANDS, OperandQuantizers
 from model_explorer.quantization.quantizer import TensorQuantizer, WeightQuantizer
-from model_explorer.quantization.spec import QUANTIZABLE_LAYERS, QuantizationSpec, QuantizerSpec
+from model_explorer.quantization.spec import (
+    CALIBRATORS,
+    QUANTIZABLE_LAYERS,
+    QuantizationSpec,
+    QuantizerSpec,
+)
 from model_explorer.quantization.swap import SWAPPABLE, swap_layers
 from model_explorer.tracing import Wrapper
 

@@ -1,20 +1,105 @@
-"""The workload's `quantization:` and `calibration:` settings."""
+"""The workload's `quantization:` and `calibration:` settings, and the registry of calibration
+methods with each built-in method's options (its Calibrator class, in calibrators.py and
+histogram_calibrators.py, imported when it first calibrates): nothing here imports torch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from model_explorer.datasets.spec import DatasetSpec
-from model_explorer.quantization.calibrators import CALIBRATORS
-from model_explorer.quantization.swap import SWAPPABLE
 from model_explorer.schema.registry import Registry
-from model_explorer.schema.specs import Bits, NonNegativeInt, PositiveFloat, Spec, TypedSpec
+from model_explorer.schema.specs import (
+    Bits,
+    NonNegativeInt,
+    Percentage,
+    PositiveFloat,
+    PositiveInt,
+    Spec,
+    TypedSpec,
+)
 
-# Layer types (names as in torch.nn) that have a fake-quantized counterpart.
-QUANTIZABLE_LAYERS = SWAPPABLE
+# Layer types (names as in torch.nn) that have a fake-quantized counterpart (swap.py's SWAPPABLE,
+# the same names: tests/quantization/test_layers.py holds one against the other).
+QUANTIZABLE_LAYERS = (
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Linear",
+    "MultiheadAttention",
+    "RNN",
+    "GRU",
+    "LSTM",
+)
+
+RECALIBRATE = "`model-explorer calibrate WORKLOAD --force`"
+
+
+@dataclass(frozen=True)
+class CalibratorInfo:
+    """What the workload checks of a calibration method before any calibrator exists: whether
+    it works per channel (along an axis)."""
+
+    per_channel: bool = False
+
+
+# method -> its Calibrator class (calibrators.py)
+CALIBRATORS: Registry[Any] = Registry("calibrator")
+
+
+class PercentileOptions(Spec):
+    """`percentile`: the share of |x| (in %) that lies below amax, one for every bit width or
+    one per width (`{8: 99.99, 4: 99.9, 2: 99.0}`: a width takes the entry of the largest
+    width up to it, else the smallest entry's); `num_bins`: the histogram's bins to start
+    with."""
+
+    percentile: Percentage | dict[Bits, Percentage] = 99.99
+    """The share (in %) of the inputs' magnitudes that lies below amax: one for every bit width,
+    or one per width (`{8: 99.99, 4: 99.9, 2: 99.0}`), a width taking the entry of the largest
+    width up to it, else the smallest width's."""
+    num_bins: PositiveInt = 2048
+    """The histogram's bins to start with; values beyond its top add bins, and past four times
+    this many, neighbouring bins are merged."""
+
+    def at(self, num_bits: int) -> float:
+        """The percentile of bit width `num_bits`."""
+        if not isinstance(self.percentile, dict):
+            return self.percentile
+        widths = sorted(self.percentile)
+        below = [w for w in widths if w <= num_bits]
+        return self.percentile[below[-1] if below else widths[0]]
+
+
+class SearchOptions(Spec):
+    """The options of a search for amax among the histogram's bin edges: `num_bins` to start
+    with, the candidates from bin `start_bin` on."""
+
+    num_bins: PositiveInt = 2048
+    """The histogram's bins to start with; values beyond its top add bins, and past four times
+    this many, neighbouring bins are merged."""
+    start_bin: NonNegativeInt = 128
+    """The bin edge (counted from 0) where the candidates for amax start: every edge from it
+    to the histogram's top is tried, at most about 2048 of them."""
+
+
+for _method, _path, _options, _per_channel in (
+    ("max", "calibrators:MaxCalibrator", None, True),
+    ("percentile", "histogram_calibrators:PercentileCalibrator", PercentileOptions, False),
+    ("mse", "histogram_calibrators:MseCalibrator", SearchOptions, False),
+    ("entropy", "histogram_calibrators:EntropyCalibrator", SearchOptions, False),
+):
+    CALIBRATORS.declare(
+        _method,
+        f"model_explorer.quantization.{_path}",
+        options=_options,
+        info=CalibratorInfo(per_channel=_per_channel),
+    )
 
 
 class QuantizerSpec(Spec):

@@ -37,8 +37,7 @@ from model_explorer.exploration.spec import ExplorationSpec
 from model_explorer.metrics.spec import MetricSpec
 from model_explorer.models.spec import ModelSpec
 from model_explorer.problems.spec import ProblemSpec
-from model_explorer.quantization.calibrators import CALIBRATORS
-from model_explorer.quantization.spec import CalibrationSpec, QuantizationSpec
+from model_explorer.quantization.spec import CALIBRATORS, CalibrationSpec, QuantizationSpec
 from model_explorer.schema.paths import workload_root
 from model_explorer.schema.roles import DATASET_ROLES
 from model_explorer.schema.specs import NonNegativeInt, Spec, validation_problems
@@ -130,8 +129,8 @@ class Workload(Spec):
         axis, calibration = self.quantization.input.axis, self.calibration
         if axis is None or calibration is None:
             return self
-        if not CALIBRATORS.get(calibration.method).builder.per_channel:
-            per_channel = [e.name for e in CALIBRATORS.entries() if e.builder.per_channel]
+        if not CALIBRATORS.get(calibration.method).info.per_channel:
+            per_channel = [e.name for e in CALIBRATORS.entries() if e.info.per_channel]
             raise PydanticCustomError(
                 "calibrator_axis",
                 "per-channel input quantizers (axis {axis}) need calibration.method: {methods}; "

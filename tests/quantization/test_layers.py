@@ -215,3 +215,12 @@ def test_a_layer_another_model_transforms_is_left_to_it() -> None:
     with pytest.raises(UserError, match="no layer"):
         QuantizedModel(model)
     assert set(sparse.sparsifiers) == set(quantized.layers) == {"0", "2", "5"}
+
+
+def test_the_settings_name_every_swappable_layer_type() -> None:
+    """The workload's `layer_types` (quantization/spec.py, written out so that the settings
+    import no torch) are the types the swap has counterparts for, in its order."""
+    from model_explorer.quantization.spec import QUANTIZABLE_LAYERS
+    from model_explorer.quantization.swap import SWAPPABLE
+
+    assert QUANTIZABLE_LAYERS == SWAPPABLE
