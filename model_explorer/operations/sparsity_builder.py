@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from model_explorer.operations.quantization_builder import calibrated_parts
 from model_explorer.problems.options import JointOptions, SparsityOptions
 from model_explorer.problems.sparsity import QuantizationSparsityProblem, SparsityThresholdProblem
-from model_explorer.sparsity import SparseModel
+from model_explorer.sparsity.model import SparseModel
 
 if TYPE_CHECKING:
     from model_explorer.workload.context import WorkloadContext

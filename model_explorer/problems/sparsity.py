@@ -19,7 +19,8 @@ from model_explorer.problems.quantization import (
     chosen_objectives,
     per_output_minimum,
 )
-from model_explorer.sparsity import SparseModel, discretize_threshold
+from model_explorer.sparsity.discretize import discretize_threshold
+from model_explorer.sparsity.model import SparseModel
 
 
 def block_values(model: SparseModel) -> tuple[dict[str, float], dict[str, Any]]:

@@ -12,9 +12,8 @@ from model_explorer.modules import selected, set_child
 from model_explorer.quantization.attention import open_attention
 from model_explorer.quantization.layers import TRANSFORMED_LAYERS, TransformedLayer
 from model_explorer.sparsity.sparsifier import BlockSparsifier
+from model_explorer.sparsity.spec import SPARSIFIABLE_LAYERS
 from model_explorer.tracing import Wrapper
-
-SPARSIFIABLE_LAYERS = ("Conv1d", "Conv2d", "Linear")
 
 
 def _sparsifiable(module: nn.Module, wanted: set[type[nn.Module]]) -> bool:

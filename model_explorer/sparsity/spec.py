@@ -8,7 +8,9 @@ from typing import Literal
 from pydantic import Field
 
 from model_explorer.schema.specs import PositiveInt, Spec
-from model_explorer.sparsity.model import SPARSIFIABLE_LAYERS
+
+# The layer types a SparseModel sparsifies (names as in torch.nn).
+SPARSIFIABLE_LAYERS = ("Conv1d", "Conv2d", "Linear")
 
 
 class SparsitySpec(Spec):

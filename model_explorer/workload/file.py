@@ -43,7 +43,7 @@ from model_explorer.schema.roles import DATASET_ROLES
 from model_explorer.schema.specs import NonNegativeInt, Spec, validation_problems
 from model_explorer.schema.yamlfile import apply_overrides, read_yaml
 from model_explorer.sparsity.spec import SparsitySpec
-from model_explorer.training.loop import RetrainingSpec
+from model_explorer.training.spec import RetrainingSpec
 from model_explorer.workload.original_layout import Translation, translate
 
 log = logging.getLogger(__name__)
