@@ -38,6 +38,7 @@ def _explore_arguments(parser: argparse.ArgumentParser) -> None:
     help="search per-layer settings with NSGA-II",
 )
 def explore_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a file that does not validate is refused before torch loads
     from model_explorer.operations.explore import ExploreOptions, Interrupted, explore
     from model_explorer.reports.text import (
         cost_summary,
@@ -49,7 +50,6 @@ def explore_command(args: argparse.Namespace) -> int:
         pareto_table,
     )
 
-    workload = load_workload(args)
     options = ExploreOptions(
         skip_baseline=args.skip_baseline,
         resume=args.resume,
