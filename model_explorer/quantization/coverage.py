@@ -1,23 +1,22 @@
 """How much of a model's weight arithmetic a QuantizedModel runs on quantized weights, and
 which layers holding weights it leaves in float.
 
-Found by what runs, not by module types: one forward pass with every quantizer off counts the
-multiply-accumulates of each product (convolution, matmul, linear: torch's FLOP formulas / 2)
-that reads a parameter of two or more dimensions, or a tensor computed from one (a view, a
-standardised weight), by the module owning the parameter; a second pass with the quantizers as
-they are counts those whose weight operand is still the float one (a weight quantizer's output
-is no longer the parameter's). A layer the swap did not find, whatever its type, shows up as
-float MACs under its name. Weights that no product reads (an embedding's lookup table, a
-positional parameter added to activations) are no MACs: they are named apart, with their share
-of the model's weight elements (`unread`). `Coverage` is plain data (a result file's
-`problem.coverage`); torch is imported only to measure.
+Found by what runs, not by module types: one traced forward pass (the tracer the cost table
+uses; cost/weights.py) counts the multiply-accumulates of each product (convolution, matmul,
+linear: torch's FLOP formulas / 2) that reads a parameter of two or more dimensions, or a
+tensor standing for one (a view, a standardised weight, a weight quantizer's output), by the
+module owning the parameter, and which of them read a weight a quantizer changed. A layer the
+swap did not find, whatever its type, shows up as float MACs under its name. Weights that no
+product reads (an embedding's lookup table, a positional parameter added to activations) are no
+MACs: they are named apart, with their share of the model's weight elements (`unread`).
+`Coverage` is plain data (a result file's `problem.coverage`); torch is imported only to
+measure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from typing import Any
 
 
@@ -125,94 +124,25 @@ def plan_coverage(rows: Sequence[Any], plan: dict[str, Any]) -> Coverage:
     return Coverage(total, total - sum(layer.macs for layer in float_layers), float_layers)
 
 
-@cache
-def _counter() -> type:
-    """The TorchDispatchMode counting weight MACs (made on first use: torch is imported only
-    to measure)."""
-    from torch import Tensor
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
-
-    class _WeightProducts(TorchDispatchMode):
-        """Counts the MACs of products reading a tracked tensor (a parameter or a tensor computed
-        from one), by the parameter's owner; `forget` stops tracking a tensor (a quantizer's
-        output)."""
-
-        def __init__(self, owners: dict[int, str]) -> None:
-            super().__init__()
-            self.tracked = dict(owners)
-            self.alive: list[Tensor] = []
-            self.macs: dict[str, int] = {}
-            self.unread: set[str] = set()  # read by something else than a product
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            inputs = _tensors((args, kwargs))
-            owners = [self.tracked[id(t)] for t in inputs if id(t) in self.tracked]
-            if not owners:
-                return out
-            if func.overloadpacket in flop_registry:
-                formula = flop_registry[func.overloadpacket]
-                macs = int(formula(*args, **kwargs, out_val=out)) // 2
-                self.macs[owners[0]] = self.macs.get(owners[0], 0) + macs
-            elif all(_weight_like(t, self.tracked) for t in inputs):
-                # computed from weights alone (a view, a standardised weight): that weight's;
-                # what an input takes part in (an embedding's lookup) is an activation
-                for tensor in _tensors(out):
-                    self.tracked[id(tensor)] = owners[0]
-                    self.alive.append(tensor)
-            else:
-                self.unread.update(owners)
-            return out
-
-        def forget(self, tensor: Any) -> None:
-            for item in _tensors(tensor):
-                self.tracked.pop(id(item), None)
-
-    return _WeightProducts
-
-
-def _weight_like(tensor: Any, tracked: dict[int, str]) -> bool:
-    from torch import nn
-
-    return id(tensor) in tracked or tensor.dim() == 0 or isinstance(tensor, nn.Parameter)
-
-
-def _tensors(value: Any) -> list[Any]:
-    from torch import Tensor
-    from torch.utils._pytree import tree_flatten
-
-    return [item for item in tree_flatten(value)[0] if isinstance(item, Tensor)]
-
-
 def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
-    """The coverage of `model` (a QuantizedModel) on the forward pass `run()` makes."""
-    from torch import nn
-
-    from model_explorer.quantization.quantizer import WeightQuantizer
-    from model_explorer.quantization.recurrent import QuantRecurrent
+    """The coverage of `model` (a QuantizedModel) on the forward pass `run()` makes, counted
+    by the tracer (cost/weights.py) with the quantizers as they are."""
+    from model_explorer.cost.weights import float_recurrent, weight_macs
 
     network = model.model
-    owners, types, recurrent, elements = {}, {}, {}, {}
+    types, elements = {}, {}
     for name, module in network.named_modules():
-        float_recurrent = not isinstance(module, QuantRecurrent)
-        if isinstance(module, nn.RNNBase) and float_recurrent:  # its ops may be one kernel
-            recurrent[name] = module
+        if float_recurrent(module):  # counted by its formula: its ops may be one kernel
             types[name] = type(module).__name__
             continue
         for parameter in module.parameters(recurse=False):
             if parameter.dim() >= 2:
-                owners[id(parameter)] = name
                 elements[name] = elements.get(name, 0) + parameter.numel()
                 own = getattr(module, "own_type", None) or getattr(module, "float_type", None)
                 types[name] = (own or type(module)).__name__
-    with model.preserved_settings():
-        model.set_enabled(False)
-        counted = _count(owners, run, [], recurrent)
-    quantizers = [m for m in network.modules() if isinstance(m, WeightQuantizer)]
-    left = _count(owners, run, quantizers, recurrent).macs
+    counted = weight_macs(model, network, run)
     total = counted.macs
+    left = {name: macs - counted.quantized_macs.get(name, 0) for name, macs in total.items()}
     total_macs = sum(total.values())
     all_elements = sum(elements.values())
     unread = sorted(
@@ -231,38 +161,3 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
         key=lambda layer: -layer.macs,
     )
     return Coverage(total_macs, total_macs - sum(left.values()), float_layers, unread)
-
-
-def _count(
-    owners: dict[int, str],
-    run: Callable[[], Any],
-    quantizers: Sequence[Any],
-    recurrent: dict[str, Any],
-) -> Any:
-    """The counter after `run()`: its weight MACs by owner (`macs`), of products reading a
-    tracked weight (until one of `quantizers` turned it into a quantized one) and of every
-    call of a `recurrent` layer that runs in float (torch's kernel), and the owners whose
-    weights something else than a product read (`unread`: lookups)."""
-    from model_explorer.cost.layers import recurrent_macs
-
-    counter = _counter()(owners)
-
-    def quantized(module: Any, args: tuple, output: Any) -> None:
-        if output is not args[0]:  # a quantizer that is off gives its input back
-            counter.forget(output)
-
-    def called(name: str) -> Callable[..., None]:
-        def add(module: Any, args: tuple, output: Any) -> None:
-            counter.macs[name] = counter.macs.get(name, 0) + recurrent_macs(module, args[0])
-
-        return add
-
-    handles = [quantizer.register_forward_hook(quantized) for quantizer in quantizers]
-    handles += [module.register_forward_hook(called(n)) for n, module in recurrent.items()]
-    try:
-        with counter:
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return counter

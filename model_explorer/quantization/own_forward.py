@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from model_explorer.quantization.layers import FunctionalCall, TransformedLayer, layer_forward
+from model_explorer.tracing import Consumer, OperatorCall, Tracer
 
 
 class OwnForward:
@@ -60,30 +60,31 @@ def own_forward_class(own_type: type, transformed: type[TransformedLayer]) -> ty
     )
 
 
-class _Products(TorchDispatchMode):
+_PRODUCTS = ("mm", "addmm", "matmul", "bmm")
+_FLIPS = ("t", "transpose", "permute")
+
+
+class _Products(Consumer):
     """Records how a product (mm, addmm, matmul) reads `weight`: as stored (in, out) or
-    transposed (out, in), following its views."""
+    transposed (out, in), following its views back to it as the tracer does."""
 
     def __init__(self, weight: Tensor) -> None:
-        super().__init__()
-        self.views: dict[int, bool] = {id(weight): False}  # id -> transposed
-        self.alive: list[Tensor] = [weight]
-        self.found: set[bool] = set()
+        self.weight = weight
+        self.found: set[bool] = set()  # transposed?
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
-        tracked = [a for a in args if isinstance(a, Tensor) and id(a) in self.views]
-        if tracked and func.is_view and isinstance(out, Tensor):
-            flipped = name in ("t", "transpose", "permute")
-            self.views[id(out)] = self.views[id(tracked[0])] ^ flipped
-            self.alive.append(out)
-        elif name in ("mm", "addmm", "matmul", "bmm") and tracked:
-            operands = [a for a in args if isinstance(a, Tensor)][-2:]
-            if len(operands) == 2 and id(operands[1]) in self.views:
-                self.found.add(self.views[id(operands[1])])
-        return out
+    def after(self, call: OperatorCall) -> None:
+        if call.packet not in _PRODUCTS:
+            return
+        operands = [a for a in call.args if isinstance(a, Tensor)][-2:]
+        if len(operands) == 2 and self.tracer.base(operands[1]) is self.weight:
+            self.found.add(self._transposed(operands[1]))
+
+    def _transposed(self, tensor: Tensor) -> bool:
+        flipped = False
+        while (viewed := self.tracer.view_of(tensor)) is not None:
+            tensor, packet = viewed
+            flipped ^= packet in _FLIPS
+        return flipped
 
 
 def linear_layout(module: nn.Module) -> tuple[str, str] | None:
@@ -107,10 +108,11 @@ def linear_layout(module: nn.Module) -> tuple[str, str] | None:
     for name, weight in candidates:
         for features, layout in ((weight.shape[0], "in_out"), (weight.shape[1], "out_in")):
             probe = _Products(weight)
+            zeros = torch.zeros(1, features, dtype=weight.dtype)
+            tracer = Tracer(module, [probe])
             try:
-                with torch.no_grad(), probe:
-                    zeros = torch.zeros(1, features, dtype=weight.dtype)
-                    output = type(module).forward(module, zeros)
+                with tracer.watching():
+                    output = tracer.during(lambda z=zeros: type(module).forward(module, z))
             except Exception:  # noqa: BLE001, S112 - a forward that takes no such input
                 continue
             if not isinstance(output, Tensor):

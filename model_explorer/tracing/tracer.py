@@ -306,7 +306,12 @@ class Tracer:
             yield self
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """One forward pass, traced (inside `watching`); operator counts start afresh.
+        """One forward pass, traced (inside `watching`): the model on these inputs."""
+        return self.during(lambda: self.model(*args, **kwargs))
+
+    def during(self, call: Callable[[], Any]) -> Any:
+        """`call()` traced (inside `watching`), a forward pass of the model as its caller makes
+        it (a batch in the caller's own form); operator counts start afresh.
 
         Python's cyclic garbage collector is paused for the pass: the pass keeps thousands of
         small objects alive, and collections scanning them took a fifth of the cost table's
@@ -317,7 +322,7 @@ class Tracer:
         gc.disable()
         try:
             with _Mode(self):
-                return self.model(*args, **kwargs)
+                return call()
         finally:
             self.state = _Pass()
             if collecting:
