@@ -19,7 +19,7 @@ from conftest import REPOSITORY
 
 pytestmark = pytest.mark.slow
 
-PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand", "platformdirs")
+PURE_PYTHON = ("pydantic", "pyyaml", "tqdm", "braceexpand", "platformdirs", "lazy_loader")
 
 CHECK = """
 import importlib.metadata as metadata

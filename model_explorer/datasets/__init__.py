@@ -5,30 +5,13 @@ folders or WebDataset shards; imagenet_c; arrays from local files; imported.py: 
 subsets and loaders (base.py), and a TensorCache that decodes an evaluation subset once
 (cache.py). Its public names load their modules on first use (SPEC 1)."""
 
-from __future__ import annotations
+import lazy_loader
 
-import importlib
-from typing import Any
-
-_LAZY = {
-    "DATASETS": "spec",
-    "DatasetSpec": "spec",
-    "register_dataset": "spec",
-    "SampleStream": "base",
-    "build_dataset": "base",
-    "build_loader": "base",
-    "select_indices": "base",
-    "TensorCache": "cache",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "spec": ["DATASETS", "DatasetSpec", "register_dataset"],
+        "base": ["SampleStream", "build_dataset", "build_loader", "select_indices"],
+        "cache": ["TensorCache"],
+    },
+)

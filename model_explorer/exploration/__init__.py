@@ -5,28 +5,12 @@ pymoo is imported only when a search is made): the names below load their module
 `explore()`, which runs a workload's search, is operations/explore.py.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-import importlib
-from typing import Any
-
-_LAZY = {
-    "Explorer": "model_explorer.exploration.explorer",
-    "make_algorithm": "model_explorer.exploration.explorer",
-    "Runner": "model_explorer.exploration.runners",
-    "SerialRunner": "model_explorer.exploration.runners",
-    "ProcessRunner": "model_explorer.exploration.runners",
-    "build_runner": "model_explorer.exploration.runners",
-}
-
-__all__ = list(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'model_explorer.exploration' has no attribute '{name}'")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "explorer": ["Explorer", "make_algorithm"],
+        "runners": ["Runner", "SerialRunner", "ProcessRunner", "build_runner"],
+    },
+)

@@ -4,31 +4,13 @@ name; each imported when first built), create_model (registry.py) and checkpoint
 (checkpoints.py: build_model, load and save, fold_batchnorm). Its public names load their
 modules on first use (SPEC 1)."""
 
-from __future__ import annotations
+import lazy_loader
 
-import importlib
-from typing import Any
-
-_LAZY = {
-    "MODELS": "spec",
-    "ModelInfo": "spec",
-    "ModelSpec": "spec",
-    "register_model": "spec",
-    "create_model": "registry",
-    "build_model": "checkpoints",
-    "fold_batchnorm": "checkpoints",
-    "load_checkpoint": "checkpoints",
-    "save_checkpoint": "checkpoints",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "spec": ["MODELS", "ModelInfo", "ModelSpec", "register_model"],
+        "registry": ["create_model"],
+        "checkpoints": ["build_model", "fold_batchnorm", "load_checkpoint", "save_checkpoint"],
+    },
+)
