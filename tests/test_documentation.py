@@ -81,3 +81,20 @@ def test_every_argument_is_documented(path: str) -> None:
     ]
     missing = [name for name in parameters if name not in _documented(doc)]
     assert "Args:" in doc and not missing, f"{path}: undocumented {missing}"
+
+
+def test_the_commands_page_holds_every_option_the_parser_has() -> None:
+    """docs/commands.md's generated section is what docs/_hooks/commands.py makes from the
+    parser now: an option added to a command and not to the page fails here."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "docs" / "_hooks" / "commands.py"
+    spec = importlib.util.spec_from_file_location("commands_page", script)
+    assert spec is not None and spec.loader is not None
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    wanted = page.page_with(page.generated())
+    assert page.PAGE.read_text() == wanted, "run python docs/_hooks/commands.py"
+    for option in ("--set KEY=VALUE", "--report", "--check RUNTIME", "--int8-weights"):
+        assert option in wanted
