@@ -21,10 +21,16 @@ class Search:
 
     @property
     def front(self) -> list[Individual]:
+        """The feasible individuals no other feasible one beats in every objective, as the
+        search ranked them (by their divergence from the float model where it says so): the
+        choices to pick from, each with `values` (accuracy, costs), `plan` and `extra`
+        (intervals, the held-out scores)."""
         return self.result.pareto_front()
 
     @property
     def individuals(self) -> list[Individual]:
+        """Every individual the search evaluated, in the order it evaluated them (early
+        stopped ones included, `complete` False, their accuracy a bound)."""
         return self.result.individuals
 
     def _individual(self, individual: Individual | int) -> Individual:

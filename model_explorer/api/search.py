@@ -199,9 +199,12 @@ def load(
 
     Args:
         path: the result file (`search`'s `output`, or `found.path`).
-        model, data, calibration, held_out, forward_step: as they were given to `search`
-            (the model with the same layers and weights: its calibration file, written beside
-            the result, must be of these weights).
+        model: the model given to `search`, with the same layers and weights (its
+            calibration file, written beside the result, must be of these weights).
+        data: the batches given to `search` as `data`.
+        calibration: the batches given as `calibration`, if any.
+        held_out: the batches given as `held_out`, if any.
+        forward_step: the `forward_step` given to `search`, if any.
     """
     from model_explorer.results import ExplorationResult
     from model_explorer.workload.file import Workload

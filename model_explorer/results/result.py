@@ -34,8 +34,13 @@ def samples_of(record: dict[str, Any]) -> int:
 
 @dataclass
 class Individual:
-    """One evaluated configuration. `configuration` is what ran (e.g. discretized thresholds),
-    aligned with the result's variable names; `values` holds objectives, accuracies and costs."""
+    """One evaluated configuration: its `id` in the result, the `generation` that made it and its
+    `index` there; `genome` as the search chose it and `configuration`, what ran (e.g.
+    discretized thresholds), aligned with the result's variable names; `values` holds
+    objectives, accuracies and costs, `accuracies` one per model output; `feasible` whether it
+    keeps the accuracy floor and every budget; `complete` False where early rejection stopped
+    it (its accuracy then a bound); `seconds` its evaluation's time; `extra` what was measured
+    beside (intervals, held-out scores, a repair's parent); `plan` the per-layer settings."""
 
     id: int
     generation: int
