@@ -2,7 +2,8 @@
 blocks in order in one namespace (a later block uses what an earlier one made), in a project
 folder holding what the page names (the default workload with its trained weights, a search's
 result file, an energy table), beside the objects the page says are the reader's own (`model`,
-`net`, `val_loader`). Its YAML blocks are validated as part of the default workload, and a block
+`x`) where the page does not make them. The README's block and docs/python-api.md's first
+section make their own model and data and run from an empty folder. Its YAML blocks are validated as part of the default workload, and a block
 that says it lists the defaults is checked against the settings model's own defaults.
 docs/own-model.md is run by tests/test_walkthrough.py, commands in `sh` blocks by `make`."""
 
@@ -69,10 +70,6 @@ def _measure_ns(layer: Any) -> float:
 READERS_OWN: dict[str, Callable[[Path], dict[str, Any]]] = {
     "cost.md": lambda workload: _resnet18(),
     "exploration.md": lambda workload: {"measure_ns": _measure_ns},
-    "python-api.md": lambda workload: dict(
-        zip(("val_loader", "train_loader", "test_loader"), _loaders(), strict=True),
-        net=_digits_model(workload),
-    ),
     "quantization.md": lambda workload: {
         "model": _digits_model(workload),
         "batches": [inputs for inputs, _ in _loaders()[1]],
@@ -101,7 +98,7 @@ def project(searched, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa
     (folder / "workloads").mkdir()
     (folder / "results").mkdir()
     shutil.copyfile(workload_file, folder / "workloads" / "digits_cnn.yaml")
-    for name in ("my_search.pkl", "seed0.pkl", "seed1.pkl"):
+    for name in ("my_search.pkl", "seed0.pkl", "seed1.pkl", "digits_cnn_search.pkl"):
         shutil.copyfile(result, folder / "results" / name)
     context = WorkloadContext(Workload.load(workload_file), device="cpu")
     write_energy_csv(analyze_energy(context), folder / "results" / "digits_cnn_dram_accesses.csv")
@@ -137,6 +134,18 @@ def test_a_pages_python_runs(page: str, project: Path, monkeypatch, tmp_path: Pa
         for name in set(OBJECTIVES.names()) - registered:  # the page's own registrations
             OBJECTIVES._entries.pop(name)
         pyplot.close("all")
+
+
+def test_the_readmes_python_runs_as_pasted_in_an_empty_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The README's block defines its own model and data (no file of the project's), searches
+    and exports the front's cheapest member, in a folder holding nothing."""
+    text = (REPOSITORY / "README.md").read_text()
+    (code,) = [m["code"] for m in FENCE.finditer(text) if m["language"] == "python"]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md's Python block", "exec"), {})
+    assert (tmp_path / "cheapest.onnx").stat().st_size > 1000
 
 
 def _under_workload(fragment: dict[str, Any]) -> dict[str, Any]:

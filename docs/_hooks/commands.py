@@ -54,7 +54,7 @@ def generated() -> str:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     lines = [BEGIN, ""]
     for name, command in commands.choices.items():
-        lines += [f"### {name}", "", "```", _usage(command), "```", ""]
+        lines += [f"### {name}", "", f"`{_usage(command)}`", ""]
         if command.description:
             lines += [_cell(command.description), ""]
         rows = [a for a in command._actions if not (set(a.option_strings) & SHARED)]
