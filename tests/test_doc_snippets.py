@@ -3,8 +3,9 @@ blocks in order in one namespace (a later block uses what an earlier one made), 
 folder holding what the page names (the default workload with its trained weights, a search's
 result file, an energy table), beside the objects the page says are the reader's own (`model`,
 `x`) where the page does not make them. The README's block and docs/python-api.md's first
-section make their own model and data and run from an empty folder. Its YAML blocks are validated as part of the default workload, and a block
-that says it lists the defaults is checked against the settings model's own defaults.
+section make their own model and data and run from an empty folder. A page's YAML blocks are
+validated as part of the default workload, and a block that says it lists the defaults is
+checked against the settings model's own defaults.
 docs/own-model.md is run by tests/test_walkthrough.py, commands in `sh` blocks by `make`."""
 
 from __future__ import annotations
