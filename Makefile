@@ -38,7 +38,7 @@ $(VENV)/.installed-docs: pyproject.toml $(TORCH_CONSTRAINTS) | $(BIN)/python
 
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	@echo "open site/index.html (search: python -m http.server -d site, then localhost:8000)"
+	@echo "open site/index.html (it works offline, search included)"
 
 run: $(VENV)/.installed
 	$(BIN)/model-explorer retrain --baseline --if-missing $(WORKLOAD)

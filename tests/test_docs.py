@@ -15,12 +15,14 @@ import pytest
 from conftest import REPOSITORY
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built strictly (every warning an error) into a folder of its own."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed")
     pytest.importorskip("mkdocstrings", reason="the docs extra is not installed")
-    site = tmp_path / "site"
+    folder = tmp_path_factory.mktemp("site") / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
@@ -28,12 +30,69 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
     pages = {path.name for path in site.glob("*.html")}
     expected = {Path(page).with_suffix(".html").name for page in _nav_pages()}
     assert expected <= pages, expected - pages
     reference = (site / "reference.html").read_text()
     assert "model_explorer.api.search.search" in reference  # read from the docstrings
     assert "Args" in reference or "Parameters" in reference
+
+
+# What a page would fetch: scripts, stylesheets, fonts, frames and images by http(s).
+FETCHED = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"']https?://", re.I)
+
+
+def test_no_page_loads_anything_from_the_network(site: Path) -> None:
+    """Opened from the disk, every page works with what the site holds: no script, stylesheet,
+    font or image from elsewhere (the theme's web fonts and its CDN shim are turned off)."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    fetching = [str(page.relative_to(site)) for page in pages if FETCHED.search(page.read_text())]
+    assert not fetching, fetching
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return next(
+        (
+            found
+            for name in ("chromium", "chromium-browser", "google-chrome")
+            if (found := shutil.which(name))
+        ),
+        None,
+    )
+
+
+def test_the_site_searches_when_opened_from_the_disk(site: Path) -> None:
+    """Headless Chromium opens index.html from file:// with a query (`?q=`): the search, whose
+    index runs in a worker the browser would refuse to start from a file, lists results (the
+    site's own worker shim, assets/javascripts/iframe-worker-shim.js)."""
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium to open the site with (Debian: apt install chromium)")
+    url = (site / "index.html").as_uri() + "?q=hypervolume"
+    done = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=8000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r"md-search-result__meta\">(\d+) matching documents?<", done.stdout)
+    assert found is not None, done.stdout[-2000:] + done.stderr[-2000:]
+    assert int(found.group(1)) >= 1
 
 
 def test_the_readme_stays_a_first_minute() -> None:
