@@ -1,6 +1,7 @@
 """Which quantizer setting to ship: the workload's own search under each candidate calibration
 and activation-quantizer setting, over several seeds, compared by the hypervolume of its front
-(normalised as in the search table of docs/performance.md) and its best accuracy under bit budgets.
+(normalised as in the search table of docs/performance-search.md) and its best accuracy under
+bit budgets.
 
     python benchmarks/bench_calibration.py [WORKLOAD ...] [--seeds S] [--settings a,b]
         [--json PATH]

@@ -5,10 +5,10 @@ glibc hands an allocation above its mmap threshold (128 KiB, raised as large blo
 32 MiB at most) straight from the kernel and gives it back when it is freed, so every activation
 of a real network is fresh memory that the kernel zeroes page by page on first touch: on 2 cores
 an EfficientNet-Lite0 forward over 128 photographs spent more than half its time in those page
-faults (5.2 s, 2.2 s with freed memory kept; docs/performance.md). Raising the mmap and trim
-thresholds keeps freed blocks in the heap for the next pass, and the heap is never trimmed: a
-trim threshold, however high, is crossed at the end of every pass whose peak exceeds it (a
-threshold of 1 GiB left an EfficientNet-Lite0 pass over 128 photographs taking 574,000 page
+faults (5.2 s, 2.2 s with freed memory kept; docs/performance-candidates.md). Raising the mmap
+and trim thresholds keeps freed blocks in the heap for the next pass, and the heap is never
+trimmed: a trim threshold, however high, is crossed at the end of every pass whose peak exceeds
+it (a threshold of 1 GiB left an EfficientNet-Lite0 pass over 128 photographs taking 574,000 page
 faults, 2.2 GB of fresh pages, and 1.7 times as long as with none). The cost: the process holds
 on to its peak memory until it exits, which a search process does anyway.
 """

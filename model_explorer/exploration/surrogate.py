@@ -20,7 +20,7 @@ divergence from the float model (problems/ranking.py), the accuracy against cost
 the divergence chose, so that evaluations go where they can raise what the user judges, not to
 divergences too small to move the accuracy (measured on the default workload, 20 seeds:
 held-out hypervolume 0.372 against 0.361 when acquired in the divergence, paired p = 0.047;
-docs/performance.md). Candidates are picked one at a time, each pick joining the front at its
+docs/performance-search.md). Candidates are picked one at a time, each pick joining the front at its
 predicted mean. Predictions only choose what to evaluate: nothing predicted is ever recorded.
 """
 
@@ -37,7 +37,7 @@ from model_explorer.results.front import non_dominated
 
 MINIMUM_RECORDS = 4
 # The most records a surrogate learns from, and the growth of the record after which its
-# kernel's hyperparameters are optimised again (docs/performance.md, "A long search").
+# kernel's hyperparameters are optimised again (docs/performance-search.md, "A long search").
 WINDOW = 256
 REOPTIMISE = 1.25
 # Two objectives' gains in closed form (`hypervolume_gains`); off: pymoo's indicator for each

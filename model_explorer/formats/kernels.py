@@ -39,7 +39,7 @@ THREADED_VALUES = 1 << 17
 # on every core: inside the digits CNN's candidates they were 0.83 ms of 8.8 ahead of the
 # kernel on one thread (p 0.013, 20 candidates paired; ResNet-20 the same within 1 ms), where
 # the kernel alone is ahead on each such tensor (benchmarks/bench_kernel_choices.py,
-# docs/performance.md). The block formats' kernels, whose eager steps are some fifteen, take
+# docs/performance-kernels.md). The block formats' kernels, whose eager steps are some fifteen, take
 # every size.
 INTEGER_SMALLEST = THREADED_VALUES
 

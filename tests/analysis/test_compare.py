@@ -380,9 +380,9 @@ def test_runtime_intermediates_line_up_with_eager_in_nested_residual_models(runt
 
 @pytest.mark.slow
 def test_tvm_runs_a_torchvision_model_as_eager_does_at_every_level() -> None:
-    """Relax's optimisation levels: level 0 leaves operators unfused, 1-4 fuse; docs/performance.md
-    says the logits stay bit-identical, and every level must agree with eager (TVM's kernels
-    are its own)."""
+    """Relax's optimisation levels: level 0 leaves operators unfused, 1-4 fuse;
+    docs/performance-runtimes.md says the logits stay bit-identical, and every level must agree
+    with eager (TVM's kernels are its own)."""
     pytest.importorskip("tvm")
     import torchvision
 

@@ -7,7 +7,7 @@ for an `llvm` target: legalise the operators to TensorIR, fold constants, fuse o
 to the VM) uses the PassContext's `opt_level` for operator fusion: level 0 fuses nothing
 (resnet18: 32 kernels, as `tvm.compile`'s own unfused default), levels 1-4 fuse (27 kernels);
 the logits are bit-identical at every level and the time the same, since the untuned
-convolutions dominate (benchmarks/bench_tvm_levels.py, docs/performance.md).
+convolutions dominate (benchmarks/bench_tvm_levels.py, docs/performance-runtimes.md).
 
 TVM's ONNX frontend reads QuantizeLinear/DequantizeLinear (per tensor and per channel, not
 blocked) and computes every product in float after dequantizing: a QDQ export runs with the
