@@ -265,8 +265,8 @@ def test_reading_every_shipped_workload_imports_no_torch() -> None:
         "        continue  # they name data that is not on this machine\n"
         "    Workload.load(path)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "from model_explorer.models.checkpoints import build_model\n"
-        "model = build_model(Workload.load('workloads/digits_cnn.yaml').model)\n"
+        "from model_explorer.models.registry import create_model\n"
+        "model = create_model(Workload.load('workloads/digits_cnn.yaml').model.type)\n"
         "print(type(model).__name__)\n"
     )
     done = subprocess.run(
