@@ -255,3 +255,44 @@ def test_a_file_of_another_kind_where_a_workload_goes_is_named(tiny, tmp_path, c
     ]:
         run_cli(capsys, "validate", path).one_error(f"error: {path}: {words}", "not a YAML")
         run_cli(capsys, "explore", path).one_error(f"error: {path}: {words}")
+
+
+COMMANDS_READING_A_WORKLOAD = [
+    ["validate"],
+    ["retrain", "--baseline"],
+    ["calibrate"],
+    ["evaluate"],
+    ["explore"],
+    ["cost"],
+    ["energy-analysis"],
+    ["blocks"],
+    ["diagnose"],
+    ["compare"],
+    ["latency"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS_READING_A_WORKLOAD, ids=lambda c: " ".join(c))
+def test_a_bad_file_is_refused_before_torch_is_imported(command: list[str], tmp_path: Path) -> None:
+    """Each command reads and checks the workload before it imports what runs a model: a file
+    with a wrong key is one line and exit status 2, in a fresh interpreter that never loaded
+    torch (a third of a second, not two)."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "workload:\n  model: {type: digits_cnn, weights: x.pt}\n"
+        "  problem: {problem_function: quantization_problem, bogus: 1}\n"
+    )
+    code = (
+        "import sys\n"
+        "from model_explorer.cli import main\n"
+        f"status = main({[*command, str(bad)]!r})\n"
+        "print(status, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert "workload.problem.bogus: unknown key" in done.stderr

@@ -283,9 +283,9 @@ def _diagnose_arguments(parser: argparse.ArgumentParser) -> None:
     help="quantization diagnostics: [info]/[warning]/[error] findings and recommendations",
 )
 def diagnose_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.analysis.diagnose import DEFAULT_ORDER, default_out_dir, diagnose
 
-    workload = load_workload(args)
     order = [name.strip() for item in args.order or [] for name in item.split(",") if name.strip()]
     out_dir = Path(args.out) if args.out else default_out_dir(workload)
     diagnose(
@@ -343,6 +343,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
     help="run the model in several environments, compare outputs, timing, stability",
 )
 def compare_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.analysis.compare import (
         compare,
         environment,
@@ -352,7 +353,6 @@ def compare_command(args: argparse.Namespace) -> int:
     )
     from model_explorer.workload.context import WorkloadContext
 
-    workload = load_workload(args)
     context = WorkloadContext(workload, device="cpu")  # the cuda environment moves its own copy
     specs = args.env or ["eager", "eager-fp64", "half", "onnxruntime"]
     environments = [environment(spec, context) for spec in specs]  # every name checked first

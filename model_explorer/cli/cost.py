@@ -45,6 +45,8 @@ def _cost_arguments(parser: argparse.ArgumentParser) -> None:
     help="per-operation cost table: params, MACs, memory, time",
 )
 def cost_command(args: argparse.Namespace) -> int:
+    if args.workload is not None and args.model is None:
+        load_workload(args)  # a bad file is refused before torch loads (read again below)
     from model_explorer.cost.analyze import analyze_cost
     from model_explorer.cost.render import (
         conventions_text,
@@ -109,6 +111,7 @@ def _energy_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     help="per-layer DRAM accesses and energy to CSV",
 )
 def energy_analysis_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.operations.energy import (
         analyze_energy,
         default_csv_path,
@@ -116,7 +119,6 @@ def energy_analysis_command(args: argparse.Namespace) -> int:
     )
     from model_explorer.workload.context import WorkloadContext
 
-    workload = load_workload(args)
     context = WorkloadContext(workload)
     path = Path(args.output) if args.output else default_csv_path(context)
     if path.exists() and not args.force:
@@ -170,11 +172,11 @@ def _blocks_arguments(parser: argparse.ArgumentParser) -> None:
     help="block counts of the sparsified layers' inputs",
 )
 def blocks_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.sparsity_report import present_blocks, total_blocks
     from model_explorer.workload.context import WorkloadContext
 
-    workload = load_workload(args)
     context = WorkloadContext(workload)
     if args.present:
         table = present_blocks(context, args.dataset)

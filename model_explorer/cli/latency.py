@@ -41,16 +41,17 @@ def _latency_arguments(parser: argparse.ArgumentParser) -> None:
     "is what the `latency` objective reads.",
 )
 def latency_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.deployment.runtimes import runtime_setting
+
+    if args.runtime is not None:
+        runtime_setting(args.runtime, "--runtime")  # an unknown one said as the option's
     from model_explorer.latency.table import fit_errors, layer_rows
     from model_explorer.operations.latency import latency_table
     from model_explorer.operations.quantization_builder import build_quantization_problem
     from model_explorer.problems.options import BitOptions, LatencySettings
     from model_explorer.workload.context import WorkloadContext
 
-    if args.runtime is not None:
-        runtime_setting(args.runtime, "--runtime")  # an unknown one said as the option's
-    workload = load_workload(args)
     options = workload.problem.options
     if not isinstance(options, BitOptions):
         raise UserError(

@@ -153,6 +153,7 @@ def _evaluate_individual_arguments(parser: argparse.ArgumentParser) -> None:
     "reevaluation_accuracy column.",
 )
 def evaluate_individual_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.fileio import atomic_path
     from model_explorer.operations.reevaluate import (
         primary_cost,
@@ -161,7 +162,6 @@ def evaluate_individual_command(args: argparse.Namespace) -> int:
     )
     from model_explorer.results import ExplorationResult
 
-    workload = load_workload(args)
     if args.retrained:
         return _evaluate_retrained(workload, args)
     if args.results is None:

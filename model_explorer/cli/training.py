@@ -41,12 +41,12 @@ def _retrain_arguments(parser: argparse.ArgumentParser) -> None:
     help="train the float baseline (--baseline) or fine-tune individuals of a result",
 )
 def retrain_command(args: argparse.Namespace) -> int:
+    if not args.baseline:
+        return retrain_individuals_command(args)
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.operations.retraining import train_baseline
     from model_explorer.workload.context import WorkloadContext
 
-    if not args.baseline:
-        return retrain_individuals_command(args)
-    workload = load_workload(args)
     if (
         args.if_missing
         and workload.model.weights
@@ -68,16 +68,16 @@ def retrain_command(args: argparse.Namespace) -> int:
 
 
 def retrain_individuals_command(args: argparse.Namespace) -> int:
-    from model_explorer.operations.retraining import retrain_individuals
-    from model_explorer.results import ExplorationResult
-    from model_explorer.workload.file import dataset_spec
-
     if args.results is None or args.output_dir is None:
         raise UserError(
             "retrain: give RESULTS and OUTPUT_DIR to fine-tune individuals of a result, or "
             "--baseline to train the float model"
         )
-    workload = load_workload(args)
+    workload = load_workload(args)  # a bad file is refused before torch loads
+    from model_explorer.operations.retraining import retrain_individuals
+    from model_explorer.results import ExplorationResult
+    from model_explorer.workload.file import dataset_spec
+
     result = ExplorationResult.load(args.results)
     table, description, path = retrain_individuals(
         workload, result, args.output_dir, args.count, args.select, args.epochs, progress(args)

@@ -78,9 +78,9 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     help="accuracy of the workload's float model",
 )
 def evaluate_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.workload.context import WorkloadContext
 
-    workload = load_workload(args)
     context = WorkloadContext(workload)
     models: list = [("float", context.build_model())]
     if args.bits or args.plan:
@@ -154,11 +154,11 @@ def _calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     help="calibrate the quantizers and write calibration.file",
 )
 def calibrate_command(args: argparse.Namespace) -> int:
+    workload = load_workload(args)  # a bad file is refused before torch loads
     from model_explorer.operations.pipeline import calibrate_workload, report_coverage
     from model_explorer.quantization.spec import CALIBRATORS
     from model_explorer.workload.context import WorkloadContext
 
-    workload = load_workload(args)
     context = WorkloadContext(workload)
     model, path, calibrated = calibrate_workload(
         context, force=args.force, if_missing=args.if_missing
