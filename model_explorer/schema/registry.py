@@ -17,6 +17,7 @@ import functools
 import importlib
 import inspect
 import os
+import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,8 +49,7 @@ class Entry(Generic[T]):
     @property
     def builder(self) -> T:
         if self._declared is not None:
-            module, _, attribute = self._declared.partition(":")
-            self._builder = getattr(importlib.import_module(module), attribute)
+            self._builder = pkgutil.resolve_name(self._declared)
             self._declared = None
         return self._builder  # type: ignore[no-any-return]
 
@@ -154,8 +154,7 @@ class Registry(Generic[T]):
 
     def _adapter(self) -> Callable[[Callable[..., Any]], Callable[..., Any]] | None:
         if self.adapt_import is None and self._adapter_path is not None:
-            module, _, attribute = self._adapter_path.partition(":")
-            self.adapt_import = getattr(importlib.import_module(module), attribute)
+            self.adapt_import = pkgutil.resolve_name(self._adapter_path)
         return self.adapt_import
 
     def names(self, pattern: str | None = None) -> list[str]:
@@ -223,8 +222,7 @@ class Registry(Generic[T]):
             space, item = found
             builder = space.builder
             if isinstance(builder, str):  # declared: imported now
-                module, _, attribute = builder.partition(":")
-                builder = getattr(importlib.import_module(module), attribute)
+                builder = pkgutil.resolve_name(builder)
             return functools.partial(builder, item)
         if self.imports and ":" in name:
             imported = import_object(name, where or self.kind, self.imports, folders)
