@@ -99,16 +99,10 @@ class WeightMacs(Consumer):
             self.macs[name] = self.macs.get(name, 0) + recurrent_macs(module, args[0])  # type: ignore[arg-type]
 
 
-def weight_macs(model: nn.Module, network: nn.Module, run: Any) -> WeightMacs:
-    """The WeightMacs of `network` (the model `model` wraps, or `model` itself) on the forward
-    pass `run()` makes, traced."""
-    owners = {}
-    for name, module in network.named_modules():
-        if float_recurrent(module):
-            continue
-        for parameter in module.parameters(recurse=False):
-            if parameter.dim() >= 2:
-                owners[id(parameter)] = name
+def weight_macs(model: nn.Module, owners: dict[int, str], run: Any) -> WeightMacs:
+    """The WeightMacs of `model` on the forward pass `run()` makes, traced; `owners` maps
+    id(parameter) to the name of its module (parameters of two or more dimensions, none of a
+    float recurrent layer's)."""
     counter = WeightMacs(owners)
     tracer = Tracer(model, [counter])
     with tracer.watching():

@@ -130,17 +130,18 @@ def weight_coverage(model: Any, run: Callable[[], Any]) -> Coverage:
     from model_explorer.cost.weights import float_recurrent, weight_macs
 
     network = model.model
-    types, elements = {}, {}
+    owners, types, elements = {}, {}, {}
     for name, module in network.named_modules():
         if float_recurrent(module):  # counted by its formula: its ops may be one kernel
             types[name] = type(module).__name__
             continue
         for parameter in module.parameters(recurse=False):
             if parameter.dim() >= 2:
+                owners[id(parameter)] = name
                 elements[name] = elements.get(name, 0) + parameter.numel()
                 own = getattr(module, "own_type", None) or getattr(module, "float_type", None)
                 types[name] = (own or type(module)).__name__
-    counted = weight_macs(model, network, run)
+    counted = weight_macs(model, owners, run)
     total = counted.macs
     left = {name: macs - counted.quantized_macs.get(name, 0) for name, macs in total.items()}
     total_macs = sum(total.values())
