@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
@@ -135,12 +136,22 @@ def _swap_attention(
         layer = QuantMultiheadAttention.from_float(module, make, product)
         set_child(model, name, layer)
         swap.replaced[name] = module
+    _take_chosen(name, layer, chosen, swap)
+
+
+def _take_chosen(name: str, layer: Any, chosen: list[Sequence[str]], swap: Swap) -> bool:
+    """Record the quantized layers inside `layer` (attention's projections, a recurrent
+    layer's products) that `include` / `exclude` choose, by their full names; the others keep
+    their quantizers off (float). Whether any was chosen."""
+    taken = False
     for child, quantized in layer.quantized_layers().items():
         full = f"{name}.{child}"
         if selected(full, *chosen):
             swap.layers[full] = quantized
+            taken = True
         else:
             quantized.input_quantizer.enabled = quantized.weight_quantizer.enabled = False
+    return taken
 
 
 def _swap_recurrent(
@@ -154,12 +165,6 @@ def _swap_recurrent(
     """Swap one recurrent layer; its products not chosen by `include` / `exclude` (by their
     names, `rnn.ih_l0`, `rnn.hh_l0`, ...) stay in float."""
     layer: QuantRecurrent = QuantRecurrent.from_float(module, make)
-    for child, quantized in layer.quantized_layers().items():
-        full = f"{name}.{child}"
-        if selected(full, *chosen):
-            swap.layers[full] = quantized
-        else:
-            quantized.set_quantizers()
-    if any(full.startswith(f"{name}.") for full in swap.layers):
+    if _take_chosen(name, layer, chosen, swap):
         set_child(model, name, layer)
         swap.replaced[name] = module

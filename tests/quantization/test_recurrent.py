@@ -333,3 +333,26 @@ def test_debug_measures_the_hidden_product_over_every_step(tmp_path: Path) -> No
     db = 20 * torch.log10(steps.norm() / (steps - expected).norm())
     assert row["local_db"] == pytest.approx(float(db), abs=0.01)
     assert row["onnxruntime_local_db"] == pytest.approx(float(db), abs=0.1)
+
+
+def test_include_and_exclude_choose_products_by_their_names() -> None:
+    """`exclude: [rnn.hh_*]` leaves the hidden products float (their quantizers off, no gene);
+    excluding every product leaves the layer as it was."""
+    torch.manual_seed(0)
+    layer = nn.LSTM(6, 10, num_layers=2)
+    quantized = QuantizedModel(Last(copy.deepcopy(layer)), exclude=["rnn.hh_*"])
+    assert list(quantized.layers) == ["rnn.ih_l0", "rnn.ih_l1"]
+    hidden = quantized.model.rnn.hh_l1
+    assert not hidden.input_quantizer.enabled and not hidden.weight_quantizer.enabled
+    x = _sequence(layer)
+    quantized.calibrate([x], method="max")
+    _all_bits(quantized, 3)
+    reference = QuantizedModel(Last(copy.deepcopy(layer)))
+    reference.calibrate([x], method="max")
+    _all_bits(reference, 3)
+    reference.set_enabled(False, [n for n in reference.quantizers if ".hh_" in n])
+    with torch.no_grad():
+        torch.testing.assert_close(quantized(x), reference(x), atol=0, rtol=0)
+    untouched = Recurrent(nn.LSTM)
+    assert list(QuantizedModel(untouched, exclude=["rnn.*"]).layers) == ["head"]
+    assert type(untouched.rnn) is nn.LSTM
