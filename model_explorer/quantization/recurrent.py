@@ -106,12 +106,6 @@ class QuantRecurrent:
         """The products by their name below this module, in computation order."""
         return {name: self._modules[name] for name in self.product_names()}  # type: ignore[misc]
 
-    def to_float(self) -> nn.Module:
-        layer = rebuild(self, self.float_type)  # type: ignore[arg-type]
-        for name in self.product_names():
-            del layer._modules[name]
-        return layer
-
     # -- the computation ----------------------------------------------------------------------
     def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:
         packed = isinstance(input, PackedSequence)
