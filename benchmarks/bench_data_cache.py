@@ -10,28 +10,17 @@ candidate), measured as a ratio in one process, on two kinds of data:
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+from prepared import median_seconds
 
 from model_explorer.metrics.functions import evaluate
 from model_explorer.workload.context import WorkloadContext
 from model_explorer.workload.file import Workload
-
-
-def median_seconds(function, repeats: int) -> float:
-    function()  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def write_image_folder(root: Path, images: int) -> None:

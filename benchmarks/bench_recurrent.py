@@ -11,33 +11,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
+from prepared import median_seconds
 from torch import nn
 
-from model_explorer.quantization import QuantizedModel
-
-
-class Last(nn.Module):
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.rnn = layer
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.rnn(x)[0]
-
-
-def _median(run: Callable[[], object], repeats: int = 15) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from model_explorer.quantization.model import QuantizedModel
 
 
 def main() -> None:
@@ -54,14 +33,14 @@ def main() -> None:
     )
     for kind in (nn.LSTM, nn.GRU):
         layer = kind(40, args.hidden, num_layers=2, batch_first=True).eval()
-        quantized = QuantizedModel(Last(copy.deepcopy(layer)))
+        quantized = QuantizedModel(nn.Sequential(copy.deepcopy(layer)))  # the root is no layer
         quantized.calibrate([x], method="max")
         with torch.no_grad():
-            fused = _median(lambda layer=layer: layer(x))
+            fused = median_seconds(lambda layer=layer: layer(x), 15)
             quantized.set_enabled(False)
-            off = _median(lambda q=quantized: q(x))
+            off = median_seconds(lambda q=quantized: q(x), 15)
             quantized.set_enabled(True)
-            on = _median(lambda q=quantized: q(x))
+            on = median_seconds(lambda q=quantized: q(x), 15)
         print(
             f"{kind.__name__}: torch's kernel {fused * 1e3:.2f} ms; open, quantizers off "
             f"{off * 1e3:.2f} ms ({off / fused:.2f}x); int8 {on * 1e3:.2f} ms ({on / fused:.2f}x)"

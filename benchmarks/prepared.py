@@ -1,9 +1,11 @@
-"""The start of the benchmarks that run a workload: its checkpoint and calibration made first
-when missing, as `make run` makes them."""
+"""What several benchmarks share: the start of those that run a workload (its checkpoint and
+calibration made first when missing, as `make run` makes them), and the median time of a call."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from model_explorer.memory import keep_freed_memory
@@ -51,3 +53,14 @@ def random_candidates(path: str, candidates: int) -> tuple[Any, ...]:
         context.batches("exploration"),
         genomes,
     )
+
+
+def median_seconds(function: Callable[[], Any], repeats: int) -> float:
+    """The median time of `repeats` calls of `function`, after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
