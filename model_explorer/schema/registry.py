@@ -101,9 +101,7 @@ class Registry(Generic[T]):
         """Decorator registering `builder` under `name` (with its options model and info)."""
 
         def decorator(builder: T) -> T:
-            if name in self._entries:
-                raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._entries[name] = Entry(name, builder, options, info)
+            self._add(Entry(name, builder, options, info))
             return builder
 
         return decorator
@@ -111,9 +109,12 @@ class Registry(Generic[T]):
     def declare(self, name: str, path: str, *, options: Any = None, info: Any = None) -> None:
         """Declare a built-in entry whose builder, `package.module:attribute`, is imported when
         first used (see the module docstring)."""
-        if name in self._entries:
-            raise ValueError(f"{self.kind} '{name}' is registered twice")
-        self._entries[name] = Entry.declared(name, path, options, info)
+        self._add(Entry.declared(name, path, options, info))
+
+    def _add(self, entry: Entry[T]) -> None:
+        if entry.name in self._entries:
+            raise ValueError(f"{self.kind} '{entry.name}' is registered twice")
+        self._entries[entry.name] = entry
 
     def register_namespace(
         self,

@@ -6,6 +6,7 @@ that layer computed in PyTorch: onnxruntime's `qdq_err` and `xmodel_err` of the 
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,7 +34,7 @@ def quantizer_tensors(proto: onnx.ModelProto, model: Any) -> dict[str, list[tupl
     found: dict[str, list[tuple[str, str]]] = {}
     for layer_name, layer in model.layers.items():
         path = paths.get(id(layer.input_quantizer))
-        for call in range(1, len(nodes) + 1):
+        for call in itertools.count(1):
             site = path if call == 1 else f"{path}#{call}"
             quantize, dequantize = nodes.get(f"{site}/Quantize"), nodes.get(f"{site}/Dequantize")
             if path is None or quantize is None or dequantize is None:
