@@ -143,6 +143,24 @@ def test_merging_keeps_every_individual_once(tmp_path: Path) -> None:
         merge_results([first, other])
 
 
+def test_runs_of_one_search_with_other_seeds_merge(tmp_path: Path) -> None:
+    """Runs differ in their seed and where they keep their ranges (a Python search writes them
+    beside its result), and still merge; another model or dataset is refused."""
+    first, second = run(1, tmp_path / "a.pkl"), run(2, tmp_path / "b.pkl")
+    for result, seed in ((first, 1), (second, 2)):
+        result.workload = {
+            "workload": {
+                "seed": seed,
+                "model": {"type": "digits_cnn"},
+                "calibration": {"file": f"results/seed{seed}_calibration.pt"},
+            }
+        }
+    assert {r["extra"]["run"] for r in merge_results([first, second]).records} == {0, 1}
+    second.workload["workload"]["model"] = {"type": "resnet20_digits"}
+    with pytest.raises(UserError, match="different workloads"):
+        merge_results([first, second])
+
+
 def test_comparison_and_convergence(tmp_path: Path) -> None:
     first, second = run(1, tmp_path / "a.pkl"), run(2, tmp_path / "b.pkl")
     reference = first.default_reference()

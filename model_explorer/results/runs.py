@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -13,6 +14,16 @@ def _configuration_key(record: dict[str, Any]) -> str:
     return json.dumps(record["configuration"])
 
 
+def _searched(workload: dict[str, Any]) -> dict[str, Any]:
+    """What a run searched: its workload less what differs between runs of one search, the
+    seed and the file its ranges were kept in (a Python search keeps them beside its result)."""
+    body = copy.deepcopy(workload.get("workload", workload))
+    body.pop("seed", None)
+    if isinstance(body.get("calibration"), dict):
+        body["calibration"].pop("file", None)
+    return body
+
+
 def merge_results(results: list[ExplorationResult]) -> ExplorationResult:
     """One result holding every individual of several runs of the same workload and problem
     once (the first evaluation of a configuration is kept); ids are renumbered in order and
@@ -22,7 +33,7 @@ def merge_results(results: list[ExplorationResult]) -> ExplorationResult:
     first = results[0]
     for other in results[1:]:
         if (
-            other.workload != first.workload
+            _searched(other.workload) != _searched(first.workload)
             or other.problem["variables"] != first.problem["variables"]
         ):
             raise UserError("merge: the result files come from different workloads or problems")
