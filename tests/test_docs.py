@@ -34,8 +34,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_site_builds_strictly(site: Path) -> None:
-    pages = {path.name for path in site.glob("*.html")}
-    expected = {Path(page).with_suffix(".html").name for page in _nav_pages()}
+    pages = {str(path.relative_to(site)) for path in site.rglob("*.html")}
+    expected = {str(Path(page).with_suffix(".html")) for page in _nav_pages()}
     assert expected <= pages, expected - pages
     reference = (site / "reference.html").read_text()
     assert "model_explorer.api.search.search" in reference  # read from the docstrings

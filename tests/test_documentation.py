@@ -98,3 +98,35 @@ def test_the_commands_page_holds_every_option_the_parser_has() -> None:
     assert page.PAGE.read_text() == wanted, "run python docs/_hooks/commands.py"
     for option in ("--set KEY=VALUE", "--report", "--check RUNTIME", "--int8-weights"):
         assert option in wanted
+
+
+def test_every_notebook_is_a_page_with_its_code_and_figures() -> None:
+    """docs/notebooks/NAME.md (written by docs/_hooks/notebooks.py from a run of the notebook)
+    shows the notebook's code cells as they are now, in order, each figure it names is beside
+    it, and the site's navigation lists it: a notebook changed without its page fails here."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    repository = Path(__file__).resolve().parents[1]
+    pages = repository / "docs" / "notebooks"
+    fence = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+    navigation = (repository / "mkdocs.yml").read_text()
+    notebooks = sorted((repository / "evaluation_scripts").glob("*.ipynb"))
+    assert notebooks
+    for notebook_path in notebooks:
+        name = notebook_path.stem
+        page = pages / f"{name}.md"
+        assert page.is_file(), f"no page for {notebook_path.name}: python docs/_hooks/notebooks.py"
+        text = page.read_text()
+        cells = [
+            cell.source.strip()
+            for cell in nbformat.read(notebook_path, as_version=4).cells
+            if cell.cell_type == "code"
+        ]
+        shown = [code.strip() for code in fence.findall(text)]
+        assert shown == cells, f"{page.name} is stale: python docs/_hooks/notebooks.py {name}"
+        figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+        assert figures and all((pages / figure).is_file() for figure in figures), page.name
+        assert f"notebooks/{name}.md" in navigation, f"{name} is not in mkdocs.yml's nav"

@@ -23,10 +23,14 @@ def test_the_search_notebook_runs_the_whole_loop(tmp_path: Path, monkeypatch) ->
         monkeypatch.delenv(variable, raising=False)
     text = run_in_project(notebook, project)
     assert "on the front" in text and "after fine-tuning" in text
-    assert (project / "results" / "search_from_python.pkl").is_file()
+    assert len(list((project / "results").glob("search_from_python_*.pkl"))) == 1
     assert (project / "results" / "search_from_python_cheapest.onnx").stat().st_size > 1000
     assert any(
         "image/png" in output.get("data", {})
         for cell in notebook.cells
         for output in cell.get("outputs", [])
     )
+    # run again, as one does with a notebook: a search of its own, not a refusal of the file
+    again = nbformat.read(REPOSITORY / "evaluation_scripts" / "search_from_python.ipynb", 4)
+    assert "after fine-tuning" in run_in_project(again, project)
+    assert len(list((project / "results").glob("search_from_python_*.pkl"))) == 2
