@@ -276,3 +276,24 @@ def test_the_workload_table_links_each_section_to_its_own() -> None:
     sections = "metric problem model quantization sparsity calibration energy_evaluation"
     sections += " exploration retraining reevaluation"
     assert sorted(re.findall(r"\(#the-(\w+)-keys\)", table)) == sorted(sections.split())
+
+
+def test_the_key_reference_page_holds_the_tables_the_settings_give() -> None:
+    """docs/workloads.md carries its tables (read as tables on the repository's web view too),
+    and they are what docs/_hooks/keys.py makes from the settings models now: a key added,
+    renamed or described anew and not regenerated fails here."""
+    hook = _hook()
+    text = hook.PAGE.read_text()
+    assert text.count(hook.END) == len(hook.MARKER.findall(text)) >= 20
+    assert hook.regenerated(text) == text, "run python docs/_hooks/keys.py"
+
+
+def test_the_reference_contents_are_the_docstrings() -> None:
+    """docs/reference.md's contents table (what the repository's web view shows, where the
+    `:::` entries are bare lines) lists every entry of the page with its docstring's summary
+    as it is now: a name added below, or a docstring changed, without the table fails here."""
+    hook = _reference_hook()
+    text = hook.PAGE.read_text()
+    assert hook.page_with_contents(text) == text, "run python docs/_hooks/reference.py"
+    rows = hook.contents(text).count("| `model_explorer.")
+    assert rows == len(hook.DIRECTIVE.findall(text)) >= 40

@@ -1,5 +1,5 @@
-"""A MkDocs hook: the workload key reference generated from the settings models themselves, so
-that it cannot drift from validation. A page writes
+"""The workload key reference generated from the settings models themselves, so that it cannot
+drift from validation. A page writes
 
     <!-- keys workload.exploration: model_explorer.exploration.spec:ExplorationSpec -->
 
@@ -15,11 +15,16 @@ group of rows per entry, the other forms of names last), and
     <!-- sections workload: model_explorer.workload.file:Workload -->
 
 one row per key with its sections unexpanded, each linking to the page's heading "The `name:`
-keys", which the build's anchor check then requires."""
+keys", which the build's anchor check then requires.
+
+`python docs/_hooks/keys.py` writes each table under its marker, up to an end marker, into
+docs/workloads.md itself, so the page reads as tables on the repository's web view too;
+tests/test_docs.py fails when the page differs from what the settings give now."""
 
 from __future__ import annotations
 
 import html
+import pathlib
 import pkgutil
 import re
 import types
@@ -35,11 +40,20 @@ class MissingDescription(Exception):
     """A key of a settings model has no description."""
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+END = "<!-- end of the generated table -->"
+GENERATED = re.compile(rf"(?P<marker>{MARKER.pattern})(?:\n.*?{re.escape(END)})?", re.DOTALL)
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "workloads.md"
+
+
+def regenerated(markdown: str) -> str:
+    """The page with each marker's table written under it (any table there before replaced)."""
     tables = {"keys": key_table, "types": types_table, "sections": sections_table}
-    return MARKER.sub(
-        lambda found: tables[found["kind"]](found["prefix"], found["model"]), markdown
-    )
+
+    def table(found: re.Match[str]) -> str:
+        made = tables[found["kind"]](found["prefix"], found["model"])
+        return f"{found['marker']}\n\n{made}\n\n{END}"
+
+    return GENERATED.sub(table, markdown)
 
 
 HEADER = ["| key | type | default | meaning |", "|---|---|---|---|"]
@@ -178,3 +192,11 @@ def type_name(annotation: Any) -> str:
             annotation.__name__, annotation.__name__
         )
     return str(annotation).replace("typing.", "")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(PAGE.parents[1]))
+    PAGE.write_text(regenerated(PAGE.read_text()))
+    print(f"wrote {PAGE}")

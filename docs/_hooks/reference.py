@@ -1,17 +1,29 @@
 """A MkDocs hook: every name a page hands to mkdocstrings (`::: package.module.Name`) has a
 docstring, and so has each public method and property of a class it names, its own or one
 inherited from a class of this package (not torch's `forward` text). A name without one fails
-the build, since mkdocstrings itself renders it silently empty."""
+the build, since mkdocstrings itself renders it silently empty.
+
+`python docs/_hooks/reference.py` writes the page's contents table (each name with the first
+paragraph of its docstring, by section) between two markers of docs/reference.md, so that the
+page reads on the repository's web view too, where the `:::` lines are not rendered;
+tests/test_docs.py fails when the table differs from the docstrings."""
 
 from __future__ import annotations
 
 import inspect
+import pathlib
 import pkgutil
 import re
 from typing import Any
 
 DIRECTIVE = re.compile(r"^::: ([\w.]+)", re.MULTILINE)
 PACKAGE = "model_explorer"
+
+
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "reference.md"
+BEGIN = "<!-- contents generated from the docstrings: python docs/_hooks/reference.py -->"
+END = "<!-- end of the contents -->"
+SECTION = re.compile(r"^## (.+)$", re.MULTILINE)
 
 
 class MissingDocstring(Exception):
@@ -55,3 +67,35 @@ def _documented(cls: type, name: str) -> bool:
             if _text(vars(owner)[name]):
                 return True
     return False
+
+
+def summary(path: str) -> str:
+    """The first paragraph of the docstring of `path`, on one line, for a table cell."""
+    text = inspect.getdoc(pkgutil.resolve_name(path)) or ""
+    return " ".join(text.split("\n\n")[0].split()).replace("|", "\\|")
+
+
+def contents(markdown: str) -> str:
+    """The table of every `:::` name of the page below the markers, under its section."""
+    body = markdown[markdown.index(END) :]
+    lines = [BEGIN, "", "| name | what it is |", "|---|---|"]
+    for part in re.split(r"^(?=## )", body, flags=re.MULTILINE):
+        heading = SECTION.search(part)
+        names = DIRECTIVE.findall(part)
+        if heading and names:
+            lines.append(f"| **{heading[1]}** | |")
+            lines += [f"| `{name}` | {summary(name)} |" for name in names]
+    return "\n".join([*lines, "", END])
+
+
+def page_with_contents(markdown: str) -> str:
+    start, end = markdown.index(BEGIN), markdown.index(END) + len(END)
+    return markdown[:start] + contents(markdown) + markdown[end:]
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(PAGE.parents[1]))
+    PAGE.write_text(page_with_contents(PAGE.read_text()))
+    print(f"wrote {PAGE}")
