@@ -62,17 +62,54 @@ def run_as_pasted(code_blocks: list[tuple[str, str]], folder: Path) -> dict[str,
     return namespace
 
 
+# The packages of pyproject.toml's extras, by extra: a page's blocks run with those of the extras
+# it does not name made unimportable, as after an install without them.
+EXTRA_PACKAGES = {
+    "onnx": ["onnxruntime"],
+    "openvino": ["openvino"],
+    "tvm": ["tvm"],
+    "litert": ["ai_edge_litert", "litert_torch"],
+    "dask": ["dask", "distributed"],
+    "zigzag": ["zigzag"],
+    "agemoea": ["numba"],
+    "modelopt": ["modelopt"],
+    "torchao": ["torchao"],
+    "transformers": ["transformers"],
+    "zoo": ["timm", "efficientnet_lite_pytorch"],
+    "photos": ["skimage"],
+}
+# The extras a page names in the install it asks for (the others need the base install only).
+NAMED_EXTRAS = {"python-api.md": {"onnx"}}
+
+
+def _installed_without_extras(named: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for extra, packages in EXTRA_PACKAGES.items():
+        if extra not in named:
+            for package in packages:
+                monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
+
+
 @pytest.mark.parametrize("page", pages("python"))
-def test_a_pages_python_runs_as_pasted_in_an_empty_folder(page: str, tmp_path: Path) -> None:
-    """The page's blocks, one after the other, in a folder holding nothing: a name a block
-    uses that neither it nor an earlier block of the page defines fails here."""
+def test_a_pages_python_runs_as_pasted_in_an_empty_folder(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's blocks, one after the other, in a folder holding nothing, after the install
+    the page names: a name a block uses that neither it nor an earlier block of the page
+    defines, or a package of an extra the page does not name, fails here."""
+    _installed_without_extras(NAMED_EXTRAS.get(page, set()), monkeypatch)
     code = [(f"{page}, Python block {i + 1}", c) for i, c in enumerate(blocks(page, "python"))]
     run_as_pasted(code, tmp_path)
 
 
-def test_the_readmes_python_runs_as_pasted_in_an_empty_folder(tmp_path: Path) -> None:
+def test_the_readmes_python_runs_as_pasted_in_an_empty_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The README's block defines its own model and data (no file of the project's), searches
-    and exports the front's cheapest member, in a folder holding nothing."""
+    and exports the front's cheapest member, in a folder holding nothing, after `make run`'s
+    install (no extra)."""
+    _installed_without_extras(set(), monkeypatch)
     text = (REPOSITORY / "README.md").read_text()
     (code,) = [m["code"] for m in FENCE.finditer(text) if m["language"] == "python"]
     run_as_pasted([("README.md's Python block", code)], tmp_path)
