@@ -297,3 +297,19 @@ def test_the_reference_contents_are_the_docstrings() -> None:
     assert hook.page_with_contents(text) == text, "run python docs/_hooks/reference.py"
     rows = hook.contents(text).count("| `model_explorer.")
     assert rows == len(hook.DIRECTIVE.findall(text)) >= 40
+
+
+def test_every_public_name_has_a_reference_entry() -> None:
+    """Each name `import model_explorer` offers is an entry of docs/reference.md, under the
+    path it is defined at: a name added to the package's face without one fails here."""
+    import model_explorer
+
+    hook = _reference_hook()
+    entries = set(hook.DIRECTIVE.findall(hook.PAGE.read_text()))
+    missing = []
+    for name in model_explorer.__all__:
+        found = getattr(model_explorer, name)
+        paths = {f"{found.__module__}.{found.__qualname__}", f"{found.__module__}.{name}"}
+        if name != "__version__" and not paths & entries:  # an alias by its own name
+            missing.append(name)
+    assert not missing, f"not in docs/reference.md: {missing}"
