@@ -365,9 +365,8 @@ def check(
                 (f"pytest exited {outcomes.status} before its tests ran (--keep keeps its log)"),
             )
         rows.append((fault.name, len(fault.tests), result, outcomes.seconds, said))
-        first = (
-            f" ({outcomes.messages[failed[0]]})" if failed and outcomes.messages[failed[0]] else ""
-        )
+        message = outcomes.messages[failed[0]] if failed else ""
+        first = f" ({message[:100]}{'...' if len(message) > 100 else ''})" if message else ""
         print(f"{fault.name}: {result} in {outcomes.seconds:.0f} s{first}", flush=True)
         shutil.rmtree(copy)
     return rows
