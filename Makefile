@@ -18,7 +18,7 @@ LITERT_VENV ?= .venv-litert
 PURELIB := import sysconfig; print(sysconfig.get_path('purelib'))
 PIP := $(BIN)/python -m pip install --disable-pip-version-check -c $(TORCH_CONSTRAINTS)
 
-.PHONY: run test test-asan docs test-kernels clean-venv
+.PHONY: run test test-asan test-planted docs test-kernels clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,15 @@ test-asan: $(VENV)/.installed-$(TEST_EXTRAS)
 	ASAN_OPTIONS=detect_leaks=0 \
 	$(BIN)/python -m pytest -W error::RuntimeWarning $(KERNEL_TESTS) tests/test_native_cache.py \
 		tests/quantization/test_elision.py tests/quantization/test_attention_overwriting.py
+
+# Planted faults (tests/planted/, docs/development.md): each catalogued patch, a realistic bug,
+# applied in a scratch copy of the repository and the tests that must catch it run there, then
+# a table of the faults caught and missed; a patch that no longer applies is named. Not part of
+# `make test` (it runs those tests again once per fault: two to five minutes): run it before a
+# release and with any change to the code a patch covers. PLANTED="name ..." runs those only.
+PLANTED ?=
+test-planted: $(VENV)/.installed-$(TEST_EXTRAS)
+	$(BIN)/python tests/planted/run.py $(foreach name,$(PLANTED),--only $(name))
 
 # The suite once per kernel setting (tests/across_kernels.py: AVX2, AVX, SSE4.2, one and two
 # threads beside the native one), about 50 minutes; KERNELS=avx2,threads1 picks settings.

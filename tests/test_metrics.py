@@ -236,3 +236,41 @@ def test_agreement_keeps_hits_that_a_paired_test_counts() -> None:
         reference[:, :, None, None].expand(3, 2, 2, 2),
     )
     assert dense.outcomes().dtype == torch.float32
+
+
+def test_early_rejection_stops_at_the_first_batch_whose_best_case_is_below_a_tied_limit() -> None:
+    """On 360 samples accuracies move in steps of 1/360, and with `reject_dominated` the limit
+    is a rival's accuracy: ties are common. For every limit j/360 near the final accuracy,
+    scoring stops exactly after the first batch whose best case (hits so far plus every sample
+    still to come, counted here by hand) is below j/360, never at a best case equal to it,
+    and reports that best case; a limit the candidate reaches exactly is met."""
+    misses = [0, 3, 1, 0, 2, 5, 0, 1, 2, 0]  # per batch of 36; the last batch all right
+    labels = torch.arange(360) % 10
+    predicted = labels.clone()
+    for batch, m in enumerate(misses):  # the batch's first m samples wrong
+        predicted[36 * batch : 36 * batch + m] += 1
+    predicted %= 10
+    scores = nn.functional.one_hot(predicted, 10).float()
+    batches = TensorCache(torch.arange(360), labels, 36)
+    correct = 360 - sum(misses)  # 346
+    stops = set()
+    for j in range(correct - 3, correct + 4):
+        found = score(Fixed(scores), batches, "top1", minimum=[j / 360])
+        missed = 0
+        stop = None
+        for k, m in enumerate(misses[:-1], start=1):  # no check after the last batch
+            missed += m
+            if 360 - missed < j:  # the best case: every sample still to come right
+                stop = (k, 360 - missed)
+                break
+        if stop is None:
+            assert found.complete and found.samples == 360, j
+            assert found.accuracies[0] == correct / 360
+        else:
+            assert not found.complete and found.samples == 36 * stop[0], j
+            assert found.accuracies[0] == stop[1] / 360
+            stops.add(stop[0])
+    assert stops == {8, 9}  # limits that stop it after different batches
+    # the tie itself: the limit the candidate reaches exactly does not stop it
+    tie = score(Fixed(scores), batches, "top1", minimum=[correct / 360])
+    assert tie.complete and tie.accuracies[0] == correct / 360

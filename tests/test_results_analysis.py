@@ -67,6 +67,48 @@ def test_two_objective_front_and_hypervolume_by_hand() -> None:
     )
 
 
+def brute_force_front(points: list[dict[str, float]], senses: list[tuple[str, bool]]) -> set[int]:
+    """The points no other point dominates, in natural units: no worse in every objective
+    (higher where maximised, lower where minimised) and better in one."""
+
+    def no_worse(p: dict[str, float], q: dict[str, float], name: str, maximize: bool) -> bool:
+        return p[name] >= q[name] if maximize else p[name] <= q[name]
+
+    def dominates(p: dict[str, float], q: dict[str, float]) -> bool:
+        return all(no_worse(p, q, n, m) for n, m in senses) and any(p[n] != q[n] for n, _ in senses)
+
+    return {i for i, q in enumerate(points) if not any(dominates(p, q) for p in points)}
+
+
+def test_front_with_ties_by_hand_and_by_brute_force() -> None:
+    """Accuracies in steps of 1/360 and integer costs tie often: a point equal to another in
+    one objective and worse in the other is dominated; two equal points both stay."""
+    points = [
+        {"accuracy": 180 / 360, "bits": 3.0},
+        {"accuracy": 180 / 360, "bits": 4.0},  # the first's accuracy, more bits: dominated
+        {"accuracy": 181 / 360, "bits": 4.0},
+        {"accuracy": 181 / 360, "bits": 4.0},  # the third again: both stay
+        {"accuracy": 179 / 360, "bits": 3.0},  # the first's bits, lower accuracy: dominated
+    ]
+    senses = [("accuracy", True), ("bits", False)]
+    assert sorted(i.id for i in synthetic_result(points, senses).pareto_front()) == [0, 2, 3]
+    rng = np.random.default_rng(0)
+    for objectives in (senses, [*senses, ("bops", False)]):
+        grid = [
+            {"accuracy": float(a) / 360, "bits": float(b), "bops": float(c)}
+            for a, b, c in zip(
+                rng.integers(300, 306, 60),
+                rng.integers(2, 8, 60),
+                rng.integers(0, 3, 60),
+                strict=True,
+            )
+        ]
+        result = synthetic_result(grid, objectives)
+        front = {i.id for i in result.pareto_front()}
+        assert front == brute_force_front(grid, objectives)
+        assert len(front) < len(grid)
+
+
 def box_union_volume(boxes: list[np.ndarray], reference: np.ndarray) -> float:
     """Inclusion-exclusion over the boxes [point, reference] (minimisation)."""
     total = 0.0
@@ -173,6 +215,36 @@ def test_comparison_and_convergence(tmp_path: Path) -> None:
     values = [h for _, h in history]
     assert values == sorted(values)  # never shrinks: later generations only add points
     assert values[-1] == pytest.approx(first.hypervolume(reference))
+
+
+def test_the_convergence_curve_counts_feasible_individuals_only() -> None:
+    """Candidates stopped early carry upper-bound accuracies, above the limit (0.8 here): the
+    curve is the hypervolume of the feasible individuals found up to each generation, by
+    hand as strips along bits, whatever the infeasible ones claim."""
+    points = [
+        {"accuracy": 0.85, "bits": 10.0},  # generation 0, feasible
+        {"accuracy": 0.95, "bits": 4.0},  # generation 0, stopped early: a bound
+        {"accuracy": 0.90, "bits": 12.0},  # generation 1, feasible
+        {"accuracy": 0.99, "bits": 2.0},  # generation 1, stopped early: a bound
+        {"accuracy": 0.82, "bits": 6.0},  # generation 2, feasible
+    ]
+    result = synthetic_result(points, [("accuracy", True), ("bits", False)])
+    for record in result.records:
+        record["generation"] = record["id"] // 2
+        if record["id"] in (1, 3):
+            record["feasible"] = record["complete"] = False
+    reference = {"accuracy": 0.8, "bits": 20.0}
+    expected = [
+        (0, (20 - 10) * 0.05),
+        (1, (12 - 10) * 0.05 + (20 - 12) * 0.10),
+        (2, (10 - 6) * 0.02 + (12 - 10) * 0.05 + (20 - 12) * 0.10),
+    ]
+    history = result.hypervolume_by_generation(reference)
+    assert [g for g, _ in history] == [g for g, _ in expected]
+    assert [h for _, h in history] == pytest.approx([h for _, h in expected])
+    box = (1 - 0.8) * (20 - 0)  # from the reference to accuracy 1 at no cost
+    normalised = result.hypervolume_by_generation(reference, normalised=True)
+    assert [h for _, h in normalised] == pytest.approx([h / box for _, h in expected])
 
 
 def test_layer_statistics_split_input_and_weight() -> None:

@@ -280,14 +280,75 @@ def test_repeats_report_bitwise_stability_and_median_timings() -> None:
     assert pair["max_abs_error"] > 0
 
 
-@pytest.mark.skipif(eager.compiler() is None, reason="torch.compile needs a C++ compiler")
-def test_compile_agrees_with_eager() -> None:
+class Flipped(Environment):
+    """Eager logits with the top-1 class moved on the samples whose first input value is
+    positive (rolled by one class): a planted disagreement on samples counted by hand."""
+
+    def prepare(self, model: nn.Module, example: torch.Tensor) -> None:
+        self.model = model
+
+    def run(self, inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            output = self.model(inputs)
+        chosen = inputs.reshape(len(inputs), -1)[:, 0] > 0
+        return torch.where(chosen[:, None], output.roll(1, dims=1), output)
+
+
+def kept_share(inputs: torch.Tensor) -> float:
+    """The share of samples Flipped leaves alone, counted by hand."""
+    flat = inputs.reshape(len(inputs), -1)
+    return sum(1 for row in flat if not row[0] > 0) / len(inputs)
+
+
+def assert_agreements(comparison, expected: dict[tuple[str, str], float]) -> None:  # noqa: ANN001
+    found = {(p["a"], p["b"]): p for p in comparison.pairs}
+    assert set(found) == set(expected)
+    for key, agreement in expected.items():
+        assert found[key]["top1_agreement"] == agreement, key
+        if agreement == 1.0:
+            assert found[key]["max_rel_error"] <= TOLERANCE and found[key]["agree"], key
+        else:
+            assert not found[key]["agree"], key
+
+
+def test_a_planted_disagreement_is_counted_in_every_pair() -> None:
+    """Each pair's top-1 agreement is the share of samples whose arg-max class matches: 1 where
+    both run the float model, the share Flipped leaves alone (counted by hand) beside it."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
-    comparison = compare(model, torch.randn(12, 1, 4, 4), ["eager", "compile"], repeats=1)
+    inputs = torch.randn(12, 1, 4, 4)
+    kept = kept_share(inputs)
+    assert 0 < kept < 1  # the plant moves some samples, not all
+    comparison = compare(model, inputs, ["eager", "threads=1", Flipped("flipped")], repeats=1)
+    assert_agreements(
+        comparison,
+        {
+            ("eager", "threads=1"): 1.0,
+            ("eager", "flipped"): kept,
+            ("threads=1", "flipped"): kept,
+        },
+    )
+
+
+@pytest.mark.skipif(eager.compiler() is None, reason="torch.compile needs a C++ compiler")
+def test_compile_agrees_with_eager() -> None:
+    """compile agrees with eager, and disagrees with a planted disagreement as much as eager
+    does (counted by hand): an agreement of 1.0 is measured, not a constant."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    inputs = torch.randn(12, 1, 4, 4)
+    kept = kept_share(inputs)
+    assert 0 < kept < 1
+    comparison = compare(model, inputs, ["eager", "compile", Flipped("flipped")], repeats=1)
     assert comparison.skipped == {}
-    pair = comparison.pairs[0]
-    assert pair["top1_agreement"] == 1.0 and pair["max_rel_error"] <= TOLERANCE
+    assert_agreements(
+        comparison,
+        {
+            ("eager", "compile"): 1.0,
+            ("eager", "flipped"): kept,
+            ("compile", "flipped"): kept,
+        },
+    )
     assert not comparison.runs["compile"].has_intermediates
 
 

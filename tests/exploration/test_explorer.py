@@ -166,6 +166,22 @@ def test_resume_refuses_another_problem(tmp_path: Path) -> None:
         run(Synthetic(genes=5), path, resume_from=ExplorationResult.load(path))
 
 
+def test_resume_refuses_another_seed(tmp_path: Path) -> None:
+    """A replay from another seed would ask for other genomes than the checkpoint holds: the
+    same problem's checkpoint is refused by an Explorer of another seed, taken by its own."""
+    path = tmp_path / "result.pkl"
+    with pytest.raises(KeyboardInterrupt):
+        run(Synthetic(), path, stop_after=1)
+    checkpoint = ExplorationResult.load(path)
+    assert checkpoint.seed == 3
+    other = Explorer(Synthetic(), NSGA, seed=4, workload={"workload": {"name": "synthetic"}})
+    with pytest.raises(ValueError, match="the checkpoint belongs to another problem or seed"):
+        other.restore(checkpoint)
+    same = Explorer(Synthetic(), NSGA, seed=3, workload={"workload": {"name": "synthetic"}})
+    same.restore(checkpoint)
+    assert same.result.baseline == checkpoint.baseline
+
+
 def test_result_file_is_plain_data_and_loads_without_torch(tmp_path: Path) -> None:
     path = tmp_path / "result.pkl"
     run(Synthetic(), path)

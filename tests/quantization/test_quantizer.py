@@ -163,3 +163,61 @@ def test_half_precision_inputs_keep_their_dtype() -> None:
     np.testing.assert_allclose(
         out.float().numpy(), fake_quantize(x.float(), torch.tensor(2.0), 8).numpy(), rtol=1e-3
     )
+
+
+def ties(multiplier: float) -> tuple[torch.Tensor, list[float]]:
+    """Every midpoint (k + 1/2) / multiplier from -130 to 130 levels (exact in float32, and so
+    is its product with the multiplier, a power of two), and the level each rounds to, half
+    to even, by Python's round, clamped to 8 bits' [-128, 127]."""
+    halves = [k + 0.5 for k in range(-130, 130)]
+    x = torch.tensor(halves, dtype=torch.float32) / multiplier
+    return x, [float(min(max(round(h), -128), 127)) for h in halves]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param("kernel", marks=pytest.mark.kernels), "steps", "autograd"],
+)
+def test_ties_round_half_to_even_on_every_path(path: str, monkeypatch) -> None:
+    """The formula's round is to nearest, ties to even, exactly, on every path a tensor can
+    take: the C kernel, the four eager steps (the kernels off) and ATen's fused kernel (a
+    gradient wanted); per tensor and per channel, at a multiplier of 1 and of 4. The levels
+    are compared with Python's round and with torch.fake_quantize_per_tensor_affine."""
+    from model_explorer.formats import kernels
+    from model_explorer.native import ENVIRONMENT_SWITCH
+
+    taken = []
+    if path == "kernel":
+        monkeypatch.setattr(kernels, "INTEGER_SMALLEST", 0)
+        original = kernels.native_integer
+
+        def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            out = original(*args, **kwargs)
+            taken.append(out is not None)
+            return out
+
+        monkeypatch.setattr(kernels, "native_integer", counted)
+    elif path == "steps":
+        monkeypatch.setenv(ENVIRONMENT_SWITCH, "0")
+    assert round(0.5) == 0 and round(1.5) == 2 and round(-2.5) == -2  # Python's, half to even
+    for multiplier in (1.0, 4.0):
+        x, levels = ties(multiplier)
+        expected = torch.tensor(levels) / multiplier
+        amax = torch.tensor(127 / multiplier)
+        per_tensor = TensorQuantizer(8)
+        per_tensor.amax = amax
+        per_channel = TensorQuantizer(8, axis=0)
+        per_channel.amax = torch.stack([amax, torch.tensor(127 / 2.0)])
+        rows = torch.stack([x, x])  # the second channel at another scale: no ties there
+        with torch.set_grad_enabled(path == "autograd"):
+            graded = path == "autograd"
+            ours = per_tensor(x.clone().requires_grad_(graded)).detach()
+            by_row = per_channel(rows.clone().requires_grad_(graded)).detach()[0]
+        assert torch.equal(ours, expected), multiplier
+        assert torch.equal(by_row, expected), multiplier
+        aten = torch.fake_quantize_per_tensor_affine(x, 1 / multiplier, 0, -128, 127)
+        assert torch.equal(aten, expected)
+    if path == "kernel":
+        if not any(taken):
+            pytest.skip("the C kernel cannot be built on this machine")
+        assert all(taken)
