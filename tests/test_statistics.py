@@ -129,3 +129,62 @@ def test_mean_interval_by_hand() -> None:
 def test_unequal_samples_are_refused() -> None:
     with pytest.raises(ValueError, match="3 and 4 samples"):
         mcnemar([True] * 3, [True] * 4)
+
+
+def test_front_members_are_paired_with_their_neighbour_and_a_run_named_by_hand() -> None:
+    """Three members along a front on 360 samples, each getting 5 more right than the cheaper
+    one beside it and none fewer: each step is McNemar's p = 2 x 0.5^5 = 0.0625 (no member is
+    distinctly better than its neighbour), while the dearest against the cheapest is
+    p = 2 x 0.5^10 (distinctly better). The run's sentence says so, in that direction."""
+    from types import SimpleNamespace
+
+    from model_explorer.results.confidence import front_confidence, indistinct_pairs
+
+    base = np.zeros(360, dtype=bool)
+    base[:300] = True
+    hits = [base.copy() for _ in range(3)]
+    hits[1][300:305] = True
+    hits[2][300:310] = True
+    front = [
+        SimpleNamespace(id=7 + i, values={"weighted_bits": 30.0 + 4 * i}, extra={})
+        for i in range(3)
+    ]
+    for member, right in zip(front, hits, strict=True):
+        member.extra["outcomes"] = {"hits": pack_hits(right)}
+    result = SimpleNamespace(stats={"baseline_outcomes": {"hits": pack_hits(np.ones(360, bool))}})
+    figures = front_confidence(result, front)
+    assert figures[0].against_cheaper is None
+    for step in figures[1:]:
+        paired = step.against_cheaper
+        assert (paired.only_first, paired.only_second) == (5, 0)
+        assert paired.p_value == pytest.approx(2 * 0.5**5) and not paired.distinct
+        assert paired.difference == pytest.approx(5 / 360)
+    assert [f.accuracy.value for f in figures] == pytest.approx([300 / 360, 305 / 360, 310 / 360])
+    assert figures[2].against_float.only_second == 50  # the float model gets every sample
+    (sentence,) = indistinct_pairs(front, figures, "top1", "weighted_bits")
+    assert sentence.startswith("7, 8, 9 (30 to 38 weighted_bits): none is distinctly better")
+    assert "with 360 samples (smallest p = 0.062)" in sentence
+    assert f"9 is distinctly better than 7 (p = {2 * 0.5**10:.2g})" in sentence
+
+
+def test_a_check_decides_by_the_paired_test_where_there_is_one() -> None:
+    """Where both models kept their per-sample outcomes, the paired test decides, not the
+    0.005 tolerance: 0.003 apart with all 6 discordant samples of 2,000 one way
+    (p = 2 x 0.5^6 = 0.031) differs; 0.01 apart with 60 against 40 discordant samples
+    (p = 0.057 by hand) does not. Without outcomes the tolerance decides."""
+    from model_explorer.operations.verdicts import TOLERANCE, differs
+
+    agree = np.ones(2000, dtype=bool)
+    moved = agree.copy()
+    moved[:6] = False
+    close = mcnemar(moved, agree)
+    assert close.p_value == pytest.approx(2 * 0.5**6)
+    assert abs(close.difference) < TOLERANCE and differs(0.997, 1.0, close)
+    first, second = agree.copy(), agree.copy()
+    first[:40], second[40:100] = False, False
+    wide = mcnemar(first, second)
+    expected = 2 * sum(math.comb(100, k) for k in range(41)) / 2**100
+    assert (wide.only_first, wide.only_second) == (60, 40)
+    assert wide.p_value == pytest.approx(expected) and expected > 0.05
+    assert abs(wide.difference) > TOLERANCE and not differs(0.98, 0.97, wide)
+    assert differs(0.99, 0.98, None) and not differs(0.99, 0.987, None)
