@@ -100,6 +100,40 @@ def test_a_parent_open_to_others_without_the_sticky_bit_is_refused(fresh, tmp_pa
     assert cache.private_directory(shared / "mine" / "kernels").is_dir()
 
 
+@pytest.mark.parametrize("where", ["directory", "parent", "library"])
+def test_what_its_group_may_write_is_refused_as_what_everyone_may(
+    fresh, tmp_path: Path, where: str
+) -> None:
+    """Write access for the group alone is write access for others: a directory, a parent
+    without the sticky bit, or a library file at mode g+w is refused as at o+w."""
+    folder = tmp_path / "shared" / "kernels"
+    folder.parent.mkdir(mode=0o755)
+    if where == "directory":
+        folder.mkdir(mode=0o700)
+        folder.chmod(0o770)
+        refused(fresh, folder, f"{folder} is writable by other users (mode 0o770)")
+    elif where == "parent":
+        folder.parent.chmod(0o775)
+        refused(fresh, folder, f"{folder.parent} is writable by other users (mode 0o775)")
+    else:
+        fresh.setenv(cache.DIRECTORY_VARIABLE, str(folder))
+        library = expected_library(folder)
+        library.chmod(0o660)
+        refused(fresh, folder, "is writable by other users (mode 0o660)")
+
+
+@pytest.mark.skipif(not hasattr(os, "chown") or os.geteuid() != 0, reason="needs root to chown")
+def test_a_library_root_owns_is_refused_to_another_user(fresh, tmp_path: Path) -> None:
+    """Root may own the folders above the cache, never the library another user loads: only
+    this user's own build is run (as this user, uid 1000, in a folder of theirs)."""
+    folder = tmp_path / "kernels"
+    fresh.setenv(cache.DIRECTORY_VARIABLE, str(folder))
+    library = expected_library(folder)  # made by root
+    os.chown(folder, 1000, 1000)
+    fresh.setattr(os, "getuid", lambda: 1000)
+    refused(fresh, folder, f"{library} belongs to another user (uid 0)")
+
+
 def test_a_directory_of_another_user_is_refused(fresh, tmp_path: Path) -> None:
     folder = tmp_path / "kernels"
     folder.mkdir(mode=0o700)
