@@ -135,7 +135,8 @@ def test_front_members_are_paired_with_their_neighbour_and_a_run_named_by_hand()
     """Three members along a front on 360 samples, each getting 5 more right than the cheaper
     one beside it and none fewer: each step is McNemar's p = 2 x 0.5^5 = 0.0625 (no member is
     distinctly better than its neighbour), while the dearest against the cheapest is
-    p = 2 x 0.5^10 (distinctly better). The run's sentence says so, in that direction."""
+    p = 2 x 0.5^10 (distinctly better). The run's sentence says so, in that direction; the
+    held-out figures come from the 200 held-out samples, not the 360 the front was chosen on."""
     from types import SimpleNamespace
 
     from model_explorer.results.confidence import front_confidence, indistinct_pairs
@@ -149,10 +150,21 @@ def test_front_members_are_paired_with_their_neighbour_and_a_run_named_by_hand()
         SimpleNamespace(id=7 + i, values={"weighted_bits": 30.0 + 4 * i}, extra={})
         for i in range(3)
     ]
-    for member, right in zip(front, hits, strict=True):
+    for index, (member, right) in enumerate(zip(front, hits, strict=True)):
         member.extra["outcomes"] = {"hits": pack_hits(right)}
-    result = SimpleNamespace(stats={"baseline_outcomes": {"hits": pack_hits(np.ones(360, bool))}})
+        held = np.zeros(200, dtype=bool)  # on 200 held-out samples: 150, 160, 170 right
+        held[: 150 + 10 * index] = True
+        member.extra["held_out_outcomes"] = {"hits": pack_hits(held)}
+    every = {"hits": pack_hits(np.ones(360, bool))}
+    held_float = {"hits": pack_hits(np.ones(200, bool))}
+    result = SimpleNamespace(
+        stats={"baseline_outcomes": every, "held_out": {"outcomes": held_float}}
+    )
     figures = front_confidence(result, front)
+    for index, figure in enumerate(figures):  # the held-out figures from held-out outcomes
+        assert figure.held_out == wilson(np.arange(200) < 150 + 10 * index)
+        assert figure.held_out.samples == 200
+        assert figure.held_out_against_float.only_second == 50 - 10 * index
     assert figures[0].against_cheaper is None
     for step in figures[1:]:
         paired = step.against_cheaper
