@@ -67,10 +67,13 @@ def test_histogram_grows_with_later_batches_and_keeps_every_count() -> None:
     assert calibrator.histogram.sum() == 2001
 
 
-def brute_force_mse(counts: np.ndarray, width: float, bits: int, start_bin: int) -> float:
+def brute_force_mse(
+    counts: np.ndarray, width: float, bits: int, start_bin: int, unsigned: bool = False
+) -> float:
     """For every candidate edge, quantize each bin centre and weigh its squared error by the
-    bin's count; return the edge with the least error."""
-    bound = 2 ** (bits - 1) - 1
+    bin's count; return the edge with the least error (an unsigned grid has twice the levels
+    of a signed one over [0, amax])."""
+    bound = 2 ** (bits - 1 + int(unsigned)) - 1
     best, best_error = None, np.inf
     for stop in range(start_bin, len(counts) + 1):
         amax = stop * width
@@ -83,6 +86,19 @@ def brute_force_mse(counts: np.ndarray, width: float, bits: int, start_bin: int)
         if error < best_error:
             best, best_error = amax, error
     return best
+
+
+@pytest.mark.parametrize("bits", [3, 5])
+def test_mse_prices_an_unsigned_quantizer_on_its_own_grid(bits: int) -> None:
+    """After a ReLU (unsigned), the levels span [0, amax] twice as finely: the error, and so
+    the amax that minimises it, is that grid's, as a brute force over it finds."""
+    batches = [torch.cat(batches_with_outliers()).abs()]
+    calibrator = collected(make_calibrator("mse", num_bins=256, start_bin=16), batches)
+    counts = calibrator.histogram.numpy()
+    unsigned = brute_force_mse(counts, calibrator.bin_width, bits, 16, unsigned=True)
+    assert unsigned != brute_force_mse(counts, calibrator.bin_width, bits, 16)
+    chosen = float(calibrator.compute_amax(bits, unsigned=True))
+    assert chosen == pytest.approx(unsigned, rel=1e-6)
 
 
 @pytest.mark.parametrize("bits", [3, 5])
