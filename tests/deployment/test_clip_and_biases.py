@@ -70,6 +70,17 @@ def test_a_quantizer_wider_than_the_clip_keeps_the_convolution_float(tmp_path: P
     np.testing.assert_allclose(reference, expected, atol=1e-4)
 
 
+def test_an_activation_whose_amax_is_zero_is_zero_in_the_runtime_too(tmp_path: Path) -> None:
+    """A quantizer calibrated on zeros (amax 0) rounds every input to 0: the exported file
+    must do the same (a tiny scale, not 1, which would let the ReLU6's values through), so
+    the second convolution gives its bias alone, in the runtime as in PyTorch."""
+    model = _network()
+    summary, kernels, reference, expected = _exported(model, tmp_path, amax=0.0)
+    bias = model[2].bias.detach().numpy()
+    np.testing.assert_allclose(expected, np.tile(np.repeat(bias, 36), (32, 1)), atol=1e-6)
+    np.testing.assert_allclose(reference, expected, atol=1e-4)
+
+
 def test_a_near_dead_channel_gets_an_int32_bias_at_a_coarser_weight_scale(
     tmp_path: Path,
 ) -> None:
@@ -77,6 +88,36 @@ def test_a_near_dead_channel_gets_an_int32_bias_at_a_coarser_weight_scale(
     summary, kernels, reference, expected = _exported(_network(dead_channel=True), tmp_path)
     assert summary.integer_biases == 1 and kernels["integer"] == ["0"]
     np.testing.assert_allclose(reference, expected, atol=0.05)
+
+
+def test_a_coarser_channel_scale_keeps_its_weights_within_half_a_new_level() -> None:
+    """By hand, on stored values: a channel whose bias (2.0) needs more than 2^30 levels at
+    input scale x weight scale gets the scale |bias| / (input scale x 2^30), and its values,
+    requantized to it, dequantize to its weights within half a new level (plus half an old
+    one, the first rounding); the other channels keep their scales and values."""
+    from onnx import TensorProto
+
+    from model_explorer.deployment.biases import BIAS_LEVELS, _fit_bias
+    from model_explorer.deployment.encodings import Encoding
+
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(-1, 1, (3, 16))
+    weights[1] *= 1e-7  # near-dead, as batch-norm folding leaves a channel
+    old_scale = (np.abs(weights).max(axis=1) / 127).astype(np.float32)
+    values = np.round(weights / old_scale[:, None]).astype(np.int8)
+    bias, input_scale = np.array([0.5, 2.0, -0.1]), 0.05
+    encoding = Encoding(
+        TensorProto.INT8, np.int8, old_scale.copy(), 0, None, -128, 127, values.copy()
+    )
+    _fit_bias(encoding, bias, input_scale)
+    needed = 2.0 / (input_scale * BIAS_LEVELS)
+    assert needed > old_scale[1]
+    assert encoding.scale[1] == pytest.approx(needed, rel=1e-6)
+    assert encoding.scale[[0, 2]].tolist() == old_scale[[0, 2]].tolist()
+    assert np.array_equal(encoding.values[[0, 2]], values[[0, 2]])
+    dequantized = encoding.values[1].astype(np.float64) * encoding.scale[1]
+    assert np.abs(dequantized - weights[1]).max() <= needed / 2 + old_scale[1] / 2 + 1e-15
+    assert np.abs(bias / (input_scale * encoding.scale)).max() <= BIAS_LEVELS * (1 + 1e-6)
 
 
 @pytest.mark.parametrize(
