@@ -301,3 +301,84 @@ def test_a_surrogate_with_a_window_and_kept_kernels_resumes_to_the_same_result(
     resumed = Explorer(Synthetic(), nsga, seed=2, strategy=chosen)
     resumed.restore(ExplorationResult.load(path))
     assert without_times(resumed.run()) == without_times(whole)
+
+
+def _judged(values: dict[str, float]) -> dict[str, float]:
+    from model_explorer.problems.base import FINITE
+
+    return {FINITE: 1.0, **values}
+
+
+def test_the_surrogate_judges_gains_against_the_feasible_front_only() -> None:
+    """An early-stopped record's accuracy is an upper bound and it is infeasible: it is not
+    part of the front a candidate's expected gain is measured against (by hand: the one
+    feasible record, accuracy 0.95 at 40 bits, in pymoo's minimisation form)."""
+    from model_explorer.exploration.surrogate import front_matrix, judged_vector
+
+    problem = Synthetic(genes=2, minimum=0.6)
+    records = [
+        {"feasible": True, "values": {"accuracy": 0.95, "bits": 40.0}},
+        {"feasible": False, "values": {"accuracy": 0.99, "bits": 20.0}},  # a bound, stopped
+        {"feasible": True, "values": {"accuracy": 0.90, "bits": 45.0}},  # dominated
+    ]
+    front = front_matrix(problem, records, judged_vector(problem))
+    assert front.tolist() == [[-0.95, 40.0]]
+
+
+def test_a_surrogate_pick_joins_the_front_the_next_is_judged_against() -> None:
+    """Three candidates, their predictions certain: the first adds the most volume, the
+    second is a near-copy of it (dominated by it once it is picked), the third adds volume
+    elsewhere. Picking two, the surrogate takes the first and the third, never the copy."""
+    from model_explorer.exploration.surrogate import _greedy, judged_vector
+
+    problem = Synthetic(genes=2, minimum=0.6)
+    vector = judged_vector(problem)
+    front = np.array(
+        [vector({"accuracy": 0.9, "bits": 40.0}), vector({"accuracy": 0.7, "bits": 20.0})]
+    )
+    means = [
+        {"accuracy": 0.85, "bits": 25.0},
+        {"accuracy": 0.849, "bits": 25.1},  # dominated by the first
+        {"accuracy": 0.95, "bits": 45.0},
+    ]
+    believed = [_judged(m) for m in means]
+    outcomes = [[b] * 8 for b in believed]  # every quantile at the mean
+    assert _greedy(problem, front, outcomes, believed, 1, vector) == [0]
+    assert _greedy(problem, front, outcomes, believed, 2, vector) == [0, 2]
+
+
+def test_the_surrogates_optimism_raises_what_is_maximised_and_lowers_what_is_minimised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each candidate is judged at eight quantiles of its prediction: at the upper ones (the
+    optimistic outcomes) its accuracy is above the predicted mean and its cost below, by the
+    quantile times the predicted spread (a predictor of known means and spreads planted)."""
+    from model_explorer.exploration import surrogate
+
+    problem = Synthetic(genes=2, minimum=0.6)
+    means = {"accuracy": np.array([0.8, 0.9, 0.7]), "bits": np.array([10.0, 12.0, 9.0])}
+    spreads = {"accuracy": np.array([0.01, 0.02, 0.03]), "bits": np.array([1.0, 2.0, 3.0])}
+    monkeypatch.setattr(surrogate.Surrogate, "fit", lambda self, *args: True)
+    monkeypatch.setattr(
+        surrogate.Surrogate,
+        "predict",
+        lambda self, genomes: {n: (means[n], spreads[n]) for n in means},
+    )
+    monkeypatch.setattr(surrogate, "_unknown_quantities", lambda problem, known: list(means))
+    seen = {}
+
+    def greedy(problem, front, outcomes, believed, count, vector):  # noqa: ANN001, ANN202
+        seen.update(outcomes=outcomes, believed=believed)
+        return [0]
+
+    monkeypatch.setattr(surrogate, "_greedy", greedy)
+    genomes = np.zeros((3, 2))
+    surrogate.select(problem, [], genomes, [[2, 2]] * 3, 1, seed=0)
+    top = surrogate.QUANTILES[-1]
+    assert top > 0
+    for index in range(3):
+        optimistic = seen["outcomes"][index][-1]
+        accuracy, bits = means["accuracy"][index], means["bits"][index]
+        assert optimistic["accuracy"] == pytest.approx(accuracy + top * spreads["accuracy"][index])
+        assert optimistic["bits"] == pytest.approx(bits - top * spreads["bits"][index])
+        assert seen["believed"][index]["accuracy"] == pytest.approx(accuracy)
