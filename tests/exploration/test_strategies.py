@@ -382,3 +382,34 @@ def test_the_surrogates_optimism_raises_what_is_maximised_and_lowers_what_is_min
         assert optimistic["accuracy"] == pytest.approx(accuracy + top * spreads["accuracy"][index])
         assert optimistic["bits"] == pytest.approx(bits - top * spreads["bits"][index])
         assert seen["believed"][index]["accuracy"] == pytest.approx(accuracy)
+
+
+def test_the_surrogate_tells_the_algorithm_every_offspring_it_has_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Genomes are continuous and configurations discrete, so offspring often decode to a
+    configuration evaluated before: the surrogate passes every such one on (told to NSGA-II
+    from the cache, at no cost) beside its picks, and no configuration is measured twice."""
+    from model_explorer.exploration.explorer import configuration_key
+
+    problem = Synthetic(genes=2)  # 49 configurations: repeats are common
+    original = Explorer._screen
+    screened = []
+
+    def recording(self, genomes):  # noqa: ANN001, ANN202
+        seen = {
+            i
+            for i, genome in enumerate(genomes)
+            if configuration_key(self.problem.configuration(genome)) in self._cache
+        }
+        kept = original(self, genomes)
+        screened.append((seen, set(kept)))
+        return kept
+
+    monkeypatch.setattr(Explorer, "_screen", recording)
+    surrogate = strategy("surrogate", candidates=32, evaluations=3)
+    result = Explorer(problem, NSGA, seed=0, strategy=surrogate).run()
+    assert sum(len(seen) for seen, _ in screened) > 0
+    assert all(seen <= kept for seen, kept in screened)
+    assert result.stats["cache_hits"] >= sum(len(seen) for seen, _ in screened)
+    assert max(problem.calls.values()) == 1
