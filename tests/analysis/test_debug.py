@@ -182,6 +182,40 @@ def test_a_repair_refuses_what_it_need_not_or_cannot_do() -> None:
         repair(_accuracy, _cost, (2,) * 6, [3] * 6, 0.99)
 
 
+def test_a_repair_ranks_quantizers_by_gain_per_unit_of_cost() -> None:
+    """By hand: raising the first quantizer gains 0.02 for 10 units of cost, the second 0.01
+    for 1 (0.002 against 0.01 per unit): the second ranks first, and raising it alone meets a
+    target of 0.905, at a tenth of the cost of raising the first."""
+
+    def accuracy(genome: tuple[int, ...]) -> float:
+        return 0.9 + 0.02 * genome[0] + 0.01 * genome[1]
+
+    def cost(genome: tuple[int, ...]) -> float:
+        return 10.0 * genome[0] + genome[1]
+
+    found = repair(accuracy, cost, (0, 0), [1, 1], 0.905)
+    assert found.ranking == [1, 0]
+    assert (found.genome, found.cost) == ((0, 1), 1.0)
+
+
+def test_a_repair_of_a_metric_where_lower_is_better_brings_it_under_the_target() -> None:
+    """A divergence 0.4 / (1 + g0 + 2 g1), target 0.1 (lower is better): the parent's 0.4
+    is above it, so the repair raises genes until it is at most 0.1; a parent already under
+    it is refused as meeting it."""
+
+    def divergence(genome: tuple[int, ...]) -> float:
+        return 0.4 / (1 + genome[0] + 2 * genome[1])
+
+    def cost(genome: tuple[int, ...]) -> float:
+        return float(genome[0] + 3 * genome[1])
+
+    found = repair(divergence, cost, (0, 0), [3, 3], 0.1, higher=False)
+    assert found.accuracy == divergence(found.genome) <= 0.1
+    assert divergence((0, 0)) > 0.1 and found.genome != (0, 0)
+    with pytest.raises(AlreadyMeets):
+        repair(divergence, cost, (3, 3), [3, 3], 0.1, higher=False)
+
+
 def reference_args(reference: str, workload: Path) -> list[str]:
     return ["debug", reference, "--workload", str(workload)]
 
