@@ -507,3 +507,18 @@ def test_tvm_localises_inside_a_model_its_onnx_frontend_cannot_read(tmp_path: Pa
     assert list(found) == ["conv/Conv2D#0", "act/Relu6#0", "head/FullyConnected#0"]
     for name, value in found.items():
         assert torch.allclose(value, expected[name], atol=1e-5), name
+
+
+def test_the_samples_to_localise_on_are_those_that_differ_most() -> None:
+    """By hand, five samples: the third's top-1 differs (it comes first), then the largest
+    differences, 0.9 (the fourth) and 0.5 (the first); 0.1 and 0.0 are left out."""
+    from model_explorer.analysis.compare.localisation import localisation_samples
+
+    a = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.8], [1.0, 0.0], [1.0, 0.0]])
+    b = a.copy()
+    b[0, 1] += 0.5
+    b[1, 1] += 0.1
+    b[2, 1] += 0.4  # 1.2 > 1.0: its top-1 moves
+    b[3, 1] += 0.9
+    assert localisation_samples(a, b, 3) == [0, 2, 3]
+    assert localisation_samples(a, b, 1) == [2]
