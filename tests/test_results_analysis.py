@@ -186,13 +186,15 @@ def test_merging_keeps_every_individual_once(tmp_path: Path) -> None:
 
 
 def test_runs_of_one_search_with_other_seeds_merge(tmp_path: Path) -> None:
-    """Runs differ in their seed and where they keep their ranges (a Python search writes them
-    beside its result), and still merge; another model or dataset is refused."""
+    """Runs differ in their seed, where they keep their ranges (a Python search writes them
+    beside its result) and the folder they ran in (the stored absolute root: two clones), and
+    still merge; another model or dataset is refused."""
     first, second = run(1, tmp_path / "a.pkl"), run(2, tmp_path / "b.pkl")
     for result, seed in ((first, 1), (second, 2)):
         result.workload = {
             "workload": {
                 "seed": seed,
+                "root": f"/home/someone/clone{seed}",
                 "model": {"type": "digits_cnn"},
                 "calibration": {"file": f"results/seed{seed}_calibration.pt"},
             }

@@ -16,9 +16,12 @@ def _configuration_key(record: dict[str, Any]) -> str:
 
 def _searched(workload: dict[str, Any]) -> dict[str, Any]:
     """What a run searched: its workload less what differs between runs of one search, the
-    seed and the file its ranges were kept in (a Python search keeps them beside its result)."""
+    seed, the file its ranges were kept in (a Python search keeps them beside its result) and
+    the folder its relative paths started from (`root`, stored absolute: another clone, or
+    the project moved, is the same search, as `--resume` holds too)."""
     body = copy.deepcopy(workload.get("workload", workload))
-    body.pop("seed", None)
+    for key in ("seed", "root"):
+        body.pop(key, None)
     if isinstance(body.get("calibration"), dict):
         body["calibration"].pop("file", None)
     return body
